@@ -1,0 +1,234 @@
+"""The desired-state model: the three document kinds a config repo holds.
+
+Owns the pydantic models for ``Settings``, ``Service`` and ``Grant`` documents and the
+``DesiredState`` they assemble into. The published JSON Schema in ``schemas/`` is
+generated from these models (``reconciler.schemagen``) and a test fails when the two
+differ, so they cannot drift apart.
+
+Pure: no file, network or YAML access here. The loader (``shell.loading``) turns files
+into plain values with positions; ``shell.validating`` feeds them to these models and
+maps errors back to file, line and column. Rules that span documents live in
+``core.crosscheck``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from reconciler.core import names
+from reconciler.core.names import Capability, MediaType
+
+API_VERSION = "reconcile/v1"
+
+#: ``python-re`` so that the model and jsonschema (also Python ``re``) read every
+#: pattern identically; ``strict`` so that ``port: "443"``, ``port: true`` and
+#: ``port: 443.0`` are errors rather than coerced.
+MODEL_CONFIG = ConfigDict(
+    frozen=True,
+    extra="forbid",
+    strict=True,
+    regex_engine="python-re",
+    populate_by_name=False,
+)
+
+Identifier = Annotated[str, Field(pattern=names.IDENTIFIER)]
+Digest = Annotated[str, Field(pattern=names.DIGEST, description="sha256:<64 lower-case hex>")]
+EnvName = Annotated[str, Field(pattern=names.ENV_NAME)]
+RelPath = Annotated[str, Field(min_length=1, max_length=4096, pattern=names.anchored(r"[^\x00-\x1f]+"))]
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class _Model(BaseModel):
+    model_config = MODEL_CONFIG
+
+
+class ControlPlane(_Model):
+    """Where the control plane answers and which identity to use."""
+
+    url: Annotated[str, Field(pattern=names.anchored(r"https?://[^\s/]+(?:/[^\s]*)?"))]
+    ca_file: RelPath | None = Field(
+        default=None, alias="caFile",
+        description="PEM bundle to verify the control plane's TLS certificate "
+        "(relative to the repo root); system trust store when omitted.")
+    token_env: EnvName = Field(
+        alias="tokenEnv",
+        description="Name of the environment variable holding the machine token.")
+    timeout_seconds: Annotated[float, Field(gt=0, le=600)] = Field(
+        default=10.0, alias="timeoutSeconds",
+        description="Total deadline for one call, retries included.")
+
+
+class Signer(_Model):
+    """The built-in Ed25519 signer for the per-cluster challenge/verify handshake."""
+
+    chain: Literal["ed25519"] = "ed25519"
+    wallet_address: Annotated[str, Field(min_length=1, max_length=256)] = Field(
+        alias="walletAddress")
+    app_id: Identifier = Field(alias="appId", description="The auth app id sent in the challenge.")
+    key_file_env: EnvName = Field(
+        alias="keyFileEnv",
+        description="Name of the environment variable holding the path of the PEM private key.")
+
+
+class Mesh(_Model):
+    """How to reach every cluster behind the round-robin gateway."""
+
+    gateway: Annotated[str, Field(pattern=names.EGRESS_HOST)]
+    port: Port = 443
+    ca_file: RelPath | None = Field(default=None, alias="caFile")
+    resolve: tuple[Annotated[str, Field(pattern=names.anchored(r"[0-9a-fA-F:.]{2,45}"))], ...] | None = Field(
+        default=None,
+        description="Static addresses for the gateway, like curl --resolve; "
+        "the system resolver is used when omitted.")
+    clusters: tuple[Identifier, ...] = Field(
+        default=(), description="Cluster ids that must answer, whatever DNS says.")
+    signer: Signer
+    concurrency: Annotated[int, Field(ge=1, le=256)] = 16
+    timeout_seconds: Annotated[float, Field(gt=0, le=600)] = Field(default=5.0, alias="timeoutSeconds")
+
+
+class Convergence(_Model):
+    """The convergence gate's bounded retry budget."""
+
+    interval_seconds: Annotated[float, Field(ge=0, le=3600)] = Field(default=2.0, alias="intervalSeconds")
+    attempts: Annotated[int, Field(ge=1, le=10_000)] = 30
+
+
+class Policy(_Model):
+    convergence: Convergence = Convergence()
+    prune: bool = Field(default=False, description="Revoke live grants no Grant document declares.")
+
+
+class Settings(_Model):
+    """One per repo: where the live world is and how to treat it. Holds no secrets."""
+
+    api_version: Literal["reconcile/v1"] = Field(alias="apiVersion")
+    kind: Literal["Settings"]
+    control_plane: ControlPlane = Field(alias="controlPlane")
+    mesh: Mesh
+    policy: Policy = Policy()
+    state_dir: RelPath = Field(
+        default=".reconcile", alias="stateDir",
+        description="Where apply keeps its journal (relative to the repo root).")
+
+
+class Release(_Model):
+    """A digest-pinned release: what the service must run."""
+
+    registry_host: Annotated[str, Field(pattern=names.REGISTRY_HOST)] = Field(alias="registryHost")
+    repository: Annotated[str, Field(pattern=names.REPOSITORY, max_length=255)]
+    digest: Digest
+    tag: Annotated[str, Field(pattern=names.TAG)] | None = Field(
+        default=None, description="Human tag; must be one the release was observed under.")
+    media_type: MediaType | None = Field(default=None, alias="mediaType")
+
+    @property
+    def reference(self) -> str:
+        return f"{self.registry_host}/{self.repository}@{self.digest}"
+
+
+class Destination(_Model):
+    """One egress destination. ``port`` defaults to 443 (seed 000)."""
+
+    host: Annotated[str, Field(pattern=names.EGRESS_HOST, max_length=253)]
+    port: Port = names.DEFAULT_EGRESS_PORT
+
+
+class Service(_Model):
+    """A managed service: its pinned release and its egress."""
+
+    api_version: Literal["reconcile/v1"] = Field(alias="apiVersion")
+    kind: Literal["Service"]
+    name: Identifier
+    service_id: Identifier = Field(alias="serviceId")
+    app_id: Identifier = Field(alias="appId")
+    release: Release
+    immutable: bool = Field(
+        default=True, description="Require fail-closed immutable (digest-pinned) deployment.")
+    egress: tuple[Destination, ...] | None = Field(
+        default=None, max_length=names.MAX_EGRESS_ENTRIES,
+        description="Omitted: leave the live declaration alone. []: revoke all.")
+
+    @model_validator(mode="after")
+    def _no_duplicate_destinations(self) -> Service:
+        # Duplicates are judged after the default port is applied (seed 000): `api.x.com`
+        # and `{host: api.x.com, port: 443}` are the same destination.
+        seen: dict[tuple[str, int], int] = {}
+        for index, dest in enumerate(self.egress or ()):
+            key = (dest.host, dest.port)
+            if key in seen:
+                raise ValueError(
+                    f"egress[{index}] duplicates egress[{seen[key]}] ({dest.host}:{dest.port})")
+            seen[key] = index
+        return self
+
+
+class ServiceGrant(_Model):
+    service: Identifier = Field(description="The name of a Service document in this repo.")
+    capabilities: tuple[Capability, ...] = Field(
+        description="The full list for this service; [] removes the grant.")
+
+    @model_validator(mode="after")
+    def _no_duplicate_capabilities(self) -> ServiceGrant:
+        if len(set(self.capabilities)) != len(self.capabilities):
+            raise ValueError("capabilities must not repeat")
+        return self
+
+
+class Grant(_Model):
+    """A machine user's deployment capabilities, per service."""
+
+    api_version: Literal["reconcile/v1"] = Field(alias="apiVersion")
+    kind: Literal["Grant"]
+    user_id: Identifier = Field(alias="userId")
+    services: tuple[ServiceGrant, ...]
+
+    @model_validator(mode="after")
+    def _one_entry_per_service(self) -> Grant:
+        seen: set[str] = set()
+        for entry in self.services:
+            if entry.service in seen:
+                raise ValueError(f"service {entry.service!r} is listed twice")
+            seen.add(entry.service)
+        return self
+
+
+Document = Settings | Service | Grant
+DOCUMENT_KINDS: dict[str, type[Settings] | type[Service] | type[Grant]] = {
+    "Settings": Settings,
+    "Service": Service,
+    "Grant": Grant,
+}
+
+
+class SourceRef(_Model):
+    """Where a document came from: the repo-relative path and the line it starts on."""
+
+    path: str
+    line: int
+
+
+class DesiredState(_Model):
+    """Every document of a repo, validated and cross-checked."""
+
+    settings: Settings
+    services: tuple[Service, ...]
+    grants: tuple[Grant, ...]
+    sources: dict[str, SourceRef] = Field(
+        default_factory=dict, description="'Kind/name' -> where it was declared.")
+
+    def service_by_name(self, name: str) -> Service | None:
+        return next((s for s in self.services if s.name == name), None)
+
+    def desired_grants(self) -> dict[tuple[str, str], frozenset[Capability]]:
+        """(userId, serviceId) -> capabilities, resolving service names to ids."""
+        by_name = {s.name: s.service_id for s in self.services}
+        result: dict[tuple[str, str], frozenset[Capability]] = {}
+        for grant in self.grants:
+            for entry in grant.services:
+                service_id = by_name.get(entry.service)
+                if service_id is not None:
+                    result[(grant.user_id, service_id)] = frozenset(entry.capabilities)
+        return result

@@ -1,0 +1,189 @@
+"""The live snapshot: what the control plane and every cluster said, fixed for one run.
+
+Owns the immutable models the observer (``shell.observing``) fills and the planner
+(``core.planning``) reads. Field names follow the seeds where the wire has them; wire
+parsing itself happens in the shell, which hands over only these validated values.
+
+Unknown is not absent: a service the control plane could not read is a ``ReadFailure``,
+never a missing key; a cluster that did not answer is an ``Observation`` of kind
+``silent`` with its reason, never an omitted row.
+
+Pure: no I/O imports.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from reconciler.core.names import Capability
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class EgressRule(_Model):
+    host: str
+    port: int
+
+
+class ImageRelease(_Model):
+    """A registry manifest the control plane observed (seed 003 ``IImageRelease``)."""
+
+    id: str
+    registry_host: str
+    repository: str
+    digest: str  # registryRootDigest
+    media_type: str
+    tags: tuple[str, ...] = ()
+    first_observed_at: int = 0
+    accepted_at: int | None = None
+    last_promoted_at: int | None = None
+    promotion_count: int = 0
+
+
+class RolloutPlan(_Model):
+    """The service's current immutable deployment plan (seed 003)."""
+
+    rollout_id: str
+    rollout_generation: int
+    release_id: str
+    requested_digest: str
+    mode: str  # promotion | automatic | rollback
+    rollback_of_rollout_id: str | None = None
+    target_cluster_ids: tuple[str, ...] = ()
+    required_replica_count: int = 0
+    created_at: int = 0
+
+
+class RolloutStatus(_Model):
+    """The control plane's aggregate of the clusters' reports (seed 003)."""
+
+    rollout_id: str
+    rollout_generation: int
+    expected_digest: str
+    status: str  # pending|deploying|verifying|succeeded|failed|mismatched|rolling-back|rolled-back
+    mismatch_reason: str | None = None
+    required: int = 0
+    observed: int = 0
+    healthy: int = 0
+    verified: int = 0
+    failed: int = 0
+
+
+IN_PROGRESS_STATUSES = frozenset({"pending", "deploying", "verifying", "rolling-back"})
+FAILED_STATUSES = frozenset({"failed", "mismatched"})
+
+
+class LiveService(_Model):
+    """One service as the control plane holds it, with its observed releases."""
+
+    service_id: str
+    name: str
+    immutable_required: bool = False
+    deployment: RolloutPlan | None = None
+    rollout_status: RolloutStatus | None = None
+    egress: tuple[EgressRule, ...] | None = None
+    egress_revision: int = 0
+    releases: tuple[ImageRelease, ...] = ()
+
+    @property
+    def rollout_generation(self) -> int:
+        return self.deployment.rollout_generation if self.deployment else 0
+
+    @property
+    def current_digest(self) -> str | None:
+        return self.deployment.requested_digest if self.deployment else None
+
+    def release_by_digest(self, digest: str) -> ImageRelease | None:
+        return next((r for r in self.releases if r.digest == digest), None)
+
+
+class ReadFailure(_Model):
+    """A control-plane read that did not produce an answer, and why."""
+
+    service_id: str
+    reason: str
+    code: str | None = None  # e.g. SERVICE_NOT_FOUND
+
+
+class LiveGrant(_Model):
+    user_id: str
+    service_id: str
+    capabilities: tuple[Capability, ...]
+
+
+class ObservationKind(StrEnum):
+    ANSWERED = "answered"
+    NO_RECORD = "no_record"  # the cluster answered 404: no runtime record
+    SILENT = "silent"  # unreachable, timed out, auth failed, malformed reply
+
+
+class ReplicaCounts(_Model):
+    required: int = 0
+    observed: int = 0
+    healthy: int = 0
+    verified: int = 0
+    failed: int = 0
+
+
+class ClusterRuntime(_Model):
+    """A cluster's own runtime record for one app (CONTRACT §2), sanitized."""
+
+    state: str | None = None
+    image: str | None = None
+    runtime_state: str | None = None
+    replicas: int | None = None
+    last_error: str | None = None
+    resolved_digest: str | None = None
+    rollout_id: str | None = None
+    rollout_generation: int | None = None
+    replica_counts: ReplicaCounts | None = None
+    egress: tuple[EgressRule, ...] | None = None
+    egress_dropped: tuple[EgressRule, ...] = ()
+
+
+class Endpoint(_Model):
+    """One resolved gateway address and the cluster that named itself there."""
+
+    address: str
+    cluster_id: str | None = None  # None: the health route did not name it
+    error: str | None = None
+
+
+class Observation(_Model):
+    """What one cluster said about one app, or why it said nothing."""
+
+    cluster_id: str  # the expected cluster id, or the address when unnamed
+    address: str | None = None  # None: no endpoint answered as this cluster
+    kind: ObservationKind
+    runtime: ClusterRuntime | None = None
+    reason: str | None = None
+
+
+class MeshView(_Model):
+    """The mesh as resolved once for this run."""
+
+    gateway: str
+    resolved: tuple[Endpoint, ...] = ()
+    resolve_error: str | None = None
+    settings_clusters: tuple[str, ...] = ()
+    expected_clusters: tuple[str, ...] = ()
+    duplicate_claims: tuple[str, ...] = Field(
+        default=(), description="Cluster ids claimed by more than one address.")
+    unnamed_addresses: tuple[str, ...] = ()
+
+
+class LiveSnapshot(_Model):
+    """Everything read in one pass. ``taken_at`` is milliseconds since the epoch."""
+
+    taken_at: int
+    control_plane_url: str
+    services: dict[str, LiveService | ReadFailure]  # by serviceId
+    grants: tuple[LiveGrant, ...] | None = None  # None: the grants could not be read
+    grants_error: str | None = None
+    mesh: MeshView
+    observations: dict[str, tuple[Observation, ...]] = Field(
+        default_factory=dict, description="appId -> one observation per expected cluster.")

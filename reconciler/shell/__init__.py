@@ -1,0 +1,1 @@
+"""The I/O shell around the pure core: files, HTTP, DNS, TLS, git, the journal."""
