@@ -15,8 +15,21 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m reconciler.demo
 
-test: $(STAMP)
+test: $(STAMP) node-deps
 	$(PY) -m pytest -q -n 2 --dist loadgroup
+
+# Node.js side of the interop tests (tests/interop): the real @api.global/typedrequest, installed
+# exactly from the committed lock file; reinstalled when the lock file is newer than node_modules.
+# Without Node.js this only warns: make test still runs, and tests/interop fails loudly.
+NODE_DIR := interop/node
+.PHONY: node-deps
+node-deps:
+	@if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
+	  echo "node-deps: Node.js/npm not found -- tests/interop will FAIL (install Node.js 20+; CI has it)" >&2; \
+	elif [ ! -d $(NODE_DIR)/node_modules ] || [ $(NODE_DIR)/package-lock.json -nt $(NODE_DIR)/node_modules ]; then \
+	  echo "node-deps: npm ci in $(NODE_DIR)"; \
+	  (cd $(NODE_DIR) && npm ci --no-audit --no-fund) && touch $(NODE_DIR)/node_modules; \
+	fi
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check reconciler tests benchmarks
