@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
 from reconciler.core import names
 from reconciler.core.names import Capability, MediaType
@@ -23,21 +23,39 @@ from reconciler.core.names import Capability, MediaType
 API_VERSION = "reconcile/v1"
 
 #: ``python-re`` so that the model and jsonschema (also Python ``re``) read every
-#: pattern identically; ``strict`` so that ``port: "443"``, ``port: true`` and
-#: ``port: 443.0`` are errors rather than coerced.
+#: pattern identically. Scalars are strict one by one (``Strict()`` below) so that
+#: ``port: "443"``, ``port: true`` and ``port: 443.0`` are errors rather than coerced,
+#: while sequences from the loader (lists) still fill tuple fields.
 MODEL_CONFIG = ConfigDict(
     frozen=True,
     extra="forbid",
-    strict=True,
     regex_engine="python-re",
     populate_by_name=False,
 )
 
-Identifier = Annotated[str, Field(pattern=names.IDENTIFIER)]
-Digest = Annotated[str, Field(pattern=names.DIGEST, description="sha256:<64 lower-case hex>")]
-EnvName = Annotated[str, Field(pattern=names.ENV_NAME)]
-RelPath = Annotated[str, Field(min_length=1, max_length=4096, pattern=names.anchored(r"[^\x00-\x1f]+"))]
-Port = Annotated[int, Field(ge=1, le=65535)]
+Str = Annotated[str, Strict()]
+Bool = Annotated[bool, Strict()]
+Seconds = Annotated[float, Strict()]
+Identifier = Annotated[str, Strict(), Field(pattern=names.IDENTIFIER)]
+Digest = Annotated[str, Strict(), Field(pattern=names.DIGEST,
+                                        description="sha256:<64 lower-case hex>")]
+EnvName = Annotated[str, Strict(), Field(pattern=names.ENV_NAME)]
+RelPath = Annotated[str, Strict(), Field(min_length=1, max_length=4096,
+                                         pattern=names.anchored(r"[^\x00-\x1f]+"))]
+Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
+Count = Annotated[int, Strict()]
+
+
+class LocatedError(ValueError):
+    """A model rule's failure that names the field at fault, relative to the model.
+
+    Raised from ``model_validator``s so that ``shell.validating`` can point at the
+    offending entry's line (``egress[3]``) instead of the whole document.
+    """
+
+    def __init__(self, loc: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
 
 
 class _Model(BaseModel):
@@ -47,7 +65,7 @@ class _Model(BaseModel):
 class ControlPlane(_Model):
     """Where the control plane answers and which identity to use."""
 
-    url: Annotated[str, Field(pattern=names.anchored(r"https?://[^\s/]+(?:/[^\s]*)?"))]
+    url: Annotated[str, Strict(), Field(pattern=names.anchored(r"https?://[^\s/]+(?:/[^\s]*)?"))]
     ca_file: RelPath | None = Field(
         default=None, alias="caFile",
         description="PEM bundle to verify the control plane's TLS certificate "
@@ -55,7 +73,7 @@ class ControlPlane(_Model):
     token_env: EnvName = Field(
         alias="tokenEnv",
         description="Name of the environment variable holding the machine token.")
-    timeout_seconds: Annotated[float, Field(gt=0, le=600)] = Field(
+    timeout_seconds: Annotated[float, Strict(), Field(gt=0, le=600)] = Field(
         default=10.0, alias="timeoutSeconds",
         description="Total deadline for one call, retries included.")
 
@@ -64,7 +82,7 @@ class Signer(_Model):
     """The built-in Ed25519 signer for the per-cluster challenge/verify handshake."""
 
     chain: Literal["ed25519"] = "ed25519"
-    wallet_address: Annotated[str, Field(min_length=1, max_length=256)] = Field(
+    wallet_address: Annotated[str, Strict(), Field(min_length=1, max_length=256)] = Field(
         alias="walletAddress")
     app_id: Identifier = Field(alias="appId", description="The auth app id sent in the challenge.")
     key_file_env: EnvName = Field(
@@ -75,30 +93,30 @@ class Signer(_Model):
 class Mesh(_Model):
     """How to reach every cluster behind the round-robin gateway."""
 
-    gateway: Annotated[str, Field(pattern=names.EGRESS_HOST)]
+    gateway: Annotated[str, Strict(), Field(pattern=names.EGRESS_HOST)]
     port: Port = 443
     ca_file: RelPath | None = Field(default=None, alias="caFile")
-    resolve: tuple[Annotated[str, Field(pattern=names.anchored(r"[0-9a-fA-F:.]{2,45}"))], ...] | None = Field(
+    resolve: tuple[Annotated[str, Strict(), Field(pattern=names.anchored(r"[0-9a-fA-F:.]{2,45}"))], ...] | None = Field(
         default=None,
         description="Static addresses for the gateway, like curl --resolve; "
         "the system resolver is used when omitted.")
     clusters: tuple[Identifier, ...] = Field(
         default=(), description="Cluster ids that must answer, whatever DNS says.")
     signer: Signer
-    concurrency: Annotated[int, Field(ge=1, le=256)] = 16
-    timeout_seconds: Annotated[float, Field(gt=0, le=600)] = Field(default=5.0, alias="timeoutSeconds")
+    concurrency: Annotated[int, Strict(), Field(ge=1, le=256)] = 16
+    timeout_seconds: Annotated[float, Strict(), Field(gt=0, le=600)] = Field(default=5.0, alias="timeoutSeconds")
 
 
 class Convergence(_Model):
     """The convergence gate's bounded retry budget."""
 
-    interval_seconds: Annotated[float, Field(ge=0, le=3600)] = Field(default=2.0, alias="intervalSeconds")
-    attempts: Annotated[int, Field(ge=1, le=10_000)] = 30
+    interval_seconds: Annotated[float, Strict(), Field(ge=0, le=3600)] = Field(default=2.0, alias="intervalSeconds")
+    attempts: Annotated[int, Strict(), Field(ge=1, le=10_000)] = 30
 
 
 class Policy(_Model):
     convergence: Convergence = Convergence()
-    prune: bool = Field(default=False, description="Revoke live grants no Grant document declares.")
+    prune: Bool = Field(default=False, description="Revoke live grants no Grant document declares.")
 
 
 class Settings(_Model):
@@ -117,10 +135,10 @@ class Settings(_Model):
 class Release(_Model):
     """A digest-pinned release: what the service must run."""
 
-    registry_host: Annotated[str, Field(pattern=names.REGISTRY_HOST)] = Field(alias="registryHost")
-    repository: Annotated[str, Field(pattern=names.REPOSITORY, max_length=255)]
+    registry_host: Annotated[str, Strict(), Field(pattern=names.REGISTRY_HOST)] = Field(alias="registryHost")
+    repository: Annotated[str, Strict(), Field(pattern=names.REPOSITORY, max_length=255)]
     digest: Digest
-    tag: Annotated[str, Field(pattern=names.TAG)] | None = Field(
+    tag: Annotated[str, Strict(), Field(pattern=names.TAG)] | None = Field(
         default=None, description="Human tag; must be one the release was observed under.")
     media_type: MediaType | None = Field(default=None, alias="mediaType")
 
@@ -132,7 +150,7 @@ class Release(_Model):
 class Destination(_Model):
     """One egress destination. ``port`` defaults to 443 (seed 000)."""
 
-    host: Annotated[str, Field(pattern=names.EGRESS_HOST, max_length=253)]
+    host: Annotated[str, Strict(), Field(pattern=names.EGRESS_HOST, max_length=253)]
     port: Port = names.DEFAULT_EGRESS_PORT
 
 
@@ -145,7 +163,7 @@ class Service(_Model):
     service_id: Identifier = Field(alias="serviceId")
     app_id: Identifier = Field(alias="appId")
     release: Release
-    immutable: bool = Field(
+    immutable: Bool = Field(
         default=True, description="Require fail-closed immutable (digest-pinned) deployment.")
     egress: tuple[Destination, ...] | None = Field(
         default=None, max_length=names.MAX_EGRESS_ENTRIES,
@@ -159,8 +177,10 @@ class Service(_Model):
         for index, dest in enumerate(self.egress or ()):
             key = (dest.host, dest.port)
             if key in seen:
-                raise ValueError(
-                    f"egress[{index}] duplicates egress[{seen[key]}] ({dest.host}:{dest.port})")
+                raise LocatedError(
+                    ("egress", index),
+                    f"duplicates egress[{seen[key]}] ({dest.host}:{dest.port}, "
+                    "after the default port 443 is applied)")
             seen[key] = index
         return self
 
@@ -172,8 +192,12 @@ class ServiceGrant(_Model):
 
     @model_validator(mode="after")
     def _no_duplicate_capabilities(self) -> ServiceGrant:
-        if len(set(self.capabilities)) != len(self.capabilities):
-            raise ValueError("capabilities must not repeat")
+        seen: set[Capability] = set()
+        for index, capability in enumerate(self.capabilities):
+            if capability in seen:
+                raise LocatedError(("capabilities", index),
+                                   f"{capability.value} is listed twice")
+            seen.add(capability)
         return self
 
 
@@ -188,9 +212,10 @@ class Grant(_Model):
     @model_validator(mode="after")
     def _one_entry_per_service(self) -> Grant:
         seen: set[str] = set()
-        for entry in self.services:
+        for index, entry in enumerate(self.services):
             if entry.service in seen:
-                raise ValueError(f"service {entry.service!r} is listed twice")
+                raise LocatedError(("services", index, "service"),
+                                   f"service {entry.service!r} is listed twice")
             seen.add(entry.service)
         return self
 
@@ -206,8 +231,8 @@ DOCUMENT_KINDS: dict[str, type[Settings] | type[Service] | type[Grant]] = {
 class SourceRef(_Model):
     """Where a document came from: the repo-relative path and the line it starts on."""
 
-    path: str
-    line: int
+    path: Str
+    line: Count
 
 
 class DesiredState(_Model):

@@ -1,0 +1,417 @@
+"""Planning: ``plan(desired, live) -> Plan``, a pure function.
+
+Owns every decision about what to change: the classification of a release change
+(promote vs rollback), egress and grant differences, blockers (why not to apply), drift
+(what differs without being an intended change) and the evidence attached to each
+service. Apply executes what this decides and never decides again (STYLE §1).
+
+Must not: read files, talk to the network, look at the clock (time comes from the
+snapshot), or render anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from reconciler.core import evidence
+from reconciler.core.desired import DesiredState, Service
+from reconciler.core.live import (
+    FAILED_STATUSES,
+    IN_PROGRESS_STATUSES,
+    EgressRule,
+    ImageRelease,
+    LiveService,
+    LiveSnapshot,
+    Observation,
+    ObservationKind,
+    ReadFailure,
+)
+from reconciler.core.plans import (
+    ACTION_ORDER,
+    Action,
+    Blocker,
+    Change,
+    Drift,
+    Plan,
+    Preconditions,
+    ReleaseRef,
+    ServiceEvidence,
+)
+from reconciler.core.sanitize import safe
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where the desired state came from: the commit and whether the tree was clean."""
+
+    commit: str | None = None
+    dirty: bool = False
+
+
+def idempotency_key(action: Action, service_id: str, payload: object,
+                    preconditions: Preconditions) -> str:
+    """A key derived from the change and what it was planned against.
+
+    The same change against the same live state always gets the same key, so a rerun
+    after a crash replays the first call instead of making a second rollout; a change
+    planned against a moved state gets a new key (and the CAS check decides).
+    """
+    material = json.dumps(
+        {"action": action.value, "service": service_id, "payload": payload,
+         "pre": preconditions.model_dump(mode="json")},
+        sort_keys=True, separators=(",", ":"),
+    )
+    return "rcn-" + hashlib.sha256(material.encode()).hexdigest()[:40]
+
+
+def _short(digest: str | None) -> str:
+    if not digest:
+        return "<none>"
+    return digest[:19]  # "sha256:" + 12 hex
+
+
+def _release_ref(release: ImageRelease | None, digest: str | None) -> ReleaseRef:
+    if release is None:
+        return ReleaseRef(digest=digest)
+    return ReleaseRef(
+        release_id=release.id,
+        digest=release.digest,
+        tags=release.tags,
+        reference=f"{release.registry_host}/{release.repository}@{release.digest}",
+    )
+
+
+def _rules(pairs: Iterable[tuple[str, int]]) -> tuple[EgressRule, ...]:
+    return tuple(EgressRule(host=h, port=p) for h, p in sorted(pairs))
+
+
+class _Planner:
+    """Accumulates one plan. Private: ``plan()`` is the only entry point."""
+
+    def __init__(self, desired: DesiredState, live: LiveSnapshot) -> None:
+        self.desired = desired
+        self.live = live
+        self.changes: list[Change] = []
+        self.blockers: list[Blocker] = []
+        self.drift: list[Drift] = []
+        self.evidence: list[ServiceEvidence] = []
+        self.preconditions: dict[str, object] = {}
+        self.converging: list[str] = []
+
+    # -- the mesh as a whole ---------------------------------------------------------
+    def mesh(self) -> None:
+        mesh = self.live.mesh
+        if mesh.resolve_error is not None or not mesh.resolved:
+            self.blockers.append(Blocker(
+                code="gateway_unresolved",
+                message=f"the gateway {safe(mesh.gateway)} resolved to no address "
+                f"({safe(mesh.resolve_error or 'empty answer')}): no cluster can give evidence"))
+        elif mesh.settings_clusters and len(mesh.resolved) < len(mesh.settings_clusters):
+            self.blockers.append(Blocker(
+                code="gateway_short_answer",
+                message=f"the gateway {safe(mesh.gateway)} resolved to {len(mesh.resolved)} "
+                f"address(es) but the settings expect {len(mesh.settings_clusters)} clusters "
+                f"({', '.join(mesh.settings_clusters)})"))
+        for cluster in mesh.duplicate_claims:
+            addresses = [e.address for e in mesh.resolved if e.cluster_id == cluster]
+            self.blockers.append(Blocker(
+                code="cluster_claimed_twice", cluster=cluster,
+                message=f"more than one address answered as cluster {safe(cluster)} "
+                f"({', '.join(addresses)}): answers cannot be attributed"))
+        for address in mesh.unnamed_addresses:
+            self.blockers.append(Blocker(
+                code="cluster_unnamed", cluster=address,
+                message=f"the address {address} did not name its cluster on the health route"))
+
+    # -- one service -----------------------------------------------------------------
+    def service(self, svc: Service) -> None:
+        live = self.live.services.get(svc.service_id)
+        observations = self.live.observations.get(svc.app_id, ())
+        if live is None or isinstance(live, ReadFailure):
+            code = "service_not_found" if live is not None and live.code == "SERVICE_NOT_FOUND" \
+                else "service_unreadable"
+            why = safe(live.reason) if live is not None else "the snapshot holds no answer for it"
+            self.blockers.append(Blocker(
+                code=code, service=svc.name,
+                message=f"service {svc.name} ({svc.service_id}): the control plane gave no "
+                f"state ({why}); nothing can be planned for it"))
+            self._evidence(svc, None, observations)
+            return
+        self.preconditions[svc.service_id] = {
+            "generation": live.rollout_generation,
+            "rollout": live.deployment.rollout_id if live.deployment else None,
+            "egress_revision": live.egress_revision,
+        }
+        self._release(svc, live)
+        self._egress(svc, live)
+        self._rollout_drift(svc, live)
+        self._evidence(svc, live, observations)
+
+    def _release(self, svc: Service, live: LiveService) -> None:
+        pinned = svc.release.digest
+        target = live.release_by_digest(pinned)
+        name = svc.name
+        if target is None:
+            self.blockers.append(Blocker(
+                code="release_not_observed", service=name,
+                message=f"{name}: the pinned digest {pinned} is not a release the control plane "
+                f"observed for {svc.release.registry_host}/{svc.release.repository}"))
+            return
+        if (target.registry_host, target.repository) != (svc.release.registry_host,
+                                                         svc.release.repository):
+            self.blockers.append(Blocker(
+                code="release_repository_mismatch", service=name,
+                message=f"{name}: release {_short(pinned)} lives in "
+                f"{safe(target.registry_host)}/{safe(target.repository)}, not "
+                f"{svc.release.registry_host}/{svc.release.repository}"))
+        if svc.release.tag is not None and svc.release.tag not in target.tags:
+            holder = next((r for r in live.releases if svc.release.tag in r.tags), None)
+            where = f"tag {svc.release.tag} is on {holder.digest}" if holder else \
+                f"tag {svc.release.tag} was never observed"
+            self.blockers.append(Blocker(
+                code="tag_digest_mismatch", service=name,
+                message=f"{name}: pinned tag and digest disagree: {where}, "
+                f"but the pin is {pinned}"))
+        if svc.release.media_type is not None and svc.release.media_type != target.media_type:
+            self.blockers.append(Blocker(
+                code="media_type_mismatch", service=name,
+                message=f"{name}: pinned media type {svc.release.media_type} but the release "
+                f"was observed as {safe(target.media_type)}"))
+        current_digest = live.current_digest
+        status = live.rollout_status
+        if current_digest == pinned:
+            if status is not None and status.status in IN_PROGRESS_STATUSES:
+                self.converging.append(name)
+            return
+        current = live.release_by_digest(current_digest) if current_digest else None
+        newer = current is None or target.first_observed_at > current.first_observed_at
+        is_rollback = target.accepted_at is not None and not newer and live.deployment is not None
+        action = Action.ROLLBACK if is_rollback else Action.PROMOTE
+        if status is not None and status.status in IN_PROGRESS_STATUSES:
+            self.blockers.append(Blocker(
+                code="rollout_in_progress", service=name,
+                message=f"{name}: rollout {safe(status.rollout_id)} (generation "
+                f"{status.rollout_generation}) is still {safe(status.status)}; a {action.value} "
+                f"must not be stacked on an unfinished rollout"))
+        if live.deployment is not None and status is None:
+            self.blockers.append(Blocker(
+                code="rollout_status_unknown", service=name,
+                message=f"{name}: rollout {safe(live.deployment.rollout_id)} has no status; "
+                f"whether it finished is unknown"))
+        pre = Preconditions(
+            rollout_generation=live.rollout_generation,
+            rollout_id=live.deployment.rollout_id if live.deployment else None,
+        )
+        if is_rollback:
+            reason = "pinned_release_previously_accepted"
+            summary = (f"roll {name} back to {', '.join(target.tags) or _short(pinned)} "
+                       f"({_short(pinned)}), accepted before")
+        else:
+            reason = "pinned_release_never_accepted" if target.accepted_at is None \
+                else "pinned_release_newer_than_current"
+            summary = (f"promote {name} to {', '.join(target.tags) or _short(pinned)} "
+                       f"({_short(pinned)})")
+        self.changes.append(Change(
+            action=action, service=name, service_id=svc.service_id, app_id=svc.app_id,
+            reason=reason, summary=summary, preconditions=pre,
+            idempotency_key=idempotency_key(action, svc.service_id, target.id, pre),
+            release_before=_release_ref(current, current_digest),
+            release_after=_release_ref(target, pinned),
+        ))
+
+    def _egress(self, svc: Service, live: LiveService) -> None:
+        if svc.egress is None:  # omitted: leave the live declaration alone
+            return
+        want = {(d.host, d.port) for d in svc.egress}
+        have = evidence.egress_key(live.egress or ())
+        if want == have:
+            return
+        added, removed = want - have, have - want
+        pre = Preconditions(egress_revision=live.egress_revision)
+        after = _rules(want)
+        bits = []
+        if added:
+            bits.append("opens " + ", ".join(f"{h}:{p}" for h, p in sorted(added)))
+        if removed:
+            bits.append("revokes " + ", ".join(f"{h}:{p}" for h, p in sorted(removed)))
+        self.changes.append(Change(
+            action=Action.SET_EGRESS, service=svc.name, service_id=svc.service_id,
+            app_id=svc.app_id,
+            reason="egress_revoke_all" if not want else "egress_differs",
+            summary=f"{svc.name}: egress {'; '.join(bits)}",
+            preconditions=pre,
+            idempotency_key=idempotency_key(
+                Action.SET_EGRESS, svc.service_id, [[r.host, r.port] for r in after], pre),
+            egress_before=_rules(have), egress_after=after,
+            egress_added=_rules(added), egress_removed=_rules(removed),
+        ))
+
+    def _rollout_drift(self, svc: Service, live: LiveService) -> None:
+        status = live.rollout_status
+        if status is not None and status.status in FAILED_STATUSES:
+            why = f" ({safe(status.mismatch_reason)})" if status.mismatch_reason else ""
+            self.drift.append(Drift(
+                code=f"rollout_{status.status}", service=svc.name,
+                message=f"{svc.name}: rollout {safe(status.rollout_id)} to "
+                f"{_short(status.expected_digest)} is {safe(status.status)}{why}"))
+        if live.deployment is not None and live.deployment.mode == "automatic":
+            self.drift.append(Drift(
+                code="live_changed_outside_repo", service=svc.name,
+                message=f"{svc.name}: the current rollout {safe(live.deployment.rollout_id)} was "
+                f"made automatically, not from this repo"))
+
+    def _evidence(self, svc: Service, live: LiveService | None,
+                  observations: tuple[Observation, ...]) -> None:
+        targets = live.deployment.target_cluster_ids if live and live.deployment else ()
+        expected = evidence.expected_clusters(self.live.mesh.expected_clusters, targets)
+        by_cluster = {o.cluster_id: o for o in observations}
+        rows: list[Observation] = []
+        for cluster in expected:
+            obs = by_cluster.get(cluster)
+            if obs is None:
+                obs = Observation(cluster_id=cluster, kind=ObservationKind.SILENT,
+                                  reason="never probed")
+            rows.append(obs)
+        # Clusters that answered without being expected are still shown.
+        rows.extend(o for o in observations if o.cluster_id not in expected)
+        current = live.current_digest if live else None
+        self.evidence.append(ServiceEvidence(
+            service=svc.name, service_id=svc.service_id, app_id=svc.app_id,
+            expected_clusters=expected, observations=tuple(rows),
+            current_digest=current, desired_digest=svc.release.digest))
+        for obs in rows:
+            if obs.kind is ObservationKind.SILENT:
+                self.blockers.append(Blocker(
+                    code="cluster_silent", service=svc.name, cluster=obs.cluster_id,
+                    message=f"{svc.name}: cluster {safe(obs.cluster_id)} gave no evidence "
+                    f"({safe(obs.reason)}); what it runs is unknown"))
+        in_flight = live is not None and live.rollout_status is not None and \
+            live.rollout_status.status in IN_PROGRESS_STATUSES
+        if live is None or live.deployment is None or in_flight:
+            return
+        dropped_seen: set[tuple[str, int]] = set()
+        for obs in rows:
+            if obs.kind is ObservationKind.NO_RECORD:
+                self.drift.append(Drift(
+                    code="cluster_missing_runtime", service=svc.name, cluster=obs.cluster_id,
+                    message=f"{svc.name}: cluster {safe(obs.cluster_id)} has no runtime record; "
+                    f"it should run {_short(current)}"))
+                continue
+            runtime = obs.runtime
+            if obs.kind is not ObservationKind.ANSWERED or runtime is None:
+                continue
+            if runtime.resolved_digest is None:
+                self.drift.append(Drift(
+                    code="cluster_digest_unproven", service=svc.name, cluster=obs.cluster_id,
+                    message=f"{svc.name}: cluster {safe(obs.cluster_id)} sent no resolvedDigest; "
+                    f"it has not proven what it runs"))
+            elif runtime.resolved_digest != current:
+                last = f"; lastError: {safe(runtime.last_error)}" if runtime.last_error else ""
+                self.drift.append(Drift(
+                    code="cluster_diverged", service=svc.name, cluster=obs.cluster_id,
+                    message=f"{svc.name}: cluster {safe(obs.cluster_id)} runs "
+                    f"{safe(runtime.resolved_digest)} but the current rollout is "
+                    f"{current}{last}"))
+            elif runtime.runtime_state not in (None, "RUNNING"):
+                last = f": {safe(runtime.last_error)}" if runtime.last_error else ""
+                self.drift.append(Drift(
+                    code="cluster_unhealthy", service=svc.name, cluster=obs.cluster_id,
+                    message=f"{svc.name}: cluster {safe(obs.cluster_id)} is "
+                    f"{safe(runtime.runtime_state)}{last}"))
+            for rule in runtime.egress_dropped:
+                dropped_seen.add((rule.host, rule.port))
+                self.drift.append(Drift(
+                    code="egress_dropped", service=svc.name, cluster=obs.cluster_id,
+                    message=f"{svc.name}: cluster {safe(obs.cluster_id)}'s operator allow-list "
+                    f"dropped egress to {safe(rule.host)}:{rule.port}"))
+
+    # -- grants ------------------------------------------------------------------------
+    def grants(self) -> None:
+        if self.live.grants is None:
+            self.blockers.append(Blocker(
+                code="grants_unreadable",
+                message=f"the control plane's deployment grants could not be read "
+                f"({safe(self.live.grants_error or 'no answer')}); grant changes cannot be planned"))
+            return
+        names = {s.service_id: s.name for s in self.desired.services}
+        apps = {s.service_id: s.app_id for s in self.desired.services}
+        known = {sid for sid in names if isinstance(self.live.services.get(sid), LiveService)}
+        live_map: dict[tuple[str, str], tuple[str, ...]] = {
+            (g.user_id, g.service_id): tuple(sorted(c.value for c in g.capabilities))
+            for g in self.live.grants
+        }
+        want_map = {key: tuple(sorted(c.value for c in caps))
+                    for key, caps in self.desired.desired_grants().items()}
+        self.preconditions["grants"] = sorted(
+            [u, s, list(c)] for (u, s), c in live_map.items() if s in names)
+        for (user, sid), caps in sorted(live_map.items()):
+            if sid in names and (user, sid) not in want_map:
+                if self.desired.settings.policy.prune and sid in known:
+                    want_map[(user, sid)] = ()
+                elif sid in names:
+                    self.drift.append(Drift(
+                        code="grant_not_declared", service=names[sid],
+                        message=f"{names[sid]}: user {safe(user)} holds {', '.join(caps) or '[]'} "
+                        f"live, which no Grant document declares (pruning is off)"))
+        for (user, sid), want in sorted(want_map.items()):
+            if sid not in known:
+                continue  # the service's live state is unknown: blocked above, never guessed
+            have = live_map.get((user, sid), ())
+            if want == have:
+                continue
+            pre = Preconditions(capabilities=have)
+            added = tuple(sorted(set(want) - set(have)))
+            removed = tuple(sorted(set(have) - set(want)))
+            pruned = (user, sid) not in self.desired.desired_grants()
+            self.changes.append(Change(
+                action=Action.SET_GRANT, service=names[sid], service_id=sid, app_id=apps[sid],
+                reason="grant_not_declared" if pruned else "grant_differs",
+                summary=f"{names[sid]}: {user} " + "; ".join(
+                    ([f"gains {', '.join(added)}"] if added else [])
+                    + ([f"loses {', '.join(removed)}"] if removed else []))
+                + (" (not declared; pruned)" if pruned else ""),
+                preconditions=pre, user_id=user,
+                idempotency_key=idempotency_key(Action.SET_GRANT, sid, [user, list(want)], pre),
+                capabilities_before=have, capabilities_after=want,
+                capabilities_added=added, capabilities_removed=removed,
+            ))
+
+    def build(self, provenance: Provenance) -> Plan:
+        self.mesh()
+        for svc in sorted(self.desired.services, key=lambda s: s.name):
+            self.service(svc)
+        self.grants()
+        if provenance.dirty:
+            self.blockers.append(Blocker(
+                code="repo_dirty",
+                message="the config repo has uncommitted changes: a plan must come from a "
+                "commit" + (f" (HEAD is {provenance.commit[:12]})" if provenance.commit else "")))
+        changes = sorted(self.changes, key=lambda c: (ACTION_ORDER[c.action], c.service,
+                                                      c.user_id or ""))
+        fingerprint = hashlib.sha256(json.dumps(
+            self.preconditions, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+        return Plan(
+            created_at=self.live.taken_at,
+            commit=provenance.commit,
+            dirty=provenance.dirty,
+            control_plane_url=self.live.control_plane_url,
+            gateway=self.live.mesh.gateway,
+            expected_clusters=self.live.mesh.expected_clusters,
+            changes=tuple(changes),
+            blockers=tuple(sorted(self.blockers, key=lambda b: (b.service or "", b.code,
+                                                                 b.cluster or ""))),
+            drift=tuple(sorted(self.drift, key=lambda d: (d.service or "", d.code,
+                                                          d.cluster or "", d.message))),
+            evidence=tuple(self.evidence),
+            fingerprint=fingerprint,
+            converging=tuple(self.converging),
+        )
+
+
+def plan(desired: DesiredState, live: LiveSnapshot,
+         provenance: Provenance = Provenance()) -> Plan:
+    """Compute the plan that makes ``live`` what ``desired`` says. Pure and deterministic."""
+    return _Planner(desired, live).build(provenance)

@@ -1,0 +1,185 @@
+"""The plan value: what will change, on what evidence, and what blocks it.
+
+Owns the immutable models ``Plan``, ``Change``, ``Blocker``, ``Drift`` and
+``ServiceEvidence``. ``core.planning`` produces them; renderers read them;
+``render.jsonplan`` maps them to and from the versioned wire format; apply consumes a
+plan unchanged and never re-decides.
+
+Invariants (each one is relied on elsewhere):
+
+- ``Plan.verdict`` is derived, never stored: any blocker makes it ``no_go``; without
+  blockers it is ``go`` when there are changes and ``no_changes`` otherwise. Unknown is
+  never "no changes": an evidence gap is a blocker.
+- ``Change.idempotency_key`` is a pure function of the change and its preconditions, so
+  re-planning the same situation yields the same key and a rerun replays, never repeats.
+- ``Change.preconditions`` are the live values the change was planned against; apply
+  refuses ("stale") when any moved.
+- Order of ``changes`` is the safe execution order: grants, egress, then releases.
+
+Pure: no I/O imports.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+from reconciler.core.live import EgressRule, Observation
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Action(StrEnum):
+    """What a change does; the wire value is the string."""
+
+    SET_GRANT = "set_grant"
+    SET_EGRESS = "set_egress"
+    PROMOTE = "promote"
+    ROLLBACK = "rollback"
+
+
+#: Execution order: authority and network policy before the release that may need them.
+ACTION_ORDER = {Action.SET_GRANT: 0, Action.SET_EGRESS: 1, Action.PROMOTE: 2, Action.ROLLBACK: 2}
+
+#: The fixed verb each change is rendered with.
+VERBS = {
+    Action.PROMOTE: "promote",
+    Action.ROLLBACK: "rollback",
+    Action.SET_EGRESS: "set egress",
+    Action.SET_GRANT: "set grant",
+}
+
+
+class Verdict(StrEnum):
+    GO = "go"
+    NO_GO = "no_go"
+    NO_CHANGES = "no_changes"
+
+
+class Preconditions(_Model):
+    """The live values a change was planned against (compare-and-swap inputs)."""
+
+    rollout_generation: int | None = None
+    rollout_id: str | None = None
+    egress_revision: int | None = None
+    capabilities: tuple[str, ...] | None = None  # the live grant, for set_grant
+
+
+class ReleaseRef(_Model):
+    """A release as a change shows it: enough to name it to a human and to the API."""
+
+    release_id: str | None = None
+    digest: str | None = None
+    tags: tuple[str, ...] = ()
+    reference: str | None = None
+
+
+class Change(_Model):
+    """One intended change to one service (or one user's grant on one service)."""
+
+    action: Action
+    service: str  # the desired-state name
+    service_id: str
+    app_id: str
+    reason: str  # stable snake_case code
+    summary: str  # one sentence
+    preconditions: Preconditions
+    idempotency_key: str
+    # promote / rollback
+    release_before: ReleaseRef | None = None
+    release_after: ReleaseRef | None = None
+    # set_egress
+    egress_before: tuple[EgressRule, ...] | None = None
+    egress_after: tuple[EgressRule, ...] | None = None
+    egress_added: tuple[EgressRule, ...] = ()
+    egress_removed: tuple[EgressRule, ...] = ()
+    # set_grant
+    user_id: str | None = None
+    capabilities_before: tuple[str, ...] | None = None
+    capabilities_after: tuple[str, ...] | None = None
+    capabilities_added: tuple[str, ...] = ()
+    capabilities_removed: tuple[str, ...] = ()
+
+    @property
+    def waits_for_convergence(self) -> bool:
+        """Promotions and rollbacks must be seen on every cluster; so must egress."""
+        return self.action in (Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS)
+
+
+class Blocker(_Model):
+    """Why the plan must not be applied. ``code`` is stable; ``message`` names who and where."""
+
+    code: str
+    message: str
+    service: str | None = None
+    cluster: str | None = None
+
+
+class Drift(_Model):
+    """Live state that differs from what the repo and the control plane intend."""
+
+    code: str
+    message: str
+    service: str | None = None
+    cluster: str | None = None
+
+
+class ServiceEvidence(_Model):
+    """Per expected cluster, what it said about one service's app, or why it was silent."""
+
+    service: str
+    service_id: str
+    app_id: str
+    expected_clusters: tuple[str, ...]
+    observations: tuple[Observation, ...]
+    current_digest: str | None = None
+    desired_digest: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        answered = {o.cluster_id for o in self.observations if o.kind != "silent"}
+        return set(self.expected_clusters) <= answered
+
+
+class Plan(_Model):
+    """``plan = f(desired, live)``: a value; rendered, saved, and applied unchanged."""
+
+    created_at: int  # ms since epoch, taken from the snapshot (keeps planning pure)
+    commit: str | None = None
+    dirty: bool = False
+    control_plane_url: str
+    gateway: str
+    expected_clusters: tuple[str, ...]
+    changes: tuple[Change, ...]
+    blockers: tuple[Blocker, ...]
+    drift: tuple[Drift, ...]
+    evidence: tuple[ServiceEvidence, ...]
+    fingerprint: str  # digest of every precondition the plan read
+    converging: tuple[str, ...] = ()  # services already on the pinned rollout, still rolling out
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.blockers:
+            return Verdict.NO_GO
+        # A rollout to the pinned digest that has not finished is work left to verify:
+        # "no changes" would claim a convergence nobody has seen.
+        return Verdict.GO if self.changes or self.converging else Verdict.NO_CHANGES
+
+    def counts(self) -> dict[str, int]:
+        counts = {a.value: 0 for a in Action}
+        for change in self.changes:
+            counts[change.action.value] += 1
+        counts["blockers"] = len(self.blockers)
+        counts["drift"] = len(self.drift)
+        return counts
+
+    def services(self) -> list[str]:
+        """Every service the plan says something about, in a stable order."""
+        names = {e.service for e in self.evidence}
+        names.update(c.service for c in self.changes)
+        names.update(b.service for b in self.blockers if b.service)
+        names.update(d.service for d in self.drift if d.service)
+        return sorted(names)

@@ -1,0 +1,151 @@
+"""Shared vocabulary of the renderers: reason sentences, short digests, evidence rows.
+
+Owns what the text and Markdown renderers must say identically, so the terminal and the
+PR comment cannot disagree on a word. Pure; no styling here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reconciler.core.live import EgressRule, Observation, ObservationKind
+from reconciler.core.plans import Change, Plan, ReleaseRef, ServiceEvidence, Verdict
+from reconciler.core.sanitize import safe
+
+REASONS = {
+    "pinned_release_never_accepted": "the pinned digest is an observed release never accepted",
+    "pinned_release_newer_than_current": "the pinned digest is newer than the current release",
+    "pinned_release_previously_accepted": "the pinned digest was accepted before and is older "
+    "than the current release",
+    "egress_differs": "the declared egress differs from the live declaration",
+    "egress_revoke_all": "egress is declared empty ([]): every destination is revoked",
+    "grant_differs": "the declared capabilities differ from the live grant",
+    "grant_not_declared": "no Grant document declares this live grant and pruning is on",
+}
+
+VERDICT_LINE = {
+    Verdict.GO: "GO",
+    Verdict.NO_GO: "NO-GO",
+    Verdict.NO_CHANGES: "no changes",
+}
+
+
+def reason_text(code: str) -> str:
+    return f"{code}: {REASONS[code]}" if code in REASONS else code
+
+
+def short(digest: str | None) -> str:
+    return digest[:19] if digest else "<none>"
+
+
+def release_text(ref: ReleaseRef | None) -> str:
+    if ref is None or ref.digest is None:
+        return "<nothing deployed>"
+    tags = ",".join(safe(t, 64) for t in ref.tags)
+    return f"{tags} ({short(ref.digest)})" if tags else short(ref.digest)
+
+
+def rules_text(rules: tuple[EgressRule, ...] | None) -> str:
+    if rules is None:
+        return "<undeclared>"
+    if not rules:
+        return "[] (none)"
+    return ", ".join(f"{safe(r.host)}:{r.port}" for r in rules)
+
+
+def caps_text(caps: tuple[str, ...] | None) -> str:
+    if not caps:
+        return "[] (none)"
+    return ", ".join(caps)
+
+
+def summary_line(plan: Plan) -> str:
+    counts = plan.counts()
+    parts = [
+        f"{counts['promote']} to promote",
+        f"{counts['rollback']} to roll back",
+        f"{counts['set_egress']} egress",
+        f"{counts['set_grant']} grant",
+        f"{counts['blockers']} blocker(s)",
+        f"{counts['drift']} drift",
+    ]
+    if plan.converging:
+        parts.append(f"{len(plan.converging)} still converging")
+    return "Plan: " + ", ".join(parts) + f" → {VERDICT_LINE[plan.verdict]}"
+
+
+def change_detail(change: Change) -> list[str]:
+    """The before → after lines of a change, plain text."""
+    if change.release_after is not None:
+        return [f"release: {release_text(change.release_before)} → "
+                f"{release_text(change.release_after)}"]
+    if change.egress_after is not None:
+        lines = [f"egress: {rules_text(change.egress_before)} → {rules_text(change.egress_after)}"]
+        if change.egress_added:
+            lines.append(f"  + {rules_text(change.egress_added)}")
+        if change.egress_removed:
+            lines.append(f"  - {rules_text(change.egress_removed)}")
+        return lines
+    lines = [f"grant for {safe(change.user_id)}: {caps_text(change.capabilities_before)} → "
+             f"{caps_text(change.capabilities_after)}"]
+    if change.capabilities_added:
+        lines.append(f"  + {', '.join(change.capabilities_added)}")
+    if change.capabilities_removed:
+        lines.append(f"  - {', '.join(change.capabilities_removed)}")
+    return lines
+
+
+def preconditions_text(change: Change) -> str:
+    pre = change.preconditions
+    bits = []
+    if pre.rollout_generation is not None:
+        bits.append(f"generation {pre.rollout_generation}")
+    if pre.rollout_id is not None:
+        bits.append(f"rollout {safe(pre.rollout_id, 64)}")
+    if pre.egress_revision is not None:
+        bits.append(f"egress revision {pre.egress_revision}")
+    if pre.capabilities is not None:
+        bits.append(f"live grant [{', '.join(pre.capabilities)}]")
+    return ", ".join(bits) or "none"
+
+
+@dataclass(frozen=True)
+class EvidenceRow:
+    cluster: str
+    address: str
+    status: str
+    runs: str
+    state: str
+    replicas: str
+    note: str
+
+
+def evidence_rows(ev: ServiceEvidence) -> list[EvidenceRow]:
+    rows = []
+    for obs in ev.observations:
+        rows.append(_row(obs))
+    return rows
+
+
+def _row(obs: Observation) -> EvidenceRow:
+    rt = obs.runtime
+    address = obs.address or "-"
+    if obs.kind is ObservationKind.SILENT:
+        return EvidenceRow(safe(obs.cluster_id, 64), address, "SILENT", "?", "?", "?",
+                           safe(obs.reason, 160))
+    if obs.kind is ObservationKind.NO_RECORD or rt is None:
+        return EvidenceRow(safe(obs.cluster_id, 64), address, "no record", "-", "-", "-", "")
+    counts = rt.replica_counts
+    replicas = (f"{counts.required}/{counts.observed}/{counts.healthy}/{counts.verified}/"
+                f"{counts.failed}") if counts else "?"
+    runs = short(rt.resolved_digest) if rt.resolved_digest else "<no digest>"
+    note = safe(rt.last_error, 160) if rt.last_error else ""
+    if rt.egress_dropped:
+        dropped = ", ".join(f"{safe(r.host)}:{r.port}" for r in rt.egress_dropped)
+        note = (note + "; " if note else "") + f"egress dropped: {dropped}"
+    return EvidenceRow(safe(obs.cluster_id, 64), address, "answered", runs,
+                       safe(rt.runtime_state or "?", 32), replicas, note)
+
+
+EVIDENCE_HEADER = EvidenceRow("cluster", "address", "status", "runs", "state",
+                              "replicas r/o/h/v/f", "note")

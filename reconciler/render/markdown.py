@@ -1,0 +1,117 @@
+"""The Markdown rendering of a plan, made for a PR comment.
+
+Owns the comment layout: a one-line verdict, counts, a section per service with its
+changes and its per-cluster evidence (in ``<details>``), blockers and drift, and a hard
+size budget. GitHub rejects comments over 65,536 characters, so sections that do not fit
+are left out whole and a closing note names how many and which; nothing is cut mid-table.
+Every server string is escaped for Markdown and HTML here. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+
+from reconciler.core.plans import VERBS, Plan
+from reconciler.core.sanitize import safe
+from reconciler.render import common
+
+BUDGET = 65_536
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#+!|~])")
+
+
+def esc(text: object, limit: int = 300) -> str:
+    """Make a string inert in Markdown and HTML: controls escaped, specials backslashed."""
+    return _MD_SPECIAL.sub(r"\\\1", safe(text, limit)).replace("&", "&amp;")
+
+
+def _service_section(plan: Plan, name: str) -> str:
+    lines: list[str] = []
+    changes = [c for c in plan.changes if c.service == name]
+    blockers = [b for b in plan.blockers if b.service == name]
+    drift = [d for d in plan.drift if d.service == name]
+    mark = "❌" if blockers else ("🔁" if changes else "✅")
+    lines.append(f"### {mark} `{esc(name)}`")
+    lines.append("")
+    for change in changes:
+        lines.append(f"- **{VERBS[change.action]}** — {esc(change.summary)}  ")
+        lines.append(f"  _reason:_ {esc(common.reason_text(change.reason))}  ")
+        for detail in common.change_detail(change):
+            lines.append(f"  {esc(detail.strip())}  ")
+        lines.append(f"  _planned against:_ {esc(common.preconditions_text(change))}")
+    if name in plan.converging:
+        lines.append("- **converging** — the current rollout is the pinned one and has not "
+                     "finished")
+    if not changes and not blockers and name not in plan.converging:
+        lines.append("- no changes")
+    for blocker in blockers:
+        lines.append(f"- ❌ `{blocker.code}` {esc(blocker.message)}")
+    for item in drift:
+        lines.append(f"- ⚠️ drift `{item.code}` {esc(item.message)}")
+    ev = next((e for e in plan.evidence if e.service == name), None)
+    if ev is not None:
+        rows = common.evidence_rows(ev)
+        silent = sum(1 for r in rows if r.status == "SILENT")
+        lines.append("")
+        lines.append(f"<details><summary>Evidence: {len(rows) - silent}/{len(rows)} clusters "
+                     f"answered</summary>")
+        lines.append("")
+        lines.append("| cluster | address | status | runs | state | replicas r/o/h/v/f | note |")
+        lines.append("|---|---|---|---|---|---|---|")
+        for r in rows:
+            lines.append(f"| {esc(r.cluster)} | {esc(r.address)} | {esc(r.status)} | "
+                         f"{esc(r.runs)} | {esc(r.state)} | {esc(r.replicas)} | "
+                         f"{esc(r.note)} |")
+        lines.append("")
+        lines.append("</details>")
+    lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def render(plan: Plan, *, budget: int = BUDGET) -> str:
+    counts = plan.counts()
+    verdict = common.VERDICT_LINE[plan.verdict]
+    head = [
+        f"## reconcile plan: **{verdict}**",
+        "",
+        f"{counts['promote']} promote · {counts['rollback']} rollback · "
+        f"{counts['set_egress']} egress · {counts['set_grant']} grant · "
+        f"{counts['blockers']} blocker(s) · {counts['drift']} drift · "
+        f"commit `{esc(plan.commit[:12]) if plan.commit else 'none'}`"
+        + (" (dirty)" if plan.dirty else "")
+        + f" · clusters {esc(', '.join(plan.expected_clusters) or 'none')}",
+        "",
+    ]
+    general = [b for b in plan.blockers if b.service is None]
+    if general:
+        head.append("**Blockers**")
+        head.append("")
+        head.extend(f"- ❌ `{b.code}` {esc(b.message)}" for b in general)
+        head.append("")
+    general_drift = [d for d in plan.drift if d.service is None]
+    if general_drift:
+        head.append("**Drift**")
+        head.extend(f"- ⚠️ `{d.code}` {esc(d.message)}" for d in general_drift)
+        head.append("")
+    text = "\n".join(head) + "\n"
+    # Services that need attention first, so a truncation drops the quiet ones.
+    names = plan.services()
+    loud = {c.service for c in plan.changes} | {b.service for b in plan.blockers if b.service} \
+        | {d.service for d in plan.drift if d.service} | set(plan.converging)
+    ordered = [n for n in names if n in loud] + [n for n in names if n not in loud]
+    reserve = 1_500  # room for the truncation note and the footer
+    omitted: list[str] = []
+    for name in ordered:
+        section = _service_section(plan, name)
+        if omitted or len(text) + len(section) > budget - reserve:
+            omitted.append(name)
+            continue
+        text += section
+    if omitted:
+        shown = ", ".join(f"`{esc(n, 40)}`" for n in omitted[:10])
+        more = f" and {len(omitted) - 10} more" if len(omitted) > 10 else ""
+        text += (f"> **Truncated:** {len(omitted)} of {len(names)} service section(s) left out "
+                 f"to stay under GitHub's {budget:,}-character limit: {shown}{more}. "
+                 f"The counts above cover the whole plan; the saved JSON plan has every "
+                 f"section.\n\n")
+    text += f"<sub>{esc(common.summary_line(plan))} · fingerprint `{plan.fingerprint[:16]}`</sub>\n"
+    return text

@@ -1,0 +1,110 @@
+"""The terminal rendering of a plan.
+
+Owns layout and colour for humans at a terminal: one header line per change with a
+fixed verb, the reason on its own line, before → after, the per-cluster evidence as a
+small table, blockers in red, drift apart from changes, and a summary line. Colour is a
+parameter: the CLI turns it on only for a TTY without ``NO_COLOR``. Every server string
+reaches here already passed through ``safe`` (see ``render.common``). Pure.
+"""
+
+from __future__ import annotations
+
+from reconciler.core.plans import VERBS, Plan, ServiceEvidence
+from reconciler.core.sanitize import safe
+from reconciler.render import common
+from reconciler.render.common import EVIDENCE_HEADER, EvidenceRow
+
+_CODES = {"red": "31", "green": "32", "yellow": "33", "cyan": "36", "bold": "1", "dim": "2"}
+
+
+class _Style:
+    def __init__(self, color: bool) -> None:
+        self.color = color
+
+    def __call__(self, text: str, *styles: str) -> str:
+        if not self.color or not styles:
+            return text
+        codes = ";".join(_CODES[s] for s in styles)
+        return f"\x1b[{codes}m{text}\x1b[0m"
+
+
+def _table(rows: list[EvidenceRow], indent: str) -> list[str]:
+    columns = [EVIDENCE_HEADER, *rows]
+    fields = list(zip(*[(r.cluster, r.address, r.status, r.runs, r.state, r.replicas)
+                        for r in columns], strict=True))
+    widths = [max(len(v) for v in col) for col in fields]
+    lines = []
+    for row in columns:
+        cells = (row.cluster, row.address, row.status, row.runs, row.state, row.replicas)
+        line = "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))
+        if row.note:
+            line += "  " + row.note
+        lines.append(indent + line.rstrip())
+    return lines
+
+
+def render(plan: Plan, *, color: bool = False) -> str:
+    style = _Style(color)
+    out: list[str] = []
+    commit = plan.commit[:12] if plan.commit else "<no commit>"
+    dirty = " (dirty)" if plan.dirty else ""
+    out.append(style(f"reconcile plan · commit {commit}{dirty} · {safe(plan.control_plane_url)}",
+                     "bold"))
+    out.append(f"gateway {safe(plan.gateway)} · expected clusters: "
+               f"{', '.join(plan.expected_clusters) or '<none>'}")
+    out.append("")
+    evidence = {e.service: e for e in plan.evidence}
+    changes_by_service: dict[str, list[int]] = {}
+    for index, change in enumerate(plan.changes):
+        changes_by_service.setdefault(change.service, []).append(index)
+    for name in plan.services():
+        ev = evidence.get(name)
+        indices = changes_by_service.get(name, [])
+        service_blockers = [b for b in plan.blockers if b.service == name]
+        if not indices and not service_blockers and ev is not None \
+                and name not in plan.converging:
+            out.append(style(f"= {name}", "dim") + style(
+                f"  no changes · {_agreement(ev)}", "dim"))
+            continue
+        out.append(style(f"● {name}", "bold"))
+        for index in indices:
+            change = plan.changes[index]
+            verb = VERBS[change.action]
+            out.append("  " + style(f"~ {verb}", "yellow", "bold") + f"  {change.summary}")
+            out.append(f"      reason: {common.reason_text(change.reason)}")
+            for line in common.change_detail(change):
+                out.append(f"      {line}")
+            out.append(style(f"      planned against: {common.preconditions_text(change)} · "
+                             f"key {change.idempotency_key}", "dim"))
+        if name in plan.converging:
+            out.append("  " + style("… converging", "cyan") +
+                       "  the current rollout is the pinned one and has not finished")
+        for blocker in service_blockers:
+            out.append("  " + style(f"✗ {blocker.code}", "red", "bold") + f"  {blocker.message}")
+        if ev is not None:
+            out.append("    evidence:")
+            out.extend(_table(common.evidence_rows(ev), "      "))
+        out.append("")
+    general = [b for b in plan.blockers if b.service is None]
+    if general:
+        out.append(style("Blockers:", "red", "bold"))
+        for blocker in general:
+            out.append("  " + style(f"✗ {blocker.code}", "red", "bold") + f"  {blocker.message}")
+        out.append("")
+    if plan.drift:
+        out.append(style("Drift (live differs; not part of this plan):", "yellow", "bold"))
+        for drift in plan.drift:
+            out.append("  " + style(f"! {drift.code}", "yellow") + f"  {drift.message}")
+        out.append("")
+    verdict_style = {"go": "green", "no_go": "red", "no_changes": "green"}[plan.verdict.value]
+    out.append(style(common.summary_line(plan), verdict_style, "bold"))
+    return "\n".join(out) + "\n"
+
+
+def _agreement(ev: ServiceEvidence) -> str:
+    answered = [o for o in ev.observations if o.kind == "answered" and o.runtime]
+    digests = {o.runtime.resolved_digest for o in answered if o.runtime}
+    total = len(ev.expected_clusters)
+    if len(answered) == total and digests == {ev.current_digest}:
+        return f"{total}/{total} clusters run {common.short(ev.current_digest)}"
+    return f"{len(answered)}/{total} clusters answered"
