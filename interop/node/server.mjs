@@ -6,6 +6,8 @@
 //   POST /strip-correlation/typedrequest  deletes `correlation` before routing (the real
 //                                         router then answers `null`)
 //   POST /http-500/typedrequest           HTTP 500, no envelope
+//   POST /http-400/typedrequest           HTTP 400 {"error":"Invalid request"} (what a
+//                                         malformed body gets; a correct client never sees it)
 //   any non-JSON body                     HTTP 400 {"error":"Invalid request"}
 //   HEAD /typedrequest                    200 (liveness)
 //
@@ -166,6 +168,7 @@ const server = http.createServer(async (req, res) => {
       return send(res, 400, '{"error":"Invalid request"}');
     }
     if (path === '/http-500/typedrequest') return send(res, 500, '{"error":"Internal"}');
+    if (path === '/http-400/typedrequest') return send(res, 400, '{"error":"Invalid request"}');
     if (path === '/strip-correlation/typedrequest' && body && typeof body === 'object') {
       delete body.correlation;
     }

@@ -23,7 +23,7 @@ class NodeServer:
         return f"{self.base}/typedrequest"
 
     def fault_url(self, fault: str) -> str:
-        """A fault path: ``strip-correlation`` or ``http-500`` (see server.mjs)."""
+        """A fault path: ``strip-correlation``, ``http-500`` or ``http-400`` (see server.mjs)."""
         return f"{self.base}/{fault}/typedrequest"
 
 
