@@ -37,11 +37,13 @@ Str = Annotated[str, Strict()]
 Bool = Annotated[bool, Strict()]
 Seconds = Annotated[float, Strict()]
 Identifier = Annotated[str, Strict(), Field(pattern=names.IDENTIFIER)]
-Digest = Annotated[str, Strict(), Field(pattern=names.DIGEST,
-                                        description="sha256:<64 lower-case hex>")]
+Digest = Annotated[
+    str, Strict(), Field(pattern=names.DIGEST, description="sha256:<64 lower-case hex>")
+]
 EnvName = Annotated[str, Strict(), Field(pattern=names.ENV_NAME)]
-RelPath = Annotated[str, Strict(), Field(min_length=1, max_length=4096,
-                                         pattern=names.anchored(r"[^\x00-\x1f]+"))]
+RelPath = Annotated[
+    str, Strict(), Field(min_length=1, max_length=4096, pattern=names.anchored(r"[^\x00-\x1f]+"))
+]
 Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
 Count = Annotated[int, Strict()]
 
@@ -67,15 +69,19 @@ class ControlPlane(_Model):
 
     url: Annotated[str, Strict(), Field(pattern=names.anchored(r"https?://[^\s/]+(?:/[^\s]*)?"))]
     ca_file: RelPath | None = Field(
-        default=None, alias="caFile",
+        default=None,
+        alias="caFile",
         description="PEM bundle to verify the control plane's TLS certificate "
-        "(relative to the repo root); system trust store when omitted.")
+        "(relative to the repo root); system trust store when omitted.",
+    )
     token_env: EnvName = Field(
-        alias="tokenEnv",
-        description="Name of the environment variable holding the machine token.")
+        alias="tokenEnv", description="Name of the environment variable holding the machine token."
+    )
     timeout_seconds: Annotated[float, Strict(), Field(gt=0, le=600)] = Field(
-        default=10.0, alias="timeoutSeconds",
-        description="Total deadline for one call, retries included.")
+        default=10.0,
+        alias="timeoutSeconds",
+        description="Total deadline for one call, retries included.",
+    )
 
 
 class Signer(_Model):
@@ -83,11 +89,13 @@ class Signer(_Model):
 
     chain: Literal["ed25519"] = "ed25519"
     wallet_address: Annotated[str, Strict(), Field(min_length=1, max_length=256)] = Field(
-        alias="walletAddress")
+        alias="walletAddress"
+    )
     app_id: Identifier = Field(alias="appId", description="The auth app id sent in the challenge.")
     key_file_env: EnvName = Field(
         alias="keyFileEnv",
-        description="Name of the environment variable holding the path of the PEM private key.")
+        description="Name of the environment variable holding the path of the PEM private key.",
+    )
 
 
 class Mesh(_Model):
@@ -96,21 +104,30 @@ class Mesh(_Model):
     gateway: Annotated[str, Strict(), Field(pattern=names.EGRESS_HOST)]
     port: Port = 443
     ca_file: RelPath | None = Field(default=None, alias="caFile")
-    resolve: tuple[Annotated[str, Strict(), Field(pattern=names.anchored(r"[0-9a-fA-F:.]{2,45}"))], ...] | None = Field(
+    resolve: (
+        tuple[Annotated[str, Strict(), Field(pattern=names.anchored(r"[0-9a-fA-F:.]{2,45}"))], ...]
+        | None
+    ) = Field(
         default=None,
         description="Static addresses for the gateway, like curl --resolve; "
-        "the system resolver is used when omitted.")
+        "the system resolver is used when omitted.",
+    )
     clusters: tuple[Identifier, ...] = Field(
-        default=(), description="Cluster ids that must answer, whatever DNS says.")
+        default=(), description="Cluster ids that must answer, whatever DNS says."
+    )
     signer: Signer
     concurrency: Annotated[int, Strict(), Field(ge=1, le=256)] = 16
-    timeout_seconds: Annotated[float, Strict(), Field(gt=0, le=600)] = Field(default=5.0, alias="timeoutSeconds")
+    timeout_seconds: Annotated[float, Strict(), Field(gt=0, le=600)] = Field(
+        default=5.0, alias="timeoutSeconds"
+    )
 
 
 class Convergence(_Model):
     """The convergence gate's bounded retry budget."""
 
-    interval_seconds: Annotated[float, Strict(), Field(ge=0, le=3600)] = Field(default=2.0, alias="intervalSeconds")
+    interval_seconds: Annotated[float, Strict(), Field(ge=0, le=3600)] = Field(
+        default=2.0, alias="intervalSeconds"
+    )
     attempts: Annotated[int, Strict(), Field(ge=1, le=10_000)] = 30
 
 
@@ -128,18 +145,23 @@ class Settings(_Model):
     mesh: Mesh
     policy: Policy = Policy()
     state_dir: RelPath = Field(
-        default=".reconcile", alias="stateDir",
-        description="Where apply keeps its journal (relative to the repo root).")
+        default=".reconcile",
+        alias="stateDir",
+        description="Where apply keeps its journal (relative to the repo root).",
+    )
 
 
 class Release(_Model):
     """A digest-pinned release: what the service must run."""
 
-    registry_host: Annotated[str, Strict(), Field(pattern=names.REGISTRY_HOST)] = Field(alias="registryHost")
+    registry_host: Annotated[str, Strict(), Field(pattern=names.REGISTRY_HOST)] = Field(
+        alias="registryHost"
+    )
     repository: Annotated[str, Strict(), Field(pattern=names.REPOSITORY, max_length=255)]
     digest: Digest
     tag: Annotated[str, Strict(), Field(pattern=names.TAG)] | None = Field(
-        default=None, description="Human tag; must be one the release was observed under.")
+        default=None, description="Human tag; must be one the release was observed under."
+    )
     media_type: MediaType | None = Field(default=None, alias="mediaType")
 
     @property
@@ -164,10 +186,13 @@ class Service(_Model):
     app_id: Identifier = Field(alias="appId")
     release: Release
     immutable: Bool = Field(
-        default=True, description="Require fail-closed immutable (digest-pinned) deployment.")
+        default=True, description="Require fail-closed immutable (digest-pinned) deployment."
+    )
     egress: tuple[Destination, ...] | None = Field(
-        default=None, max_length=names.MAX_EGRESS_ENTRIES,
-        description="Omitted: leave the live declaration alone. []: revoke all.")
+        default=None,
+        max_length=names.MAX_EGRESS_ENTRIES,
+        description="Omitted: leave the live declaration alone. []: revoke all.",
+    )
 
     @model_validator(mode="after")
     def _no_duplicate_destinations(self) -> Service:
@@ -180,7 +205,8 @@ class Service(_Model):
                 raise LocatedError(
                     ("egress", index),
                     f"duplicates egress[{seen[key]}] ({dest.host}:{dest.port}, "
-                    "after the default port 443 is applied)")
+                    "after the default port 443 is applied)",
+                )
             seen[key] = index
         return self
 
@@ -188,15 +214,15 @@ class Service(_Model):
 class ServiceGrant(_Model):
     service: Identifier = Field(description="The name of a Service document in this repo.")
     capabilities: tuple[Capability, ...] = Field(
-        description="The full list for this service; [] removes the grant.")
+        description="The full list for this service; [] removes the grant."
+    )
 
     @model_validator(mode="after")
     def _no_duplicate_capabilities(self) -> ServiceGrant:
         seen: set[Capability] = set()
         for index, capability in enumerate(self.capabilities):
             if capability in seen:
-                raise LocatedError(("capabilities", index),
-                                   f"{capability.value} is listed twice")
+                raise LocatedError(("capabilities", index), f"{capability.value} is listed twice")
             seen.add(capability)
         return self
 
@@ -214,8 +240,9 @@ class Grant(_Model):
         seen: set[str] = set()
         for index, entry in enumerate(self.services):
             if entry.service in seen:
-                raise LocatedError(("services", index, "service"),
-                                   f"service {entry.service!r} is listed twice")
+                raise LocatedError(
+                    ("services", index, "service"), f"service {entry.service!r} is listed twice"
+                )
             seen.add(entry.service)
         return self
 
@@ -242,7 +269,8 @@ class DesiredState(_Model):
     services: tuple[Service, ...]
     grants: tuple[Grant, ...]
     sources: dict[str, SourceRef] = Field(
-        default_factory=dict, description="'Kind/name' -> where it was declared.")
+        default_factory=dict, description="'Kind/name' -> where it was declared."
+    )
 
     def service_by_name(self, name: str) -> Service | None:
         return next((s for s in self.services if s.name == name), None)

@@ -49,6 +49,7 @@ class Provenance:
 
     commit: str | None = None
     dirty: bool = False
+    path: str | None = None  # the repo directory the plan was made from
 
 
 def idempotency_key(action: Action, service_id: str, payload: object,
@@ -333,8 +334,9 @@ class _Planner:
         if self.live.grants is None:
             self.blockers.append(Blocker(
                 code="grants_unreadable",
-                message=f"the control plane's deployment grants could not be read "
-                f"({safe(self.live.grants_error or 'no answer')}); grant changes cannot be planned"))
+                message="the control plane's deployment grants could not be read "
+                f"({safe(self.live.grants_error or 'no answer')}); "
+                "grant changes cannot be planned"))
             return
         names = {s.service_id: s.name for s in self.desired.services}
         apps = {s.service_id: s.app_id for s in self.desired.services}
@@ -397,6 +399,7 @@ class _Planner:
             created_at=self.live.taken_at,
             commit=provenance.commit,
             dirty=provenance.dirty,
+            repo_path=provenance.path,
             control_plane_url=self.live.control_plane_url,
             gateway=self.live.mesh.gateway,
             expected_clusters=self.live.mesh.expected_clusters,

@@ -150,6 +150,7 @@ class Plan(_Model):
     created_at: int  # ms since epoch, taken from the snapshot (keeps planning pure)
     commit: str | None = None
     dirty: bool = False
+    repo_path: str | None = None  # where the desired state was read; apply re-reads settings here
     control_plane_url: str
     gateway: str
     expected_clusters: tuple[str, ...]

@@ -1,0 +1,57 @@
+"""``reconcile plan``: observe the live world, plan, render, optionally save.
+
+Exit codes with ``--detailed-exitcode``: 0 no changes, 2 changes and GO, 3 NO-GO (any
+blocker: an evidence gap is never "no changes"), 1 error, 64 usage. Without the flag a
+plan that was made exits 0 whatever it says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from reconciler.commands import options, output
+from reconciler.core.plans import Plan, Verdict
+from reconciler.engine import EngineError, plan
+from reconciler.exitcodes import Exit
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "plan", help="show what apply would change, and on what evidence",
+        description="Read the desired state, read the control plane and every cluster, and "
+        "show the difference.")
+    parser.add_argument("path", nargs="?", default=".", help="the desired-state repo (default .)")
+    parser.add_argument("--out", metavar="FILE", help="save the plan (JSON) for `reconcile apply`")
+    parser.add_argument("--format", choices=options.FORMATS, default="text")
+    parser.add_argument("--detailed-exitcode", action="store_true",
+                        help="0 no changes, 2 changes (GO), 3 NO-GO, 1 error")
+    options.add_connection_flags(parser)
+    parser.set_defaults(handler=run)
+
+
+def detailed_exit(plan_value: Plan) -> Exit:
+    verdict = plan_value.verdict
+    if verdict is Verdict.NO_GO:
+        return Exit.CHANGES_NO_GO
+    return Exit.CHANGES if verdict is Verdict.GO else Exit.OK
+
+
+def run(args: argparse.Namespace) -> int:
+    root = Path(args.path)
+    try:
+        result = plan(root, overrides=options.overrides_from(args),
+                      progress=output.progress_for_stderr())
+        if args.out:
+            output.save_plan(Path(args.out), result.plan)
+    except EngineError as exc:
+        return output.report_error(exc)
+    output.write(output.render(result.plan, args.format, sys.stdout))
+    if args.out:
+        print(f"saved plan to {args.out}; apply it with: reconcile apply {args.out}",
+              file=sys.stderr)
+    return int(detailed_exit(result.plan)) if args.detailed_exitcode else int(Exit.OK)
+
+
+
