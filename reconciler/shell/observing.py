@@ -1,0 +1,192 @@
+"""The live snapshot: one concurrent pass over the control plane and every cluster.
+
+Owns the sequencing of a read: the control plane's services (one ``getServices``), the
+releases of every managed service, the grants, and every expected cluster's status for
+every managed service's ``appId`` -- all in flight together -- folded into one immutable
+``core.live.LiveSnapshot``. Expected clusters = the settings' list ∪ the clusters DNS
+advertised ∪ every managed service's current rollout targets, fixed for the run.
+
+Failure policy (unknown is never absent): a control-plane failure for one service is a
+``ReadFailure`` in the snapshot; unreadable grants are ``grants=None`` with the reason;
+a silent cluster is an observation with its reason. Only a *total* control-plane
+failure -- unreachable, unauthorized, or ``getServices`` itself failing -- raises
+``ControlPlaneError``, because a snapshot without any service in it would read as
+"nothing exists".
+
+It must not print (progress goes through ``shell.progress``), decide anything about
+plans, or read the token anywhere but ``controlplane.token_from_env``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from reconciler.core.desired import DesiredState
+from reconciler.core.live import (
+    LiveGrant,
+    LiveService,
+    LiveSnapshot,
+    Observation,
+    ObservationKind,
+    ReadFailure,
+)
+from reconciler.core.sanitize import safe
+from reconciler.shell.controlplane import (
+    ControlPlaneClient,
+    ControlPlaneError,
+    DomainError,
+    parse_grants,
+    parse_service,
+    token_from_env,
+)
+from reconciler.shell.endpoints import ConfigError, Connection
+from reconciler.shell.probing import Prober
+from reconciler.shell.progress import NullProgress, Progress
+
+
+def signer_key_path(conn: Connection, env: Mapping[str, str]) -> Path:
+    """The signer key file named by the variable the settings name."""
+    value = env.get(conn.signer_key_env, "").strip()
+    if not value:
+        raise ConfigError(
+            f"the cluster signer key is missing: environment variable {conn.signer_key_env} "
+            "is unset or empty (mesh.signer.keyFileEnv names it)")
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise ConfigError(
+            f"{conn.signer_key_env} names {str(path)!r}, which is not a file")
+    return path
+
+
+def observe(
+    desired: DesiredState,
+    conn: Connection,
+    *,
+    env: Mapping[str, str],
+    progress: Progress | None = None,
+) -> LiveSnapshot:
+    """Synchronous entry point: ``observe_async`` in a fresh event loop."""
+    return asyncio.run(observe_async(desired, conn, env=env, progress=progress))
+
+
+async def observe_async(
+    desired: DesiredState,
+    conn: Connection,
+    *,
+    env: Mapping[str, str],
+    progress: Progress | None = None,
+    prober: Prober | None = None,
+    client: ControlPlaneClient | None = None,
+) -> LiveSnapshot:
+    """One snapshot. ``prober``/``client`` may be shared by a caller already in a loop
+    (apply, watch: the DNS answer and the per-cluster tokens then survive between
+    snapshots); when omitted they are created and closed here."""
+    progress = progress or NullProgress()
+    taken_at = int(time.time() * 1000)
+    own_client = client is None
+    own_prober = prober is None
+    if client is None:
+        client = ControlPlaneClient(conn, token=token_from_env(conn, env))
+    try:
+        if prober is None:
+            prober = Prober(conn, signer_key=signer_key_path(conn, env))
+        try:
+            app_ids = list(dict.fromkeys(s.app_id for s in desired.services))
+            probe_task = asyncio.create_task(prober.observe_apps(app_ids, progress=progress))
+            try:
+                services, grants, grants_error = await _read_control_plane(
+                    client, desired, progress)
+            except BaseException:
+                # A total control-plane failure ends the snapshot; stop probing too.
+                probe_task.cancel()
+                await asyncio.gather(probe_task, return_exceptions=True)
+                raise
+            observations = await probe_task
+            mesh = await prober.resolve()
+        finally:
+            if own_prober:
+                await prober.aclose()
+    finally:
+        if own_client:
+            await client.aclose()
+        progress.close()
+
+    # Rollout targets join the expected set; a target no address named needs no I/O to
+    # be known silent, so the rows are completed here rather than probed again.
+    targets = [
+        cluster
+        for service in services.values() if isinstance(service, LiveService)
+        and service.deployment is not None
+        for cluster in service.deployment.target_cluster_ids
+    ]
+    extra = [c for c in dict.fromkeys(targets) if c not in mesh.expected_clusters]
+    if extra:
+        rows = Prober.plan_rows(mesh, extra)
+        added = [
+            Observation(cluster_id=cluster, address=address, kind=ObservationKind.SILENT,
+                        reason=reason or "rollout target not probed")
+            for cluster, address, reason in rows if cluster in extra
+        ]
+        observations = {app: (*rows_, *added) for app, rows_ in observations.items()}
+        mesh = mesh.model_copy(update={
+            "expected_clusters": (*mesh.expected_clusters, *extra)})
+
+    return LiveSnapshot(
+        taken_at=taken_at,
+        control_plane_url=conn.control_plane_url,
+        services=services,
+        grants=grants,
+        grants_error=grants_error,
+        mesh=mesh,
+        observations=observations,
+    )
+
+
+async def _read_control_plane(
+    client: ControlPlaneClient, desired: DesiredState, progress: Progress
+) -> tuple[dict[str, LiveService | ReadFailure], tuple[LiveGrant, ...] | None, str | None]:
+    """getServices + grants, then releases per managed service, all concurrently."""
+    managed = list(dict.fromkeys(s.service_id for s in desired.services))
+    progress.add(2 + len(managed))
+
+    async def grants_read() -> tuple[tuple[LiveGrant, ...] | None, str | None]:
+        try:
+            raw = await client.get_grants()
+            return parse_grants(raw), None
+        except ControlPlaneError as exc:
+            return None, exc.message
+        finally:
+            progress.advance()
+
+    grants_task = asyncio.create_task(grants_read())
+    try:
+        raw_services = await client.get_services()
+    except BaseException:
+        grants_task.cancel()
+        await asyncio.gather(grants_task, return_exceptions=True)
+        raise
+    progress.advance()
+    by_id = {s.get("id"): s for s in raw_services}
+
+    async def one(service_id: str) -> LiveService | ReadFailure:
+        try:
+            raw = by_id.get(service_id)
+            if raw is None:
+                return ReadFailure(service_id=service_id, code="SERVICE_NOT_FOUND",
+                                   reason="the control plane has no service with this id")
+            releases = await client.get_releases(service_id)
+            return parse_service(raw, releases)
+        except DomainError as exc:
+            return ReadFailure(service_id=service_id, reason=exc.message,
+                               code=safe(exc.code, 60) or None)
+        except ControlPlaneError as exc:
+            return ReadFailure(service_id=service_id, reason=exc.message)
+        finally:
+            progress.advance()
+
+    results = await asyncio.gather(*(one(s) for s in managed))
+    grants, grants_error = await grants_task
+    return dict(zip(managed, results, strict=True)), grants, grants_error
