@@ -1,0 +1,109 @@
+"""Rules that span documents: what no single model can check on its own.
+
+Owns the repo-wide rules of the desired state: exactly one ``Settings``; service names,
+``serviceId``s and ``appId``s unique; every grant names a declared service; no two
+``Grant`` documents give the same user the same service. Called by
+``shell.validating`` after every document has passed its own model.
+
+Pure: takes validated documents with their positions, returns diagnostics; reads no
+file and raises nothing for bad input.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from reconciler.core.desired import Grant, Service, Settings
+from reconciler.core.diagnostics import NO_POSITION, Diagnostic, field_path
+
+Loc = tuple[str | int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """A validated document and where it (and each of its values) was written.
+
+    ``positions`` maps a value's path in the document (YAML keys, i.e. the models'
+    aliases, and list indexes) to its 1-based (line, column).
+    """
+
+    document: Settings | Service | Grant
+    path: str
+    line: int
+    column: int
+    positions: Mapping[Loc, tuple[int, int]]
+
+    def at(self, loc: Loc, message: str) -> Diagnostic:
+        """A diagnostic pointing at ``loc`` (or its nearest written ancestor)."""
+        line, column = self.line, self.column
+        for end in range(len(loc), -1, -1):
+            found = self.positions.get(loc[:end])
+            if found is not None:
+                line, column = found
+                break
+        return Diagnostic(self.path, line, column, field_path(loc), message)
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def check(documents: Sequence[Located], *, complete: bool = True,
+          repo: str = ".") -> list[Diagnostic]:
+    """Every cross-document problem among ``documents``.
+
+    ``complete`` is False when some document of the repo failed on its own: then the
+    rules that judge an *absence* (no Settings, a grant naming an undeclared service)
+    are skipped, because the missing document may be the one that failed, and saying
+    so would send the reader after the wrong problem.
+    """
+    problems: list[Diagnostic] = []
+    settings = [d for d in documents if isinstance(d.document, Settings)]
+    services = [d for d in documents if isinstance(d.document, Service)]
+    grants = [d for d in documents if isinstance(d.document, Grant)]
+
+    if not settings and complete:
+        problems.append(Diagnostic(
+            repo, NO_POSITION, NO_POSITION, "",
+            "no Settings document: the repo needs exactly one (kind: Settings) "
+            "saying where the control plane and the cluster mesh are"))
+    if len(settings) > 1:
+        for doc in settings:
+            others = ", ".join(o.where for o in settings if o is not doc)
+            problems.append(doc.at(("kind",), f"a second Settings document; a repo has exactly "
+                                              f"one (also declared at {others})"))
+
+    for alias, attribute in (("name", "name"), ("serviceId", "service_id"), ("appId", "app_id")):
+        first: dict[str, Located] = {}
+        for doc in services:
+            value = getattr(doc.document, attribute)
+            if value in first:
+                problems.append(doc.at((alias,), f"service {alias} {value!r} is already "
+                                                 f"declared at {first[value].where}"))
+            else:
+                first[value] = doc
+
+    declared = sorted({d.document.name for d in services if isinstance(d.document, Service)})
+    granted: dict[tuple[str, str], Located] = {}
+    for doc in grants:
+        grant = doc.document
+        assert isinstance(grant, Grant)
+        for index, entry in enumerate(grant.services):
+            loc: Loc = ("services", index, "service")
+            if complete and entry.service not in declared:
+                problems.append(doc.at(loc, _undeclared(entry.service, declared)))
+            key = (grant.user_id, entry.service)
+            if key in granted and granted[key] is not doc:
+                problems.append(doc.at(loc, f"user {grant.user_id!r} is already granted "
+                                            f"{entry.service!r} at {granted[key].where}; "
+                                            "one document per (user, service)"))
+            granted.setdefault(key, doc)
+    return problems
+
+
+def _undeclared(name: str, declared: Sequence[str]) -> str:
+    message = f"no Service named {name!r} is declared in this repo"
+    close = difflib.get_close_matches(name, declared, n=1)
+    return f"{message}; did you mean `{close[0]}`?" if close else message

@@ -1,0 +1,388 @@
+"""Validating a config repo: files -> a ``DesiredState`` or every problem with it.
+
+Owns the sequence load (``shell.loading``) -> dispatch on ``kind`` -> model validation
+(``core.desired``) -> cross-document checks (``core.crosscheck``), and the translation
+of pydantic's errors into ``Diagnostic``s that name the file, line, column and field
+in plain English. Callers: ``reconcile validate``, the engine (plan/apply) and the
+watcher, which passes a ``RepoCache`` so that only changed files are parsed and
+validated again.
+
+It must not print, exit, or decide anything about plans. It never raises for bad
+input: a repo that cannot be read is a diagnostic too.
+
+Documents are validated in pydantic's JSON mode on the JSON text of the loaded
+values: the loader only produces JSON-shaped values, and JSON mode gives exactly the
+JSON Schema's reading of them (a list fills a tuple, a string fills an enum, and
+nothing else is coerced), so the models and ``schemas/desired-state.schema.json``
+judge the same input.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import types
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from reconciler.core import crosscheck
+from reconciler.core.desired import (
+    API_VERSION,
+    DOCUMENT_KINDS,
+    DesiredState,
+    Grant,
+    LocatedError,
+    Service,
+    Settings,
+    SourceRef,
+)
+from reconciler.core.diagnostics import Diagnostic, field_path, sorted_diagnostics
+from reconciler.core.names import Capability
+from reconciler.core.sanitize import safe
+from reconciler.shell import loading
+from reconciler.shell.loading import LoadedFile, ParseCache, PathKey, YamlDocument
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    """The outcome of validating a repo.
+
+    ``state`` is None whenever ``diagnostics`` is not empty: a desired state with a
+    known problem is never handed to planning. ``documents`` holds every document
+    that passed its own model, with positions, even when the repo as a whole did not.
+    """
+
+    state: DesiredState | None
+    diagnostics: tuple[Diagnostic, ...]
+    files: tuple[str, ...]
+    documents: tuple[crosscheck.Located, ...] = ()
+
+    @property
+    def valid(self) -> bool:
+        return self.state is not None and not self.diagnostics
+
+
+@dataclass(frozen=True, slots=True)
+class _FileOutcome:
+    loaded: LoadedFile
+    documents: tuple[crosscheck.Located, ...]
+    diagnostics: tuple[Diagnostic, ...]
+
+
+@dataclass(slots=True)
+class RepoCache:
+    """Parse and per-file validation results, reused while a file is unchanged.
+
+    Keep one per watched repo and pass it to every ``load_repo`` call: unchanged
+    files (same device, inode, size and mtime) are neither parsed nor validated again.
+    Cross-document checks always run over the whole repo.
+    """
+
+    parse: ParseCache = field(default_factory=ParseCache)
+    outcomes: dict[str, _FileOutcome] = field(default_factory=dict)
+
+
+def load_repo(root: Path, *, cache: RepoCache | None = None) -> LoadResult:
+    """Load and validate every YAML file under ``root``; never raises for bad input."""
+    repo = root.as_posix()
+    try:
+        if root.is_symlink():
+            return _failed(repo, "is a symbolic link; give the repo's real path")
+        if not root.is_dir():
+            return _failed(repo, "is not a directory" if root.exists() else "does not exist")
+    except OSError as exc:
+        return _failed(repo, f"cannot be read: {exc.strerror or type(exc).__name__}")
+
+    paths, problems = loading.discover(root)
+    diagnostics: list[Diagnostic] = list(problems)
+    located: list[crosscheck.Located] = []
+    for rel in paths:
+        outcome = _validate_file(root, rel, cache)
+        diagnostics.extend(outcome.diagnostics)
+        located.extend(outcome.documents)
+    if cache is not None:
+        cache.parse.retain(set(paths))
+        for gone in set(cache.outcomes) - set(paths):
+            del cache.outcomes[gone]
+
+    diagnostics.extend(crosscheck.check(located, complete=not diagnostics, repo=repo))
+    ordered = sorted_diagnostics(diagnostics)
+    state = None if ordered else _assemble(located)
+    return LoadResult(state, ordered, paths, tuple(located))
+
+
+def _failed(repo: str, message: str) -> LoadResult:
+    return LoadResult(None, (Diagnostic(repo, 0, 0, "", message),), ())
+
+
+def _validate_file(root: Path, rel: str, cache: RepoCache | None) -> _FileOutcome:
+    loaded = loading.load_file(root, rel, cache=cache.parse if cache is not None else None)
+    if cache is not None:
+        previous = cache.outcomes.get(rel)
+        if previous is not None and previous.loaded is loaded:
+            return previous
+    documents: list[crosscheck.Located] = []
+    diagnostics: list[Diagnostic] = list(loaded.diagnostics)
+    for document in loaded.documents:
+        model, problems = validate_document(document)
+        diagnostics.extend(problems)
+        if model is not None:
+            documents.append(crosscheck.Located(
+                model, document.path, document.line, document.column, document.positions))
+    outcome = _FileOutcome(loaded, tuple(documents), tuple(diagnostics))
+    if cache is not None:
+        cache.outcomes[rel] = outcome
+    return outcome
+
+
+def _assemble(located: Sequence[crosscheck.Located]) -> DesiredState | None:
+    settings = [d.document for d in located if isinstance(d.document, Settings)]
+    if len(settings) != 1:
+        return None
+    sources: dict[str, SourceRef] = {}
+    services: list[Service] = []
+    grants: list[Grant] = []
+    for doc in located:
+        model = doc.document
+        if isinstance(model, Service):
+            services.append(model)
+            key = f"Service/{model.name}"
+        elif isinstance(model, Grant):
+            grants.append(model)
+            key = f"Grant/{model.user_id}"
+        else:
+            key = "Settings"
+        sources.setdefault(key, SourceRef(path=doc.path, line=doc.line))
+    return DesiredState(settings=settings[0], services=tuple(services), grants=tuple(grants),
+                        sources=sources)
+
+
+# --------------------------------------------------------------------------- documents
+
+_KINDS: Final = tuple(DOCUMENT_KINDS)
+
+
+def validate_document(
+    document: YamlDocument,
+) -> tuple[Settings | Service | Grant | None, list[Diagnostic]]:
+    """One document against its kind's model: the model, or the diagnostics."""
+    value = document.value
+
+    def at(loc: PathKey, message: str, *, key: bool = False) -> Diagnostic:
+        line, column = document.position_of(loc, key=key)
+        return Diagnostic(document.path, line, column, field_path(loc), message)
+
+    if not isinstance(value, dict):
+        return None, [at((), f"a document must be a mapping with apiVersion and kind "
+                             f"(this one is {_describe(value)})")]
+    problems: list[Diagnostic] = []
+    kind = value.get("kind")
+    if "kind" not in value:
+        problems.append(at(("kind",), "required key `kind` is missing "
+                                      f"(one of {', '.join(_KINDS)})"))
+    elif not isinstance(kind, str) or kind not in DOCUMENT_KINDS:
+        shown = repr(kind) if isinstance(kind, str) else _describe(kind)
+        problems.append(at(("kind",), _with_hint(
+            f"unknown kind {shown}; expected one of {', '.join(_KINDS)}", kind, _KINDS)))
+    if "apiVersion" not in value:
+        problems.append(at(("apiVersion",), f"required key `apiVersion` is missing "
+                                            f"(expected {API_VERSION})"))
+    elif value["apiVersion"] != API_VERSION:
+        api = value["apiVersion"]
+        shown = repr(api) if isinstance(api, str) else _describe(api)
+        problems.append(at(("apiVersion",), f"unsupported apiVersion {shown}; "
+                                            f"expected {API_VERSION}"))
+    if problems:
+        return None, problems
+
+    model_type = DOCUMENT_KINDS[str(kind)]
+    if model_type is Service and "egress" in value and value["egress"] is None:
+        problems.append(at(("egress",), "is empty (null), which is ambiguous: omit the key to "
+                                        "leave the live egress alone, or write `egress: []` "
+                                        "to revoke all"))
+    try:
+        model = model_type.model_validate_json(json.dumps(value))
+    except ValidationError as exc:
+        for error in exc.errors(include_url=False):
+            loc, message, on_key = _explain(error, model_type)
+            problems.append(at(loc, message, key=on_key))
+        return None, problems
+    return (None, problems) if problems else (model, problems)
+
+
+# --------------------------------------------------------------------------- messages
+
+_IDENTIFIER = ("must be a lower-case identifier: a-z, 0-9, '.', '_' and '-', starting and "
+               "ending with a letter or digit, at most 63 characters")
+_DNS = ("must be a bare lower-case DNS name (no scheme, port, path, wildcard, trailing dot "
+        "or IP address)")
+_PATTERNS: Final[dict[str, str]] = {
+    "host": _DNS,
+    "gateway": _DNS,
+    "digest": "must be sha256:<64 lower-case hex> (one line, no upper case, no newline)",
+    "registryHost": "must be a canonical OCI registry host: a lower-case host name with an "
+                    "optional :port (no scheme, path or upper case)",
+    "repository": "must be a canonical OCI repository: lower-case path components like "
+                  "shop/checkout (a-z, 0-9, separators '.', '_', '-', '/')",
+    "tag": "must be an OCI tag: letters, digits, '_', '.' and '-', at most 128 characters, "
+           "not starting with '.' or '-'",
+    "name": _IDENTIFIER, "serviceId": _IDENTIFIER, "appId": _IDENTIFIER,
+    "userId": _IDENTIFIER, "service": _IDENTIFIER, "clusters": _IDENTIFIER,
+    "url": "must be an http(s) URL like https://cp.example.net:8443/path",
+    "resolve": "must be an IPv4 or IPv6 address",
+    "caFile": "must be a file path on one line",
+    "stateDir": "must be a directory path on one line",
+}
+#: Fields whose values are never echoed: a pasted secret must not be printed back.
+_SECRET_FIELDS: Final = frozenset({"tokenEnv", "keyFileEnv"})
+_SECRET_KEYS: Final = ("token", "secret", "password", "apikey", "privatekey", "jwt", "key")
+_EXPECTED: Final[dict[str, str]] = {
+    "int_type": "a whole number", "int_from_float": "a whole number",
+    "int_parsing": "a whole number", "float_type": "a number", "float_parsing": "a number",
+    "bool_type": "true or false", "bool_parsing": "true or false",
+    "string_type": "a string", "tuple_type": "a list", "list_type": "a list",
+    "model_type": "a mapping", "model_attributes_type": "a mapping", "dict_type": "a mapping",
+}
+
+
+def _explain(error: ErrorDetails, model: type[BaseModel]) -> tuple[PathKey, str, bool]:
+    """(where, sentence, whether to point at the key rather than the value)."""
+    loc: PathKey = tuple(error["loc"])
+    kind = error["type"]
+    ctx: dict[str, Any] = dict(error.get("ctx") or {})
+    value = error.get("input")
+    name = next((p for p in reversed(loc) if isinstance(p, str)), "")
+
+    if kind == "extra_forbidden":
+        return loc, _unknown_key(name, _aliases_at(model, loc[:-1])), True
+    if kind == "missing":
+        return loc, f"required key `{name}` is missing", False
+    if kind == "value_error" and isinstance(ctx.get("error"), LocatedError):
+        located = ctx["error"]
+        return (*loc, *located.loc), str(located), False
+    if kind == "string_pattern_mismatch":
+        sentence = _PATTERNS.get(name, f"must match {ctx.get('pattern')}")
+        if name in _SECRET_FIELDS:
+            return loc, ("must be the NAME of an environment variable (like RECONCILE_TOKEN: "
+                         "A-Z, 0-9, _), never the secret itself; the value is not shown"), False
+        return loc, f"{_show(value)} {sentence}{_non_ascii_note(value)}", False
+    if kind in _EXPECTED:
+        if kind == "string_type" and name in _PATTERNS and not isinstance(value, list | dict):
+            return loc, f"{_PATTERNS[name]} (got {_describe(value)})", False
+        if name in _SECRET_FIELDS:
+            return loc, f"must be {_EXPECTED[kind]}", False
+        return loc, f"must be {_EXPECTED[kind]} (got {_describe(value)})", False
+    if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
+        if name == "port":
+            return loc, f"must be a port number from 1 to 65535 (got {_describe(value)})", False
+        bound = {"greater_than_equal": ("at least", "ge"), "less_than_equal": ("at most", "le"),
+                 "greater_than": ("more than", "gt"), "less_than": ("less than", "lt")}[kind]
+        return loc, f"must be {bound[0]} {ctx.get(bound[1])} (got {_describe(value)})", False
+    if kind == "too_long":
+        if isinstance(value, list):
+            return loc, (f"has {ctx.get('actual_length')} entries; at most "
+                         f"{ctx.get('max_length')} are allowed"), False
+        return loc, f"is too long (at most {ctx.get('max_length')} characters)", False
+    if kind in ("string_too_short", "too_short"):
+        return loc, "must not be empty", False
+    if kind == "enum":
+        if name == "capabilities":
+            known = [c.value for c in Capability]
+            return loc, _with_hint(f"{_show(value)} is not a deployment capability; expected one "
+                                   f"of {', '.join(known)}", value, known), False
+        return loc, _with_hint(f"{_show(value)} is not allowed; expected one of "
+                               f"{ctx.get('expected')}", value, []), False
+    if kind == "literal_error":
+        return loc, f"must be {ctx.get('expected')} (got {_describe(value)})", False
+    return loc, str(error.get("msg", "is invalid")), False
+
+
+def _unknown_key(name: str, aliases: Sequence[str]) -> str:
+    message = f"unknown key `{name}`"
+    if name.replace("_", "").replace("-", "").lower().endswith(_SECRET_KEYS):
+        message += ("; settings hold no secrets: put the secret in an environment variable "
+                    "and name that variable (tokenEnv, keyFileEnv)")
+    close = difflib.get_close_matches(name, aliases, n=1, cutoff=0.6)
+    if close:
+        return f"{message}; did you mean `{close[0]}`?"
+    if aliases:
+        return f"{message} (expected one of: {', '.join(sorted(aliases))})"
+    return message
+
+
+def _with_hint(message: str, value: object, choices: Sequence[str]) -> str:
+    if isinstance(value, str):
+        close = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.6)
+        if close:
+            return f"{message}; did you mean `{close[0]}`?"
+    return message
+
+
+def _aliases_at(model: type[BaseModel], loc: PathKey) -> list[str]:
+    """The keys the model accepts at ``loc`` (for "did you mean")."""
+    current: Any = model
+    for part in loc:
+        current = _strip(current)
+        if isinstance(part, int):
+            args = typing.get_args(current)
+            current = args[0] if args else None
+        elif isinstance(current, type) and issubclass(current, BaseModel):
+            by_alias = {f.alias or n: f for n, f in current.model_fields.items()}
+            found = by_alias.get(part)
+            current = found.annotation if found is not None else None
+        else:
+            return []
+    current = _strip(current)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [f.alias or n for n, f in current.model_fields.items()]
+    return []
+
+
+def _strip(annotation: Any) -> Any:
+    """``Annotated[X, ...]`` and ``X | None`` -> ``X``."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (typing.Union, types.UnionType):
+            options = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(options) != 1:
+                return annotation
+            annotation = options[0]
+        else:
+            return annotation
+
+
+def _describe(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, int | float):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return f"the string {_show(value)}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def _show(value: object) -> str:
+    return safe(repr(value), limit=80)
+
+
+def _non_ascii_note(value: object) -> str:
+    if not isinstance(value, str):
+        return ""
+    odd = next((ch for ch in value if ord(ch) > 127), None)
+    if odd is None:
+        return ""
+    return f"; it contains the non-ASCII character {odd!r} (U+{ord(odd):04X})"
