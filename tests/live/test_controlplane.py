@@ -361,7 +361,8 @@ SEED_SERVICE = {
 SEED_RELEASE = {"id": "rel-230", "data": {
     "serviceId": "svc-checkout", "imageId": "i", "registryHost": "registry.sandbox.test",
     "repository": "shop/checkout", "registryRootDigest": "sha256:" + "b" * 64,
-    "digestPinnedImageReference": "x", "manifestMediaType": "application/vnd.oci.image.index.v1+json",
+    "digestPinnedImageReference": "x",
+    "manifestMediaType": "application/vnd.oci.image.index.v1+json",
     "observedTags": ["v2.3.0"], "firstObservedAt": 1, "lastObservedAt": 2,
     "observationCount": 1, "acceptedAt": 3, "lastPromotedAt": 4, "promotionCount": 1}}
 
