@@ -82,16 +82,16 @@ def change_detail(change: Change) -> list[str]:
     if change.egress_after is not None:
         lines = [f"egress: {rules_text(change.egress_before)} → {rules_text(change.egress_after)}"]
         if change.egress_added:
-            lines.append(f"  + {rules_text(change.egress_added)}")
+            lines.append(f"  added: {rules_text(change.egress_added)}")
         if change.egress_removed:
-            lines.append(f"  - {rules_text(change.egress_removed)}")
+            lines.append(f"  removed: {rules_text(change.egress_removed)}")
         return lines
     lines = [f"grant for {safe(change.user_id)}: {caps_text(change.capabilities_before)} → "
              f"{caps_text(change.capabilities_after)}"]
     if change.capabilities_added:
-        lines.append(f"  + {', '.join(change.capabilities_added)}")
+        lines.append(f"  added: {', '.join(change.capabilities_added)}")
     if change.capabilities_removed:
-        lines.append(f"  - {', '.join(change.capabilities_removed)}")
+        lines.append(f"  removed: {', '.join(change.capabilities_removed)}")
     return lines
 
 

@@ -29,7 +29,7 @@ def _service_section(plan: Plan, name: str) -> str:
     changes = [c for c in plan.changes if c.service == name]
     blockers = [b for b in plan.blockers if b.service == name]
     drift = [d for d in plan.drift if d.service == name]
-    mark = "❌" if blockers else ("🔁" if changes else "✅")
+    mark = "❌" if blockers else "🔁" if changes else "⚠️" if drift else "✅"
     lines.append(f"### {mark} `{esc(name)}`")
     lines.append("")
     for change in changes:
