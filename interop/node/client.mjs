@@ -50,7 +50,10 @@ const main = async () => {
     if (err instanceof tr.TypedResponseError) {
       out({ ok: false, errorClass: 'TypedResponseError', text: err.errorText, data: err.errorData ?? null }, 1);
     } else {
-      const cause = err?.cause ? String(err.cause?.code ?? err.cause?.message ?? err.cause) : undefined;
+      // undici wraps network/TLS failures as TypeError("fetch failed") with the reason in
+      // `cause` (e.g. code UNABLE_TO_VERIFY_LEAF_SIGNATURE); report code and message.
+      const c = err?.cause;
+      const cause = c ? [c.code, c.message ?? String(c)].filter(Boolean).join(': ') : undefined;
       out({ ok: false, errorClass: err?.constructor?.name ?? typeof err, message: String(err?.message ?? err), cause }, 1);
     }
   }

@@ -12,9 +12,12 @@
 //   HEAD /typedrequest                    200 (liveness)
 //
 // Usage: node server.mjs   -> prints {"port": N} on stdout once listening on 127.0.0.1:N.
+// With $INTEROP_TLS_CERT and $INTEROP_TLS_KEY (PEM paths) it serves HTTPS instead.
 // The machine token accepted by getIdentityByToken is $INTEROP_TOKEN (default below).
 
+import fs from 'node:fs';
 import http from 'node:http';
+import https from 'node:https';
 import * as tr from '@api.global/typedrequest';
 
 // The library logs with console.log (unknown methods, handler crashes, "weirdly shaped
@@ -153,7 +156,7 @@ const send = (res, status, text) => {
   res.end(text);
 };
 
-const server = http.createServer(async (req, res) => {
+const handle = async (req, res) => {
   try {
     const url = new URL(req.url, 'http://127.0.0.1');
     const path = url.pathname;
@@ -178,7 +181,18 @@ const server = http.createServer(async (req, res) => {
     console.error('server error:', err);
     if (!res.headersSent) send(res, 500, '{"error":"Internal"}');
   }
-});
+};
+
+const tls = process.env.INTEROP_TLS_CERT && process.env.INTEROP_TLS_KEY;
+const server = tls
+  ? https.createServer(
+      {
+        cert: fs.readFileSync(process.env.INTEROP_TLS_CERT),
+        key: fs.readFileSync(process.env.INTEROP_TLS_KEY),
+      },
+      handle,
+    )
+  : http.createServer(handle);
 
 server.listen(0, '127.0.0.1', () => {
   process.stdout.write(`${JSON.stringify({ port: server.address().port })}\n`);

@@ -15,10 +15,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
-from interop_harness import NODE_DIR, NodeResult, NodeServer, RunNodeClient
+from interop_harness import NODE_DIR, NodeResult, NodeServer, RunNodeClient, make_loopback_pki
 
 START_TIMEOUT_S = 10.0
 CLIENT_TIMEOUT_S = 15.0
+TOKEN = "interop-canary-token-7f3a"
 
 
 def _node() -> str:
@@ -43,15 +44,12 @@ def node_bin() -> str:
     return _node()
 
 
-@pytest.fixture(scope="module")
-def node_server(node_bin: str) -> Iterator[NodeServer]:
-    """Start server.mjs on a free loopback port for the module; stop it afterwards."""
-    token = "interop-canary-token-7f3a"
-    env = {**os.environ, "INTEROP_TOKEN": token}
+def _start_server(node_bin: str, env: Mapping[str, str]) -> tuple[subprocess.Popen[str], int]:
+    """Start server.mjs and wait for the ``{"port": N}`` line it prints when listening."""
     proc = subprocess.Popen(
         [node_bin, "server.mjs"],
         cwd=NODE_DIR,
-        env=env,
+        env={**os.environ, **env},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -67,19 +65,41 @@ def node_server(node_bin: str) -> Iterator[NodeServer]:
     stderr_lines: list[str] = []
     threading.Thread(target=lambda: stderr_lines.extend(stderr), daemon=True).start()
     if not first or not first[0].strip():
+        _stop(proc)
+        pytest.fail(f"server.mjs did not print its port: {''.join(stderr_lines)[-2000:]}")
+    return proc, int(json.loads(first[0])["port"])
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(5)
-        pytest.fail(f"server.mjs did not print its port: {''.join(stderr_lines)[-2000:]}")
-    port = int(json.loads(first[0])["port"])
+
+
+@pytest.fixture(scope="module")
+def node_server(node_bin: str) -> Iterator[NodeServer]:
+    """server.mjs over plain HTTP on a free loopback port, for the module."""
+    proc, port = _start_server(node_bin, {"INTEROP_TOKEN": TOKEN})
     try:
-        yield NodeServer(base=f"http://127.0.0.1:{port}", token=token)
+        yield NodeServer(base=f"http://127.0.0.1:{port}", token=TOKEN)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def node_tls_server(node_bin: str, tmp_path_factory: pytest.TempPathFactory
+                    ) -> Iterator[NodeServer]:
+    """server.mjs over HTTPS with a throwaway CA (``.ca_file``), for the module."""
+    ca, cert, key = make_loopback_pki(tmp_path_factory.mktemp("interop-pki"))
+    proc, port = _start_server(node_bin, {"INTEROP_TOKEN": TOKEN, "INTEROP_TLS_CERT": str(cert),
+                                          "INTEROP_TLS_KEY": str(key)})
+    try:
+        yield NodeServer(base=f"https://127.0.0.1:{port}", token=TOKEN, ca_file=ca)
+    finally:
+        _stop(proc)
 
 
 @pytest.fixture(scope="session")

@@ -191,3 +191,14 @@ def test_node_client_non_200_is_a_plain_error_with_the_status(
     assert result.out["ok"] is False
     assert result.out["errorClass"] == "Error"
     assert result.out["message"].startswith("HTTP 500")
+
+
+def test_node_client_over_tls_trusts_node_extra_ca_certs_only(
+        node_tls_server: NodeServer, run_node_client: RunNodeClient) -> None:
+    # The mechanism the sandbox tests rely on: undici honours NODE_EXTRA_CA_CERTS.
+    trusted = run_node_client(node_tls_server.url, "echo", {"tls": True},
+                              env={"NODE_EXTRA_CA_CERTS": str(node_tls_server.ca_file)})
+    assert trusted.out == {"ok": True, "response": {"echo": {"tls": True}}}
+    untrusted = run_node_client(node_tls_server.url, "echo", {})
+    assert untrusted.out["errorClass"] == "TypeError"
+    assert "certificate" in untrusted.out["cause"].lower(), untrusted.out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -32,11 +33,12 @@ pytestmark = pytest.mark.node
 T = TypeVar("T")
 
 
-def connection(url: str, *, call_timeout: float = 10.0) -> Connection:
-    """A ``Connection`` for a plain-HTTP loopback control plane (mesh fields unused)."""
+def connection(url: str, *, ca_file: Path | None = None,
+               call_timeout: float = 10.0) -> Connection:
+    """A ``Connection`` for a loopback control plane (mesh fields unused)."""
     return Connection(
         control_plane_url=url,
-        control_plane_ca=None,
+        control_plane_ca=ca_file,
         token_env="RECONCILE_TOKEN",
         call_timeout=call_timeout,
         gateway="gateway.interop.test",
@@ -52,10 +54,10 @@ def connection(url: str, *, call_timeout: float = 10.0) -> Connection:
     )
 
 
-def with_client(url: str, token: str,
-                body: Callable[[ControlPlaneClient], Awaitable[T]]) -> T:
+def with_client(url: str, token: str, body: Callable[[ControlPlaneClient], Awaitable[T]],
+                *, ca_file: Path | None = None) -> T:
     async def run() -> T:
-        async with ControlPlaneClient(connection(url), token=token) as cp:
+        async with ControlPlaneClient(connection(url, ca_file=ca_file), token=token) as cp:
             return await body(cp)
 
     return asyncio.run(run())
@@ -202,3 +204,19 @@ def test_bad_token_is_unauthorized_and_never_echoed(node_server: NodeServer) -> 
         with_client(node_server.url, canary, body)
     assert caught.value.code == "UNAUTHORIZED"
     assert canary not in str(caught.value) and canary not in repr(caught.value)
+
+
+def test_over_tls_with_the_ca_and_refused_without_it(node_tls_server: NodeServer) -> None:
+    async def body(cp: ControlPlaneClient) -> dict[str, Any]:
+        return await cp.get_service("svc-checkout")
+
+    service = with_client(node_tls_server.url, node_tls_server.token, body,
+                          ca_file=node_tls_server.ca_file)
+    assert service["id"] == "svc-checkout"
+    # Without the CA the system/certifi roots apply, and the throwaway CA is not in them.
+    # (`call`, not `get_service`: the typed reads add a second layer of transient retries.)
+    async def bare(cp: ControlPlaneClient) -> dict[str, Any]:
+        return await cp.call("echo", {})
+
+    with pytest.raises(TransportError, match="TLS"):
+        with_client(node_tls_server.url, node_tls_server.token, bare)
