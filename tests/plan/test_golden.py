@@ -144,7 +144,7 @@ def test_golden_cases_cover_each_verdict() -> None:
 
 
 def test_ansi_from_a_cluster_never_reaches_the_renderings() -> None:
-    got_json, got_md = _plan_from_files("sn1-stuck-with-ansi")
+    _, got_md = _plan_from_files("sn1-stuck-with-ansi")
     assert "\x1b" not in got_md and "\\x1b" in got_md
     from reconciler.render import text
     desired, live, prov = CASES["sn1-stuck-with-ansi"]()
