@@ -425,10 +425,6 @@ class Prober:
         payload: dict[str, Any] | None = None,
     ) -> httpx.Response:
         """One exchange with one address, bounded in time; transport failures -> _Silent."""
-        failures, last = self._failures.get(address, (0, ""))
-        if failures >= self._max_failures:
-            raise _Silent(f"not attempted: {address} failed {failures} requests in a row "
-                          f"(last: {last})", transport=True)
         headers: dict[str, str] = {}
         if bearer is not None:
             headers["Authorization"] = f"Bearer {bearer}"
@@ -438,6 +434,12 @@ class Prober:
             content = json.dumps(payload, separators=(",", ":")).encode()
         timeout = self._conn.probe_timeout
         async with self._semaphore:
+            # Checked after the wait for a slot: the requests queued behind the ones that
+            # failed must see the failures, or a dark address costs one timeout per app.
+            failures, last = self._failures.get(address, (0, ""))
+            if failures >= self._max_failures:
+                raise _Silent(f"not attempted: {address} failed {failures} requests in a row "
+                              f"(last: {last})", transport=True)
             self.requests_sent += 1
             try:
                 async with asyncio.timeout(timeout):
