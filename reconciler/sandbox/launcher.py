@@ -1,0 +1,510 @@
+"""Start, attach to, drive and stop a sandbox: the supervisor of its processes.
+
+Owns the state directory layout (``sandbox.json`` describes a running sandbox), the choice
+of ports (free ones by default: the launcher binds the listening sockets itself and hands
+them to the children, so there is no window for another process to take them), the
+process lifecycle (children exit when the launcher's pipe closes, unless detached), and
+the ``Sandbox`` handle the tests, the CLI and ``make demo`` use: client environment,
+settings document, faults, registry pushes, audit and cluster records, kill and restart.
+
+Must not implement server behaviour: ``controlplane`` and ``cluster`` do, in their own
+processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reconciler.sandbox import cluster as cluster_mod
+from reconciler.sandbox import controlplane, faults, pki, rollouts, seeding, serving, store
+
+GATEWAY = "gateway.sandbox.test"
+WALLET = "rReconcileDeployBot"
+AUTH_APP_ID = "reconcile"
+DEFAULT_PORT = 18443
+DEFAULT_MESH_PORT = 18444
+CONTROL_PLANE = faults.CONTROL_PLANE
+DESCRIPTOR = "sandbox.json"
+READY_TIMEOUT_S = 15.0
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+class SandboxError(RuntimeError):
+    """The sandbox could not be started, attached to or driven."""
+
+
+def cluster_ids(count: int) -> list[str]:
+    return [f"sn{i + 1}" for i in range(count)]
+
+
+def _addresses(count: int) -> dict[str, str]:
+    return {cid: f"127.0.0.{i + 2}" for i, cid in enumerate(cluster_ids(count))}
+
+
+def _mesh_sockets(addresses: list[str], port: int | None) -> tuple[int, list[socket.socket]]:
+    """One listening socket per address, all on the same port (free on every address)."""
+    for _ in range(50):
+        socks: list[socket.socket] = []
+        try:
+            first = serving.listen_socket(addresses[0], port or 0)
+            socks.append(first)
+            chosen = int(first.getsockname()[1])
+            for address in addresses[1:]:
+                socks.append(serving.listen_socket(address, chosen))
+            return chosen, socks
+        except OSError as exc:
+            for sock in socks:
+                sock.close()
+            if port:
+                raise SandboxError(f"mesh port {port} is taken on one of {addresses}") from exc
+    raise SandboxError("no port free on every cluster address")
+
+
+@dataclass
+class Sandbox:
+    """A running sandbox: where it is, and how to drive it."""
+
+    state_dir: Path
+    control_plane_url: str
+    gateway: str
+    mesh_port: int
+    addresses: dict[str, str]
+    ca_file: Path
+    token: str
+    token_file: Path
+    signer_key_file: Path
+    wallet_address: str = WALLET
+    auth_app_id: str = AUTH_APP_ID
+    deploy_bot_token_file: Path | None = None
+    _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+    _argv: dict[str, list[str]] = field(default_factory=dict, repr=False)
+    _pids: dict[str, int] = field(default_factory=dict, repr=False)
+    _parent_fds: tuple[int, int] | None = field(default=None, repr=False)
+    _detached: bool = field(default=False, repr=False)
+
+    # -- what a client needs ---------------------------------------------------------
+
+    @property
+    def control_plane_port(self) -> int:
+        return int(self.control_plane_url.rsplit(":", 1)[1])
+
+    @property
+    def clusters(self) -> list[str]:
+        return list(self.addresses)
+
+    def advertised(self) -> dict[str, str]:
+        """The gateway's A records: every cluster without a ``dns-missing`` fault."""
+        current = faults.read_all(self.state_dir)
+        return {cid: addr for cid, addr in self.addresses.items()
+                if "dns-missing" not in current.get(cid, {})}
+
+    def resolve_arg(self) -> str:
+        return f"{self.gateway}:{self.mesh_port}:{','.join(self.advertised().values())}"
+
+    def env(self) -> dict[str, str]:
+        return {
+            "RECONCILE_TOKEN": self.token,
+            "RECONCILE_SIGNER_KEY": str(self.signer_key_file),
+            "RECONCILE_CONTROL_PLANE_URL": self.control_plane_url,
+            "RECONCILE_CA_FILE": str(self.ca_file),
+            "RECONCILE_GATEWAY": self.gateway,
+            "RECONCILE_RESOLVE": self.resolve_arg(),
+        }
+
+    def settings_yaml(self, **policy: Any) -> str:
+        """A ``Settings`` document for this sandbox (absolute ``caFile``).
+
+        ``policy`` keys: ``interval_seconds`` / ``intervalSeconds``, ``attempts``, ``prune``,
+        or a whole ``convergence`` mapping.
+        """
+        convergence = dict(policy.pop("convergence", {}))
+        convergence.setdefault(
+            "intervalSeconds",
+            policy.pop("interval_seconds", policy.pop("intervalSeconds", 0.2)))
+        convergence.setdefault("attempts", policy.pop("attempts", 50))
+        doc: dict[str, Any] = {
+            "apiVersion": "reconcile/v1",
+            "kind": "Settings",
+            "controlPlane": {"url": self.control_plane_url, "caFile": str(self.ca_file),
+                             "tokenEnv": "RECONCILE_TOKEN"},
+            "mesh": {"gateway": self.gateway, "port": self.mesh_port,
+                     "caFile": str(self.ca_file),
+                     "resolve": list(self.advertised().values()),
+                     "clusters": self.clusters,
+                     "signer": {"walletAddress": self.wallet_address, "appId": self.auth_app_id,
+                                "keyFileEnv": "RECONCILE_SIGNER_KEY"}},
+            "policy": {"convergence": convergence, **policy},
+        }
+        # JSON is YAML: no emitter needed, and no quoting surprises.
+        return json.dumps(doc, indent=2) + "\n"
+
+    # -- driving it --------------------------------------------------------------------
+
+    def fault(self, target: str, kind: str, *, on: bool = True, **params: Any) -> None:
+        if target != CONTROL_PLANE and target not in self.addresses:
+            raise SandboxError(f"unknown fault target {target!r}")
+        try:
+            faults.set_fault(self.state_dir, target, kind, on=on, params=params)
+        except ValueError as exc:
+            raise SandboxError(str(exc)) from exc
+
+    def clear_faults(self) -> None:
+        faults.clear(self.state_dir)
+
+    def set_egress_allowlist(self, cluster_id: str, entries: list[str] | None) -> None:
+        """The cluster operator's egress allow-list (``host`` or ``host:port``); None = all."""
+        if entries is None:
+            self.fault(cluster_id, "egress-allow", on=False)
+        else:
+            self.fault(cluster_id, "egress-allow", hosts=",".join(entries))
+
+    def push(self, service_name: str, tag: str) -> str:
+        conn = store.connect(self.state_dir)
+        try:
+            with store.transaction(conn):
+                try:
+                    release = seeding.push(conn, service_name, tag)
+                except seeding.SeedError as exc:
+                    raise SandboxError(str(exc)) from exc
+                store.audit(conn, "registry", "push",
+                            {"service": service_name, "tag": tag, "releaseId": release["id"]},
+                            "ok")
+        finally:
+            conn.close()
+        return str(release["data"]["registryRootDigest"])
+
+    def seed(self, seed: dict[str, Any]) -> None:
+        """Replace services, releases and grants (clusters follow after their delay)."""
+        conn = store.connect(self.state_dir)
+        try:
+            with store.transaction(conn):
+                seeding.apply_seed(conn, seed)
+        finally:
+            conn.close()
+
+    def audit(self, source: str = CONTROL_PLANE) -> list[dict[str, Any]]:
+        if source in (CONTROL_PLANE, "registry"):
+            return store.read_audit(self.state_dir, source)
+        if source not in self.addresses:
+            raise SandboxError(f"unknown audit source {source!r}")
+        return cluster_mod.read_audit(self.state_dir, source)
+
+    def cluster_status(self) -> dict[str, dict[str, Any]]:
+        """Cluster id -> app id -> the runtime record that cluster keeps (no faults applied)."""
+        out: dict[str, dict[str, Any]] = {}
+        for cid in self.addresses:
+            apps = cluster_mod.read_runtime(self.state_dir, cid)
+            out[cid] = {app: {k: v for k, v in rec.items() if not k.startswith("_")}
+                        for app, rec in apps.items()}
+        return out
+
+    def rollout_statuses(self) -> dict[str, dict[str, Any]]:
+        """Service id -> the aggregate ``IImageRolloutStatus`` the control plane reports."""
+        conn = store.connect(self.state_dir)
+        try:
+            out = {}
+            for service in store.all_services(conn):
+                plan = service["data"].get("imageDeployment")
+                if plan:
+                    out[service["id"]] = rollouts.aggregate(
+                        plan, store.load_reports(conn, service["id"]))
+            return out
+        finally:
+            conn.close()
+
+    def wait_settled(self, timeout: float = 15.0) -> dict[str, dict[str, Any]]:
+        """Wait until no rollout is pending/deploying; returns the statuses."""
+        deadline = time.monotonic() + timeout
+        while True:
+            statuses = self.rollout_statuses()
+            if all(s["status"] not in ("pending", "deploying", "verifying", "rolling-back")
+                   for s in statuses.values()):
+                return statuses
+            if time.monotonic() > deadline:
+                raise SandboxError(f"rollouts still in flight: {statuses}")
+            time.sleep(0.05)
+
+    # -- processes ---------------------------------------------------------------------
+
+    def pid(self, component: str) -> int | None:
+        proc = self._procs.get(component)
+        return proc.pid if proc is not None else self._pids.get(component)
+
+    def kill(self, component: str, sig: int = signal.SIGKILL) -> None:
+        pid = self.pid(component)
+        if pid is None:
+            raise SandboxError(f"unknown component {component!r}")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        proc = self._procs.get(component)
+        if proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+
+    def restart(self, component: str) -> None:
+        """Start ``component`` again (after ``kill``), on the same address and port."""
+        if component not in self._argv:
+            raise SandboxError(f"unknown component {component!r}")
+        self.kill(component, signal.SIGTERM)
+        if component == CONTROL_PLANE:
+            sock = serving.listen_socket("127.0.0.1", self.control_plane_port)
+        else:
+            sock = serving.listen_socket(self.addresses[component], self.mesh_port)
+        try:
+            proc = _spawn(self, component, sock, adopt=False)
+        finally:
+            sock.close()
+        _wait_ready({component: proc}, self.state_dir)
+        self._procs[component] = proc
+        _write_descriptor(self)
+
+    def stop(self) -> None:
+        components = list(self._procs) or list(self._pids)
+        for component in components:
+            with contextlib.suppress(ProcessLookupError, TypeError):
+                pid = self.pid(component)
+                if pid is not None:
+                    os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 3
+        for component in components:
+            proc = self._procs.get(component)
+            if proc is None:
+                continue
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if self._parent_fds is not None:
+            for fd in self._parent_fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._parent_fds = None
+        self._procs.clear()
+        self._pids.clear()
+        with contextlib.suppress(FileNotFoundError):
+            descriptor = json.loads((self.state_dir / DESCRIPTOR).read_text())
+            descriptor["pids"] = {}
+            (self.state_dir / DESCRIPTOR).write_text(json.dumps(descriptor, indent=2))
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _spawn(sandbox: Sandbox, component: str, sock: socket.socket, *,
+           adopt: bool) -> subprocess.Popen[bytes]:
+    argv = [*sandbox._argv[component], "--fd", str(sock.fileno())]
+    pass_fds = [sock.fileno()]
+    if sandbox._parent_fds is not None:
+        argv += ["--parent-fd", str(sandbox._parent_fds[0])]
+        pass_fds.append(sandbox._parent_fds[0])
+    if adopt:
+        argv.append("--adopt")
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([_PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")])}
+    log_dir = sandbox.state_dir / "logs"
+    log_dir.mkdir(exist_ok=True)
+    with open(log_dir / f"{component}.log", "ab") as log:
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+            pass_fds=pass_fds, env=env, start_new_session=sandbox._detached)
+
+
+def _wait_ready(procs: dict[str, subprocess.Popen[bytes]], state_dir: Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    waiting = {p.stdout.fileno(): (name, p) for name, p in procs.items() if p.stdout}
+    while waiting:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise SandboxError(f"not ready in {READY_TIMEOUT_S}s: "
+                               f"{sorted(n for n, _ in waiting.values())}")
+        readable, _, _ = select.select(list(waiting), [], [], remaining)
+        for fd in readable:
+            name, proc = waiting.pop(fd)
+            line = proc.stdout.readline() if proc.stdout else b""
+            if not line.startswith(b"READY"):
+                proc.wait(timeout=5)
+                log = (state_dir / "logs" / f"{name}.log").read_text(errors="replace")
+                raise SandboxError(f"{name} failed to start:\n{log[-2000:]}")
+
+
+def _write_descriptor(sandbox: Sandbox, extra: dict[str, Any] | None = None) -> None:
+    path = sandbox.state_dir / DESCRIPTOR
+    try:
+        descriptor = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        descriptor = {}
+    descriptor.update(extra or {})
+    descriptor.update({
+        "controlPlaneUrl": sandbox.control_plane_url,
+        "gateway": sandbox.gateway,
+        "meshPort": sandbox.mesh_port,
+        "addresses": sandbox.addresses,
+        "detached": sandbox._detached,
+        "argv": sandbox._argv,
+        "pids": {name: sandbox.pid(name) for name in sandbox._argv},
+    })
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(descriptor, indent=2))
+    tmp.replace(path)
+
+
+def load_seed(path: Path) -> dict[str, Any]:
+    """A seed document from YAML or JSON."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        data = json.loads(text)
+    else:
+        from ruamel.yaml import YAML
+
+        data = YAML(typ="safe").load(text)
+    if not isinstance(data, dict):
+        raise SandboxError(f"{path}: a seed is a mapping")
+    return data
+
+
+def prepare(state_dir: Path, *, clusters: list[str], seed: Path | None, gateway: str) -> None:
+    """Key material, the database, users and the seed (the seed only on a fresh state)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    pki.ensure_all(state_dir, gateway=gateway)
+    secret_file = state_dir / controlplane.SECRET_FILE
+    if not secret_file.exists():
+        secret_file.write_text(secrets.token_hex(24) + "\n")
+        secret_file.chmod(0o600)
+    fresh = not (state_dir / store.DB_FILE).exists()
+    conn = store.connect(state_dir)
+    try:
+        store.initialise(conn)
+        with store.transaction(conn):
+            store.set_meta(conn, "clusters", json.dumps(clusters))
+            if fresh:
+                seeding.create_users(conn, state_dir)
+                seeding.apply_seed(conn, load_seed(seed) if seed else seeding.DEFAULT_SEED)
+    finally:
+        conn.close()
+
+
+def start(state_dir: Path, *, clusters: int = 3, port: int | None = None,
+          mesh_port: int | None = None, converge_delay_ms: int | dict[str, int] = 300,
+          seed: Path | None = None, latency_ms: int = 0, detach: bool = False,
+          identity_ttl_ms: int = 3_600_000, token_ttl_ms: int = 900_000,
+          gateway: str = GATEWAY) -> Sandbox:
+    """Start a control plane and ``clusters`` clusters; returns once all of them serve.
+
+    ``port``/``mesh_port`` None pick free ports. ``latency_ms`` switches the ``latency``
+    fault on everywhere. Without ``detach`` the processes die with this one.
+    """
+    if not 1 <= clusters <= 200:
+        raise SandboxError("clusters must be between 1 and 200")
+    state_dir = state_dir.resolve()
+    ids = cluster_ids(clusters)
+    addresses = _addresses(clusters)
+    prepare(state_dir, clusters=ids, seed=seed, gateway=gateway)
+    faults.clear(state_dir)
+    cp_sock = serving.listen_socket("127.0.0.1", port if port is not None else 0)
+    try:
+        chosen_mesh, mesh_socks = _mesh_sockets(list(addresses.values()), mesh_port)
+    except BaseException:
+        cp_sock.close()
+        raise
+    cp_port = int(cp_sock.getsockname()[1])
+    sandbox = Sandbox(
+        state_dir=state_dir,
+        control_plane_url=f"https://127.0.0.1:{cp_port}",
+        gateway=gateway,
+        mesh_port=chosen_mesh,
+        addresses=addresses,
+        ca_file=state_dir / pki.CA_FILE,
+        token=(state_dir / "token").read_text().strip(),
+        token_file=state_dir / "token",
+        signer_key_file=state_dir / pki.SIGNER_KEY_FILE,
+        deploy_bot_token_file=state_dir / "token-deploy-bot",
+    )
+    sandbox._detached = detach
+    if not detach:
+        read_end, write_end = os.pipe()
+        sandbox._parent_fds = (read_end, write_end)
+    python = sys.executable
+    sandbox._argv[CONTROL_PLANE] = [
+        python, "-m", "reconciler.sandbox.controlplane", "--state", str(state_dir),
+        "--port", str(cp_port), "--identity-ttl-ms", str(identity_ttl_ms)]
+    for cid, address in addresses.items():
+        delay = (converge_delay_ms.get(cid, 300) if isinstance(converge_delay_ms, dict)
+                 else converge_delay_ms)
+        sandbox._argv[cid] = [
+            python, "-m", "reconciler.sandbox.cluster", "--state", str(state_dir),
+            "--id", cid, "--address", address, "--port", str(chosen_mesh),
+            "--gateway", gateway, "--control-plane", f"127.0.0.1:{cp_port}",
+            "--delay-ms", str(delay), "--token-ttl-ms", str(token_ttl_ms),
+            "--wallet", WALLET, "--auth-app-id", AUTH_APP_ID]
+    if latency_ms:
+        for target in [CONTROL_PLANE, *ids]:
+            sandbox.fault(target, "latency", ms=latency_ms)
+    socks = {CONTROL_PLANE: cp_sock, **dict(zip(ids, mesh_socks, strict=True))}
+    try:
+        for component, sock in socks.items():
+            adopt = component != CONTROL_PLANE and not (
+                cluster_mod.cluster_dir(state_dir, component) / "runtime.json").exists()
+            sandbox._procs[component] = _spawn(sandbox, component, sock, adopt=adopt)
+        for sock in socks.values():
+            sock.close()
+        _wait_ready(dict(sandbox._procs), state_dir)
+    except BaseException:
+        for sock in socks.values():
+            sock.close()
+        sandbox.stop()
+        raise
+    _write_descriptor(sandbox)
+    return sandbox
+
+
+def attach(state_dir: Path) -> Sandbox:
+    """A handle on a sandbox started elsewhere (``reconcile sandbox up --detach``)."""
+    state_dir = state_dir.resolve()
+    try:
+        descriptor = json.loads((state_dir / DESCRIPTOR).read_text())
+    except FileNotFoundError as exc:
+        raise SandboxError(f"no sandbox in {state_dir} (run: reconcile sandbox up)") from exc
+    sandbox = Sandbox(
+        state_dir=state_dir,
+        control_plane_url=descriptor["controlPlaneUrl"],
+        gateway=descriptor["gateway"],
+        mesh_port=int(descriptor["meshPort"]),
+        addresses=dict(descriptor["addresses"]),
+        ca_file=state_dir / pki.CA_FILE,
+        token=(state_dir / "token").read_text().strip(),
+        token_file=state_dir / "token",
+        signer_key_file=state_dir / pki.SIGNER_KEY_FILE,
+        deploy_bot_token_file=state_dir / "token-deploy-bot",
+    )
+    sandbox._argv = {k: list(v) for k, v in descriptor.get("argv", {}).items()}
+    sandbox._pids = {k: int(v) for k, v in descriptor.get("pids", {}).items() if v}
+    sandbox._detached = True
+    return sandbox
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

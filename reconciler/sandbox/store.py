@@ -1,0 +1,219 @@
+"""The control plane's durable state: one SQLite database in WAL mode.
+
+Owns the schema (services, releases, per-reporter rollout reports, grants, users, machine
+tokens and sessions stored as SHA-256 hashes, idempotency keys with the payload hash and
+the stored response, the audit log, and a few meta values) and the transaction helper.
+Every request runs in one ``BEGIN IMMEDIATE`` transaction, so writers are serialised by
+SQLite itself: two promotions racing on one generation cannot both pass the
+compare-and-swap, and a reply is only sent after its transaction committed (WAL,
+``synchronous=NORMAL``: a committed transaction survives the process being killed).
+
+Must not know the TypedRequest envelope or HTTP: ``controlplane`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+DB_FILE = "control-plane.sqlite3"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS services (id TEXT PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS releases (
+    id TEXT PRIMARY KEY, service_id TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS releases_by_service ON releases (service_id, seq);
+CREATE TABLE IF NOT EXISTS reports (
+    service_id TEXT NOT NULL, reporter_id TEXT NOT NULL, data TEXT NOT NULL,
+    PRIMARY KEY (service_id, reporter_id));
+CREATE TABLE IF NOT EXISTS grants (
+    user_id TEXT NOT NULL, service_id TEXT NOT NULL, capabilities TEXT NOT NULL,
+    PRIMARY KEY (user_id, service_id));
+CREATE TABLE IF NOT EXISTS users (
+    user_id TEXT PRIMARY KEY, name TEXT NOT NULL, type TEXT NOT NULL, role TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tokens (token_hash TEXT PRIMARY KEY, user_id TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+    jwt_hash TEXT PRIMARY KEY, user_id TEXT NOT NULL, expires_at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS idempotency (
+    key TEXT PRIMARY KEY, method TEXT NOT NULL, payload_hash TEXT NOT NULL,
+    response TEXT NOT NULL, created_at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS audit (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL, source TEXT NOT NULL,
+    method TEXT NOT NULL, fields TEXT NOT NULL, result TEXT NOT NULL);
+"""
+
+JsonDict = dict[str, Any]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def sha256_hex(value: str) -> str:
+    return hashlib.sha256(value.encode("utf-8")).hexdigest()
+
+
+def canonical(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def connect(state_dir: Path) -> sqlite3.Connection:
+    """A connection in autocommit mode; transactions are explicit (``transaction``)."""
+    conn = sqlite3.connect(
+        state_dir / DB_FILE, timeout=30.0, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA busy_timeout=30000")
+    return conn
+
+
+def initialise(conn: sqlite3.Connection) -> None:
+    with transaction(conn):
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+
+
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` … ``COMMIT``; rolled back on any exception."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def get_meta(conn: sqlite3.Connection, key: str, default: str | None = None) -> str | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return str(row[0]) if row else default
+
+
+def set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
+    conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
+                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
+
+
+def bump_version(conn: sqlite3.Connection) -> int:
+    """Clusters poll this counter: it moves whenever a desired state they follow changes."""
+    version = int(get_meta(conn, "version", "0") or 0) + 1
+    set_meta(conn, "version", str(version))
+    return version
+
+
+def clusters(conn: sqlite3.Connection) -> list[str]:
+    return list(json.loads(get_meta(conn, "clusters", "[]") or "[]"))
+
+
+def load_service(conn: sqlite3.Connection, service_id: str) -> JsonDict | None:
+    row = conn.execute("SELECT data FROM services WHERE id = ?", (service_id,)).fetchone()
+    return None if row is None else {"id": service_id, "data": json.loads(row[0])}
+
+
+def save_service(conn: sqlite3.Connection, service: JsonDict) -> None:
+    conn.execute("INSERT INTO services (id, data) VALUES (?, ?) "
+                 "ON CONFLICT (id) DO UPDATE SET data = excluded.data",
+                 (service["id"], canonical(service["data"])))
+
+
+def all_services(conn: sqlite3.Connection) -> list[JsonDict]:
+    rows = conn.execute("SELECT id, data FROM services ORDER BY id").fetchall()
+    return [{"id": r[0], "data": json.loads(r[1])} for r in rows]
+
+
+def load_releases(conn: sqlite3.Connection, service_id: str) -> list[JsonDict]:
+    rows = conn.execute("SELECT id, data FROM releases WHERE service_id = ? ORDER BY seq",
+                        (service_id,)).fetchall()
+    return [{"id": r[0], "data": json.loads(r[1])} for r in rows]
+
+
+def load_release(conn: sqlite3.Connection, release_id: str) -> JsonDict | None:
+    row = conn.execute("SELECT data FROM releases WHERE id = ?", (release_id,)).fetchone()
+    return None if row is None else {"id": release_id, "data": json.loads(row[0])}
+
+
+def save_release(conn: sqlite3.Connection, release: JsonDict) -> None:
+    row = conn.execute("SELECT seq FROM releases WHERE id = ?", (release["id"],)).fetchone()
+    if row is None:
+        seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM releases").fetchone()[0]
+        conn.execute("INSERT INTO releases (id, service_id, seq, data) VALUES (?, ?, ?, ?)",
+                     (release["id"], release["data"]["serviceId"], seq,
+                      canonical(release["data"])))
+    else:
+        conn.execute("UPDATE releases SET data = ? WHERE id = ?",
+                     (canonical(release["data"]), release["id"]))
+
+
+def load_reports(conn: sqlite3.Connection, service_id: str) -> list[JsonDict]:
+    rows = conn.execute("SELECT data FROM reports WHERE service_id = ? ORDER BY reporter_id",
+                        (service_id,)).fetchall()
+    return [json.loads(r[0]) for r in rows]
+
+
+def save_report(conn: sqlite3.Connection, service_id: str, report: JsonDict) -> bool:
+    """Store the latest report of a reporter; True when it differs from the stored one."""
+    data = canonical(report)
+    row = conn.execute("SELECT data FROM reports WHERE service_id = ? AND reporter_id = ?",
+                       (service_id, report["reporterId"])).fetchone()
+    if row is not None:
+        old = json.loads(row[0])
+        old.pop("reportedAt", None)
+        old.pop("reportSequence", None)
+        new = {k: v for k, v in report.items() if k not in ("reportedAt", "reportSequence")}
+        if old == new:
+            return False
+    conn.execute("INSERT INTO reports (service_id, reporter_id, data) VALUES (?, ?, ?) "
+                 "ON CONFLICT (service_id, reporter_id) DO UPDATE SET data = excluded.data",
+                 (service_id, report["reporterId"], data))
+    return True
+
+
+def grants(conn: sqlite3.Connection) -> list[JsonDict]:
+    rows = conn.execute(
+        "SELECT user_id, service_id, capabilities FROM grants ORDER BY user_id, service_id"
+    ).fetchall()
+    return [{"userId": r[0], "serviceId": r[1], "capabilities": json.loads(r[2])} for r in rows]
+
+
+def capabilities(conn: sqlite3.Connection, user_id: str, service_id: str) -> list[str]:
+    row = conn.execute("SELECT capabilities FROM grants WHERE user_id = ? AND service_id = ?",
+                       (user_id, service_id)).fetchone()
+    return [] if row is None else list(json.loads(row[0]))
+
+
+def set_grant(conn: sqlite3.Connection, user_id: str, service_id: str, caps: list[str]) -> None:
+    if caps:
+        conn.execute("INSERT INTO grants (user_id, service_id, capabilities) VALUES (?, ?, ?) "
+                     "ON CONFLICT (user_id, service_id) DO UPDATE "
+                     "SET capabilities = excluded.capabilities",
+                     (user_id, service_id, json.dumps(caps)))
+    else:
+        conn.execute("DELETE FROM grants WHERE user_id = ? AND service_id = ?",
+                     (user_id, service_id))
+
+
+def audit(conn: sqlite3.Connection, source: str, method: str, fields: JsonDict,
+          result: str) -> None:
+    conn.execute("INSERT INTO audit (at, source, method, fields, result) VALUES (?, ?, ?, ?, ?)",
+                 (now_ms(), source, method, canonical(fields), result))
+
+
+def read_audit(state_dir: Path, source: str = "control-plane") -> list[JsonDict]:
+    conn = connect(state_dir)
+    try:
+        rows = conn.execute(
+            "SELECT seq, at, method, fields, result FROM audit WHERE source = ? ORDER BY seq",
+            (source,)).fetchall()
+    finally:
+        conn.close()
+    return [{"seq": r[0], "at": r[1], "method": r[2], **json.loads(r[3]), "result": r[4]}
+            for r in rows]
