@@ -12,8 +12,9 @@ file and raises nothing for bad input.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from reconciler.core.desired import Grant, Service, Settings
 from reconciler.core.diagnostics import NO_POSITION, Diagnostic, field_path
@@ -76,17 +77,14 @@ def check(documents: Sequence[Located], *, complete: bool = True,
                                               f"one (also declared at {others})"))
 
     for alias, attribute in (("name", "name"), ("serviceId", "service_id"), ("appId", "app_id")):
-        first: dict[str, Located] = {}
+        claims: dict[str, list[tuple[Located, Loc]]] = {}
         for doc in services:
-            value = getattr(doc.document, attribute)
-            if value in first:
-                problems.append(doc.at((alias,), f"service {alias} {value!r} is already "
-                                                 f"declared at {first[value].where}"))
-            else:
-                first[value] = doc
+            claims.setdefault(getattr(doc.document, attribute), []).append((doc, (alias,)))
+        label = f"service {alias}"
+        problems.extend(_clashes(claims, _labeller(label)))
 
     declared = sorted({d.document.name for d in services if isinstance(d.document, Service)})
-    granted: dict[tuple[str, str], Located] = {}
+    granted: dict[tuple[str, str], list[tuple[Located, Loc]]] = {}
     for doc in grants:
         grant = doc.document
         assert isinstance(grant, Grant)
@@ -94,13 +92,31 @@ def check(documents: Sequence[Located], *, complete: bool = True,
             loc: Loc = ("services", index, "service")
             if complete and entry.service not in declared:
                 problems.append(doc.at(loc, _undeclared(entry.service, declared)))
-            key = (grant.user_id, entry.service)
-            if key in granted and granted[key] is not doc:
-                problems.append(doc.at(loc, f"user {grant.user_id!r} is already granted "
-                                            f"{entry.service!r} at {granted[key].where}; "
-                                            "one document per (user, service)"))
-            granted.setdefault(key, doc)
+            granted.setdefault((grant.user_id, entry.service), []).append((doc, loc))
+    problems.extend(_clashes(
+        granted, lambda key: f"user {key[0]!r} granted service {key[1]!r}",
+        rule="one Grant entry per (user, service)"))
     return problems
+
+
+def _clashes(claims: Mapping[Any, list[tuple[Located, Loc]]], what: Callable[[Any], str],
+             *, rule: str = "it must be unique") -> list[Diagnostic]:
+    """One diagnostic at every place that claims what another place claims too."""
+    problems: list[Diagnostic] = []
+    for value, places in claims.items():
+        if len(places) < 2:
+            continue
+        for doc, loc in places:
+            others = ", ".join(f"{other.path}:{other.at(where, '').line}"
+                               for other, where in places if (other, where) != (doc, loc))
+            problems.append(doc.at(loc, f"{what(value)} is also declared at {others}; {rule}"))
+    return problems
+
+
+def _labeller(label: str) -> Callable[[Any], str]:
+    def describe(value: Any) -> str:
+        return f"{label} {value!r}"
+    return describe
 
 
 def _undeclared(name: str, declared: Sequence[str]) -> str:

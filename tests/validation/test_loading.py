@@ -1,0 +1,160 @@
+"""The loader on its own: typing of scalars, positions, caching, and hostile bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reconciler.shell import loading
+from reconciler.shell.validating import RepoCache, load_repo
+
+
+def parse(text: str) -> object:
+    documents, problems = loading.parse_bytes(text.encode(), "t.yaml")
+    assert problems == ()
+    assert len(documents) == 1
+    return documents[0].value
+
+
+def test_no_on_yes_and_leading_zeros_stay_strings() -> None:
+    value = parse("a: no\nb: on\nc: yes\nd: 0443\ne: 0x1F\nf: True\ng: NULL\nh: 1_000\n")
+    assert value == {"a": "no", "b": "on", "c": "yes", "d": "0443", "e": "0x1F",
+                     "f": "True", "g": "NULL", "h": "1_000"}
+
+
+def test_core_scalars_are_typed() -> None:
+    value = parse("a: true\nb: false\nc: null\nd: ~\ne:\nf: -12\ng: 0\nh: 1.5\ni: 2e3\n")
+    assert value == {"a": True, "b": False, "c": None, "d": None, "e": None, "f": -12, "g": 0,
+                     "h": 1.5, "i": 2000.0}
+    assert isinstance(parse("a: 443")["a"], int)  # type: ignore[index]
+
+
+def test_quoted_and_block_scalars_are_always_strings() -> None:
+    assert parse("a: 'true'\nb: \"443\"\nc: |\n  x\nd: >\n  y\n") == {
+        "a": "true", "b": "443", "c": "x\n", "d": "y\n"}
+
+
+def test_positions_are_one_based_and_cover_every_value() -> None:
+    documents, _ = loading.parse_bytes(b"# c\na:\n  b: [x, 'y']\n", "t.yaml")
+    doc = documents[0]
+    assert doc.positions[("a",)] == (3, 3)
+    assert doc.positions[("a", "b", 1)] == (3, 10)
+    assert doc.key_positions[("a", "b")] == (3, 3)
+    assert doc.position_of(("a", "b", "missing")) == (3, 6)
+
+
+def test_multi_document_files_skip_empty_documents() -> None:
+    documents, problems = loading.parse_bytes(b"---\n---\na: 1\n---\n# only a comment\n",
+                                              "t.yaml")
+    assert problems == ()
+    assert [d.value for d in documents] == [{"a": 1}]
+    assert documents[0].line == 3
+
+
+def test_yaml_1_2_directive_is_accepted() -> None:
+    documents, problems = loading.parse_bytes(b"%YAML 1.2\n---\na: 1\n", "t.yaml")
+    assert problems == () and documents[0].value == {"a": 1}
+
+
+def test_flow_sequence_of_colon_words_reads_as_yaml_1_2() -> None:
+    # libyaml (1.1) refuses `a:b` inside [...]; the loader falls back to ruamel's parser.
+    assert parse("c: [deployment:preflight, x:y]\n") == {"c": ["deployment:preflight", "x:y"]}
+
+
+def test_paths_leaving_the_root_are_refused(tmp_path: Path) -> None:
+    for rel in ("../x.yaml", "/etc/passwd", "a/../../x.yaml", "a//b.yaml"):
+        loaded = loading.load_file(tmp_path, rel)
+        assert loaded.documents == ()
+        assert "repo" in loaded.diagnostics[0].message or "normalised" in \
+            loaded.diagnostics[0].message
+
+
+def test_a_symlinked_parent_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "x.yaml").write_text("a: 1\n")
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    loaded = loading.load_file(tmp_path, "link/x.yaml")
+    assert loaded.documents == () and "symbolic link" in loaded.diagnostics[0].message
+    assert loading.load_file(tmp_path, "real/x.yaml").documents[0].value == {"a": 1}
+
+
+def test_dot_directories_are_skipped_and_order_is_deterministic(tmp_path: Path) -> None:
+    for rel in ("b.yaml", "a/z.yml", "a/b.yaml", ".git/x.yaml", ".reconcile/j.yaml",
+                "notes.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("a: 1\n")
+    assert loading.discover(tmp_path) == (("a/b.yaml", "a/z.yml", "b.yaml"), ())
+
+
+def _age(path: Path, seconds: int = 60) -> None:
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - seconds * 1_000_000_000))
+
+
+def test_cache_reparses_only_changed_files(repo: Path) -> None:
+    for path in repo.rglob("*.yaml"):
+        _age(path)
+    cache = RepoCache()
+    first = load_repo(repo, cache=cache)
+    assert first.valid and cache.parse.misses == 6 and cache.parse.hits == 0
+    second = load_repo(repo, cache=cache)
+    assert second.state == first.state and cache.parse.hits == 6
+
+    changed = repo / "services" / "search.yaml"
+    changed.write_text(changed.read_text().replace("egress: []", "egress: [{host: x.example}]"))
+    _age(changed, 30)
+    third = load_repo(repo, cache=cache)
+    assert cache.parse.misses == 7 and cache.parse.hits == 11
+    assert third.state is not None
+    search = third.state.service_by_name("search")
+    assert search is not None and search.egress is not None and search.egress[0].host == "x.example"
+
+
+def test_recently_modified_files_are_not_cached(repo: Path) -> None:
+    for path in repo.rglob("*.yaml"):
+        os.utime(path)  # modified just now
+    cache = RepoCache()
+    assert load_repo(repo, cache=cache).valid
+    assert cache.parse.entries == {}  # all were written just now: a same-tick rewrite is possible
+
+
+@given(st.binary(max_size=2000))
+@settings(max_examples=300, deadline=None)
+def test_arbitrary_bytes_never_raise(data: bytes) -> None:
+    documents, problems = loading.parse_bytes(data, "fuzz.yaml")
+    assert not (documents and problems)
+    for problem in problems:
+        assert problem.line >= 1 and problem.path == "fuzz.yaml"
+
+
+_yamlish = st.text(alphabet=st.characters(codec="utf-8", categories=["L", "N", "P", "S", "Zs"]),
+                   max_size=20)
+
+
+@given(st.text(alphabet="-[]{}:,#&*!|>'\"%@` \n\tabc019.~?", max_size=300))
+@settings(max_examples=300, deadline=None)
+def test_yaml_punctuation_soup_never_raises(text: str) -> None:
+    documents, problems = loading.parse_bytes(text.encode(), "fuzz.yaml")
+    assert not (documents and problems)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**12), 10**12) | _yamlish
+    | st.floats(allow_nan=False, allow_infinity=False, width=32),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_yamlish, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(st.dictionaries(_yamlish, json_values, min_size=1, max_size=5))
+@settings(max_examples=200, deadline=None)
+def test_json_text_reads_back_as_the_same_values(value: dict[str, object]) -> None:
+    # JSON is YAML 1.2: the loader must read it exactly (quoted strings stay strings).
+    text = json.dumps(value, ensure_ascii=False)
+    documents, problems = loading.parse_bytes(text.encode(), "j.yaml")
+    assert problems == ()
+    assert documents[0].value == value
