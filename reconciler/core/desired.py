@@ -144,10 +144,11 @@ class Settings(_Model):
     control_plane: ControlPlane = Field(alias="controlPlane")
     mesh: Mesh
     policy: Policy = Policy()
-    state_dir: RelPath = Field(
-        default=".reconcile",
+    state_dir: RelPath | None = Field(
+        default=None,
         alias="stateDir",
-        description="Where apply keeps its journal (relative to the repo root).",
+        description="Where apply keeps its journal; outside the repo by default "
+        "(RECONCILE_STATE_DIR, else ~/.local/state/reconcile/<repo>).",
     )
 
 
