@@ -1,0 +1,46 @@
+"""Shared fixtures: a real sandbox (control plane + clusters as processes) per test.
+
+``sandbox`` starts one with the default seed on free ports in ``tmp_path`` and a short
+convergence delay, and stops it at teardown even when the test fails. ``sandbox_factory``
+starts sandboxes with custom options (``launcher.start`` keywords) and stops them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconciler.sandbox import launcher
+from reconciler.sandbox.launcher import Sandbox
+
+TEST_CONVERGE_DELAY_MS = 200
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
+    sb = launcher.start(tmp_path / "sandbox", converge_delay_ms=TEST_CONVERGE_DELAY_MS)
+    try:
+        yield sb
+    finally:
+        sb.stop()
+
+
+@pytest.fixture
+def sandbox_factory(tmp_path: Path) -> Iterator[Callable[..., Sandbox]]:
+    started: list[Sandbox] = []
+
+    def make(**options: Any) -> Sandbox:
+        name = options.pop("name", f"sandbox-{len(started)}")
+        options.setdefault("converge_delay_ms", TEST_CONVERGE_DELAY_MS)
+        sb = launcher.start(tmp_path / name, **options)
+        started.append(sb)
+        return sb
+
+    try:
+        yield make
+    finally:
+        for sb in started:
+            sb.stop()
