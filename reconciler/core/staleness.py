@@ -1,0 +1,92 @@
+"""Is a planned change still safe to send? Judged against a fresh snapshot. Pure.
+
+Owns the rule apply uses before any write: a change whose preconditions (rollout
+generation and id, egress revision, the live grant) still hold is ``fresh``; one whose
+intended result is already live is ``already_live`` (a rerun after a crash, or someone
+did the same thing); one this applier already sent (its idempotency key is in the
+journal) is ``ours`` and is replayed with the same key; anything else moved under the
+plan and is ``stale`` -- apply refuses it, naming what moved from what to what.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from reconciler.core.live import LiveService, LiveSnapshot
+from reconciler.core.plans import Action, Change
+
+
+class Freshness(StrEnum):
+    FRESH = "fresh"
+    ALREADY_LIVE = "already_live"
+    OURS = "ours"
+    STALE = "stale"
+
+
+@dataclass(frozen=True)
+class Check:
+    change: Change
+    freshness: Freshness
+    detail: str = ""
+
+
+def _already_live(change: Change, svc: LiveService, live: LiveSnapshot) -> bool:
+    if change.action in (Action.PROMOTE, Action.ROLLBACK):
+        return change.release_after is not None and \
+            svc.current_digest == change.release_after.digest
+    if change.action is Action.SET_EGRESS:
+        have = {(r.host, r.port) for r in svc.egress or ()}
+        want = {(r.host, r.port) for r in change.egress_after or ()}
+        return have == want
+    caps = _live_caps(change, live)
+    return caps is not None and caps == tuple(sorted(change.capabilities_after or ()))
+
+
+def _live_caps(change: Change, live: LiveSnapshot) -> tuple[str, ...] | None:
+    if live.grants is None:
+        return None
+    for grant in live.grants:
+        if grant.user_id == change.user_id and grant.service_id == change.service_id:
+            return tuple(sorted(c.value for c in grant.capabilities))
+    return ()
+
+
+def _moved(change: Change, svc: LiveService, live: LiveSnapshot) -> str:
+    """What moved, as "field: planned → now"; empty when nothing did."""
+    pre = change.preconditions
+    moved: list[str] = []
+    if change.action in (Action.PROMOTE, Action.ROLLBACK):
+        if pre.rollout_generation != svc.rollout_generation:
+            moved.append(f"rollout generation {pre.rollout_generation} → "
+                         f"{svc.rollout_generation}")
+        now_id = svc.deployment.rollout_id if svc.deployment else None
+        if pre.rollout_id != now_id:
+            moved.append(f"rollout id {pre.rollout_id} → {now_id}")
+    elif change.action is Action.SET_EGRESS:
+        if pre.egress_revision != svc.egress_revision:
+            moved.append(f"egress revision {pre.egress_revision} → {svc.egress_revision}")
+    else:
+        caps = _live_caps(change, live)
+        if caps is None:
+            moved.append("the live grants could not be read")
+        elif pre.capabilities is not None and tuple(sorted(pre.capabilities)) != caps:
+            moved.append(f"grant of {change.user_id} [{', '.join(pre.capabilities)}] → "
+                         f"[{', '.join(caps)}]")
+    return "; ".join(moved)
+
+
+def check(change: Change, live: LiveSnapshot, *, journaled: bool) -> Check:
+    """Judge one change against ``live``; ``journaled``: its key was sent before."""
+    svc = live.services.get(change.service_id)
+    if not isinstance(svc, LiveService):
+        return Check(change, Freshness.STALE, f"{change.service}: the control plane gave no "
+                     "state for it now")
+    moved = _moved(change, svc, live)
+    if not moved:
+        return Check(change, Freshness.OURS if journaled else Freshness.FRESH)
+    if _already_live(change, svc, live):
+        return Check(change, Freshness.ALREADY_LIVE, moved)
+    if journaled:
+        return Check(change, Freshness.OURS, moved)
+    return Check(change, Freshness.STALE, f"{change.service}: {moved}")
