@@ -374,8 +374,9 @@ class ControlPlaneClient:
                 self._identity = None
 
     async def _exchange_token(self) -> dict[str, Any]:
-        response = await self._with_transient_retries(
-            lambda: self._exchange("getIdentityByToken", {"token": self._token}))
+        # No retry here: the typed method around this call retries it as a whole, and
+        # nested retries would multiply the attempts (and the time) against a dead server.
+        response = await self._exchange("getIdentityByToken", {"token": self._token})
         identity = response.get("identity")
         if not isinstance(identity, dict):
             raise ProtocolError("getIdentityByToken: the response carries no identity")
