@@ -192,7 +192,7 @@ async def apply_async(
             # The world may have moved since the plan was saved: its evidence must hold now.
             refuse_no_go(fresh.model_copy(update={"blockers": tuple(
                 b for b in fresh.blockers if b.code in EVIDENCE_BLOCKERS)}))
-        checks = [staleness.check(c, snapshot, journaled=c.idempotency_key in journal.sent)
+        checks = [staleness.check(c, snapshot, journaled=journal.in_doubt(c.idempotency_key))
                   for c in plan_value.changes]
         stale = [c for c in checks if c.freshness is staleness.Freshness.STALE]
         if stale:

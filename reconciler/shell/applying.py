@@ -13,6 +13,7 @@ Must not decide what to change (the plan did) or print (it reports through ``Hoo
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ from reconciler.shell.controlplane import (
 )
 from reconciler.shell.journal import Journal
 from reconciler.shell.probing import Prober
+
+
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 class Hook(Protocol):
@@ -226,8 +230,8 @@ async def gate(targets: Sequence[GateTarget], *, prober: Prober, attempts: int,
         shown = "; ".join(
             f"{f.service}@{f.cluster} "
             f"{'no evidence' if f.verdict is evidence.Verdict.NO_EVIDENCE else 'not converged'}"
-            f": {f.reason}" for f in pending[:4])
-        more = f" (+{len(pending) - 4} more)" if len(pending) > 4 else ""
+            f": {_DIGEST.sub(lambda m: m.group()[:19], f.reason)}" for f in pending[:3])
+        more = f" (+{len(pending) - 3} more)" if len(pending) > 3 else ""
         hook.line(f"  gate {attempt}/{attempts}: waiting on {len(pending)} of "
                   f"{len(findings)}: {shown}{more}")
         if attempt < attempts:

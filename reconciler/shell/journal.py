@@ -90,6 +90,14 @@ class Journal:
             raise JournalError(f"{self.path}: cannot append to the apply journal: "
                                f"{exc.strerror}") from exc
 
+    def in_doubt(self, key: str) -> bool:
+        """Sent, and no trustworthy answer recorded: it may or may not have landed, so a
+        rerun must replay this exact key (never a fresh one)."""
+        if key not in self.sent:
+            return False
+        result = self.results.get(key)
+        return result is None or result.get("outcome") == "failed"
+
     def intent(self, change: Change) -> None:
         self._append({"event": "intent", "key": change.idempotency_key,
                       "service_id": change.service_id, "action": change.action.value,
