@@ -217,6 +217,8 @@ class ControlPlaneClient:
         self.requests_sent = 0
         self.connections_opened = 0
         limit = max_connections or max(conn.concurrency, 4)
+        #: How many calls a caller should keep in flight (the connection pool's size).
+        self.concurrency = limit
         timeout = conn.call_timeout
         self._http = httpx.AsyncClient(
             verify=ssl_context(conn.control_plane_ca) if transport is None else True,

@@ -171,7 +171,15 @@ async def _read_control_plane(
     progress.advance()
     by_id = {s.get("id"): s for s in raw_services}
 
+    # Bounded here, not only by the connection pool: a call's deadline must start when
+    # it is sent, not while it queues behind 2,000 others for a pooled connection.
+    slots = asyncio.Semaphore(client.concurrency)
+
     async def one(service_id: str) -> LiveService | ReadFailure:
+        async with slots:
+            return await read_one(service_id)
+
+    async def read_one(service_id: str) -> LiveService | ReadFailure:
         try:
             raw = by_id.get(service_id)
             if raw is None:
