@@ -1,0 +1,230 @@
+"""``reconcile sandbox``: run the local control plane and cluster mesh, and drive it.
+
+Owns the command line of the sandbox (``up``, ``down``, ``status``, ``fault``, ``push``,
+``seed``) and what ``up`` prints for clients. Must not implement any server behaviour:
+everything goes through ``reconciler.sandbox.launcher``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from reconciler.core.sanitize import safe
+from reconciler.exitcodes import Exit
+from reconciler.sandbox import faults, launcher, seeding, store
+
+DEFAULT_STATE = Path(".sandbox")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "sandbox", help="run a local control plane and cluster mesh (for trying reconcile)",
+        description="A real control plane and cluster mesh on loopback, with faults.")
+    parser.add_argument("--state", type=Path, default=DEFAULT_STATE,
+                        help="state directory (default: .sandbox)")
+    sub = parser.add_subparsers(dest="sandbox_command", metavar="ACTION", required=True)
+
+    up = sub.add_parser("up", help="start the sandbox")
+    up.add_argument("--state", type=Path, default=argparse.SUPPRESS)
+    up.add_argument("--clusters", type=int, default=3)
+    up.add_argument("--detach", action="store_true", help="return once started")
+    up.add_argument("--port", type=int, default=launcher.DEFAULT_PORT)
+    up.add_argument("--mesh-port", type=int, default=launcher.DEFAULT_MESH_PORT)
+    up.add_argument("--converge-delay-ms", type=int, default=1000)
+    up.add_argument("--seed", type=Path, default=None, help="seed file for a fresh state")
+    up.set_defaults(handler=cmd_up)
+
+    down = sub.add_parser("down", help="stop a detached sandbox")
+    down.add_argument("--state", type=Path, default=argparse.SUPPRESS)
+    down.set_defaults(handler=cmd_down)
+
+    status = sub.add_parser("status", help="what each cluster runs, per app")
+    status.add_argument("--state", type=Path, default=argparse.SUPPRESS)
+    status.set_defaults(handler=cmd_status)
+
+    kinds = "; ".join(f"{k}: {v}" for k, v in faults.CLUSTER_KINDS.items())
+    fault = sub.add_parser("fault", help="switch a fault on or off",
+                           description=f"Cluster faults — {kinds}. Control plane "
+                           "(target control-plane): " + ", ".join(faults.CONTROL_PLANE_KINDS))
+    fault.add_argument("--state", type=Path, default=argparse.SUPPRESS)
+    fault.add_argument("target", metavar="CLUSTER", help="a cluster id or control-plane")
+    fault.add_argument("kind", metavar="KIND")
+    fault.add_argument("--off", action="store_true")
+    fault.add_argument("--param", action="append", default=[], metavar="K=V")
+    fault.set_defaults(handler=cmd_fault)
+
+    push = sub.add_parser("push", help="the registry observes a new digest under a tag")
+    push.add_argument("--state", type=Path, default=argparse.SUPPRESS)
+    push.add_argument("service")
+    push.add_argument("tag")
+    push.set_defaults(handler=cmd_push)
+
+    seed = sub.add_parser("seed", help="replace services, releases and grants from a file")
+    seed.add_argument("--state", type=Path, default=argparse.SUPPRESS)
+    seed.add_argument("file", type=Path)
+    seed.set_defaults(handler=cmd_seed)
+
+
+def describe(sb: launcher.Sandbox) -> str:
+    """What a client needs, including ``export`` lines (the token itself is not printed)."""
+    lines = [
+        f"control plane   {sb.control_plane_url}/typedrequest",
+        f"gateway         {sb.gateway} port {sb.mesh_port}",
+        f"--resolve       {sb.resolve_arg()}",
+        *(f"  {cid:<13} {addr}" for cid, addr in sb.addresses.items()),
+        f"CA file         {sb.ca_file}",
+        f"token file      {sb.token_file}  (admin)",
+        f"deploy-bot      {sb.deploy_bot_token_file}  (non-admin)",
+        f"signer key      {sb.signer_key_file}  (wallet {sb.wallet_address}, "
+        f"appId {sb.auth_app_id})",
+        "",
+        "# for clients:",
+        f"export RECONCILE_TOKEN=\"$(cat {shlex.quote(str(sb.token_file))})\"",
+    ]
+    for name, value in sb.env().items():
+        if name != "RECONCILE_TOKEN":
+            lines.append(f"export {name}={shlex.quote(value)}")
+    return "\n".join(lines)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    try:
+        existing = launcher.attach(args.state)
+        if any(launcher.alive(pid) for pid in existing._pids.values()):
+            print(f"a sandbox is already running in {args.state} "
+                  "(reconcile sandbox down)", file=sys.stderr)
+            return Exit.ERROR
+    except launcher.SandboxError:
+        pass
+    try:
+        sb = launcher.start(args.state, clusters=args.clusters, port=args.port,
+                            mesh_port=args.mesh_port, converge_delay_ms=args.converge_delay_ms,
+                            seed=args.seed, detach=args.detach)
+    except (launcher.SandboxError, OSError) as exc:
+        print(f"reconcile sandbox up: {safe(exc, 2000)}", file=sys.stderr)
+        return Exit.ERROR
+    print(describe(sb))
+    if args.detach:
+        print(f"\nstop it with: reconcile sandbox down --state {shlex.quote(str(args.state))}")
+        return Exit.OK
+    print("\nrunning; Ctrl-C stops it")
+    stop = False
+
+    def on_term(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        while not stop:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sb.stop()
+    return Exit.OK
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    try:
+        sb = launcher.attach(args.state)
+    except launcher.SandboxError as exc:
+        print(str(exc), file=sys.stderr)
+        return Exit.ERROR
+    pids = dict(sb._pids)
+    sb.stop()
+    deadline = time.monotonic() + 5
+    while any(launcher.alive(p) for p in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print(f"stopped {len(pids)} processes")
+    return Exit.OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    try:
+        sb = launcher.attach(args.state)
+    except launcher.SandboxError as exc:
+        print(str(exc), file=sys.stderr)
+        return Exit.ERROR
+    records = sb.cluster_status()
+    apps = sorted({app for per in records.values() for app in per})
+    rows = [("CLUSTER", "APP", "DIGEST", "STATE", "REPLICAS", "GEN", "LAST ERROR")]
+    for cid in sb.clusters:
+        alive = launcher.alive(sb._pids[cid]) if cid in sb._pids else False
+        for app in apps:
+            rec = records[cid].get(app)
+            if rec is None:
+                rows.append((cid, app, "-", "no record", "-", "-", ""))
+                continue
+            digest = str(rec.get("resolvedDigest") or "")
+            counts = rec.get("replicaCounts", {})
+            rows.append((
+                cid if alive else f"{cid} (stopped)", app, digest[7:19],
+                str(rec.get("runtimeState")),
+                f"{counts.get('verified', 0)}/{counts.get('required', 0)}",
+                str(rec.get("rolloutGeneration")), safe(rec.get("lastError") or "", 60)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+    statuses = sb.rollout_statuses()
+    print()
+    for service_id, status in sorted(statuses.items()):
+        print(f"{service_id:<20} generation {status['rolloutGeneration']:<3} {status['status']}")
+    active = faults.read_all(sb.state_dir)
+    for target, kinds in sorted(active.items()):
+        print(f"fault {target}: {', '.join(sorted(kinds))}")
+    return Exit.OK
+
+
+def _params(pairs: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--param wants K=V, got {pair!r}")
+        out[key] = value
+    return out
+
+
+def cmd_fault(args: argparse.Namespace) -> int:
+    try:
+        sb = launcher.attach(args.state)
+        sb.fault(args.target, args.kind, on=not args.off, **_params(args.param))
+    except (launcher.SandboxError, ValueError) as exc:
+        print(f"reconcile sandbox fault: {exc}", file=sys.stderr)
+        return Exit.USAGE
+    print(f"{args.kind} {'off' if args.off else 'on'} for {args.target}")
+    return Exit.OK
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    try:
+        sb = launcher.attach(args.state)
+        digest = sb.push(args.service, args.tag)
+    except launcher.SandboxError as exc:
+        print(f"reconcile sandbox push: {exc}", file=sys.stderr)
+        return Exit.ERROR
+    print(f"{args.service}:{args.tag} -> {digest}")
+    return Exit.OK
+
+
+def cmd_seed(args: argparse.Namespace) -> int:
+    try:
+        sb = launcher.attach(args.state)
+        sb.seed(launcher.load_seed(args.file))
+    except (launcher.SandboxError, seeding.SeedError, OSError, ValueError) as exc:
+        print(f"reconcile sandbox seed: {safe(exc)}", file=sys.stderr)
+        return Exit.ERROR
+    conn = store.connect(sb.state_dir)
+    try:
+        count = len(store.all_services(conn))
+    finally:
+        conn.close()
+    print(f"seeded {count} services from {args.file}")
+    return Exit.OK
