@@ -13,7 +13,9 @@ Must not decide what to change (the plan did) or print (it reports through ``Hoo
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -35,8 +37,17 @@ from reconciler.shell.controlplane import (
 from reconciler.shell.journal import Journal
 from reconciler.shell.probing import Prober
 
-
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+#: Crash-safety test seam: ``RECONCILE_CRASH_AT=point[:action]`` kills this process
+#: with SIGKILL at that point, so tests can prove a rerun converges from each of them.
+CRASH_ENV = "RECONCILE_CRASH_AT"
+
+
+def _crash_point(point: str, action: str = "") -> None:
+    wanted = os.environ.get(CRASH_ENV)
+    if wanted and wanted in (point, f"{point}:{action}"):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Hook(Protocol):
@@ -106,6 +117,7 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
         return ChangeResult(change=change, outcome=Outcome.ALREADY_APPLIED, detail="already live")
     replay = check.freshness is Freshness.OURS
     journal.intent(change)
+    _crash_point("before-send", change.action.value)
     try:
         await _send(client, change)
     except CasMismatch as exc:
@@ -129,6 +141,7 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
         journal.result(change, Outcome.FAILED.value, str(exc))
         hook.line(f"  ✗ {label}: failed: {exc} (a rerun replays key {change.idempotency_key})")
         return ChangeResult(change=change, outcome=Outcome.FAILED, detail=str(exc))
+    _crash_point("after-send", change.action.value)
     # A replayed key either made the change now or returned the earlier run's result;
     # the control plane's answer is the same either way, so say what we know.
     detail = "sent with the key of an interrupted earlier run" if replay else ""
@@ -213,6 +226,7 @@ def _judge(targets: Sequence[GateTarget],
 async def gate(targets: Sequence[GateTarget], *, prober: Prober, attempts: int,
                interval: float, hook: Hook) -> GateReport:
     """Poll until every target cluster converges or ``attempts`` polls have been made."""
+    _crash_point("gate")
     started = time.monotonic()
     extra = sorted({c for t in targets for c in t.expected_clusters})
     findings: list[ClusterFinding] = []

@@ -1,0 +1,78 @@
+"""A config repo (git, committed) pointing at a live sandbox, and a CLI runner for it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from reconciler.sandbox.launcher import Sandbox
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "desired-state"
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+@dataclass
+class Repo:
+    path: Path
+    sandbox: Sandbox
+    state: Path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RECONCILE_")}
+        env.update(self.sandbox.env())
+        env["RECONCILE_STATE_DIR"] = str(self.state)
+        env["NO_COLOR"] = "1"
+        env.update(extra)
+        return env
+
+    def run(self, *args: str, timeout: float = 120, **extra: str) -> Result:
+        proc = subprocess.run([sys.executable, "-m", "reconciler", *args], cwd=PROJECT,
+                              env=self.env(**extra), capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    def commit(self, message: str = "change") -> None:
+        git(self.path, "add", "-A")
+        git(self.path, "commit", "-qm", message)
+
+
+def git(root: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(root), "-c", "user.email=ci@example.net",
+                    "-c", "user.name=ci", *args], check=True, capture_output=True)
+
+
+def make_repo(tmp: Path, sandbox: Sandbox, **policy: object) -> Repo:
+    path = tmp / "config"
+    shutil.copytree(EXAMPLES, path)
+    policy = {"interval_seconds": 0.2, "attempts": 40, **policy}
+    (path / "settings.yaml").write_text(sandbox.settings_yaml(**policy))
+    git(path, "init", "-q")
+    repo = Repo(path, sandbox, tmp / "apply-state")
+    repo.commit("desired state")
+    return repo
+
+
+@pytest.fixture
+def repo(tmp_path: Path, sandbox: Sandbox) -> Repo:
+    return make_repo(tmp_path, sandbox)
+
+
+@pytest.fixture
+def repo_factory(tmp_path: Path) -> Callable[..., Repo]:
+    def make(sandbox: Sandbox, **policy: object) -> Repo:
+        return make_repo(tmp_path, sandbox, **policy)
+    return make
