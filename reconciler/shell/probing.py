@@ -127,16 +127,20 @@ class Prober:
         self._max_failures = max_failures
         host_header = conn.gateway if conn.mesh_port == 443 else f"{conn.gateway}:{conn.mesh_port}"
         limit = conn.concurrency
-        self._http = httpx.AsyncClient(
-            verify=ssl_context(conn.mesh_ca) if transport is None else True,
-            trust_env=False,
-            follow_redirects=False,
-            transport=transport,
-            timeout=httpx.Timeout(conn.probe_timeout),
-            limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit,
-                                keepalive_expiry=30.0),
-            headers={"Host": host_header, "Accept": "application/json"},
-        )
+        # One connection pool per address (created on first use): a single pool shared
+        # by every address, full of idle connections to the others, would close one and
+        # open another for almost every request. The semaphore bounds what is in flight.
+        self._ssl = ssl_context(conn.mesh_ca) if transport is None else None
+        self._transport = transport
+        self._client_options: dict[str, Any] = {
+            "trust_env": False,
+            "follow_redirects": False,
+            "timeout": httpx.Timeout(conn.probe_timeout),
+            "limits": httpx.Limits(max_connections=limit, max_keepalive_connections=limit,
+                                   keepalive_expiry=30.0),
+            "headers": {"Host": host_header, "Accept": "application/json"},
+        }
+        self._clients: dict[str, httpx.AsyncClient] = {}
         self._semaphore = asyncio.Semaphore(limit)
         self._mesh: MeshView | None = None
         self._mesh_lock = asyncio.Lock()
@@ -152,7 +156,18 @@ class Prober:
         return f"Prober(gateway={self._conn.gateway!r}, port={self._conn.mesh_port})"
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()
+
+    def _client(self, address: str) -> httpx.AsyncClient:
+        client = self._clients.get(address)
+        if client is None:
+            client = httpx.AsyncClient(
+                verify=self._ssl if self._ssl is not None else True,
+                transport=self._transport, **self._client_options)
+            self._clients[address] = client
+        return client
 
     async def __aenter__(self) -> Prober:
         return self
@@ -443,7 +458,7 @@ class Prober:
             self.requests_sent += 1
             try:
                 async with asyncio.timeout(timeout):
-                    response = await self._http.request(
+                    response = await self._client(address).request(
                         method, _origin(address, self._conn.mesh_port) + path,
                         content=content, headers=headers,
                         extensions={"sni_hostname": self._conn.gateway, "trace": self._trace})
