@@ -31,7 +31,8 @@ strict, so ``port: "0443"`` is then an error rather than a surprise.
 
 The libyaml-based C parser (``ruamel.yaml.clib``) is used when installed -- it is
 about 25 times faster and gives the same events and marks; the pure-Python parser of
-ruamel.yaml is the fallback.
+ruamel.yaml is the fallback, and the authority where libyaml (YAML 1.1) disagrees
+(see ``_rebuild``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ from reconciler.core.diagnostics import NO_POSITION, Diagnostic, field_path
 MAX_FILE_BYTES: Final = 1 << 20
 MAX_DEPTH: Final = 64
 YAML_SUFFIXES: Final = (".yaml", ".yml")
+#: Files modified more recently than this before they were read are not cached.
+RACY_NS: Final = 2_000_000_000
 
 #: A path inside a document: mapping keys and sequence indexes, from the root.
 Key = str | int
@@ -74,6 +77,9 @@ _INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
 _FLOAT = re.compile(r"[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+)")
 _FLOAT_EXP = re.compile(r"[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")
 _DIRECTIVE = re.compile(r"^%(YAML|TAG)\b", re.MULTILINE)
+#: A private-use character standing in for ``:`` in the masked fast path (``_rebuild``).
+MASK: Final = "\ue000"
+_COLON_IN_WORD = re.compile(r":(?=[^ \t\r\n])")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +131,6 @@ class ParseCache:
     "racy git" problem). The watcher keeps one of these across runs.
     """
 
-    RACY_NS: Final = 2_000_000_000
     entries: dict[str, LoadedFile] = field(default_factory=dict)
     hits: int = 0
     misses: int = 0
@@ -139,7 +144,7 @@ class ParseCache:
         return None
 
     def put(self, loaded: LoadedFile) -> None:
-        if loaded.stamp is None or time.time_ns() - loaded.stamp[3] < self.RACY_NS:
+        if loaded.stamp is None or time.time_ns() - loaded.stamp[3] < RACY_NS:
             self.entries.pop(loaded.path, None)
             return
         self.entries[loaded.path] = loaded
@@ -300,10 +305,12 @@ def _os_reason(exc: OSError) -> str:
 # --------------------------------------------------------------------------- parsing
 
 
-def parse_bytes(data: bytes, path: str) -> tuple[tuple[YamlDocument, ...], tuple[Diagnostic, ...]]:
+def parse_bytes(data: bytes, path: str, *, pure: bool = False,
+                ) -> tuple[tuple[YamlDocument, ...], tuple[Diagnostic, ...]]:
     """Parse a file's bytes into documents; never raises (problems are diagnostics).
 
-    ``path`` is only used to label documents and diagnostics.
+    ``path`` is only used to label documents and diagnostics. ``pure`` forces ruamel's
+    pure-Python parser (the tests compare it with the libyaml fast path).
     """
     if len(data) > MAX_FILE_BYTES:
         return (), (Diagnostic(path, 1, 1, "", f"is over the {MAX_FILE_BYTES}-byte limit"),)
@@ -316,18 +323,36 @@ def parse_bytes(data: bytes, path: str) -> tuple[tuple[YamlDocument, ...], tuple
                                f"is not valid UTF-8 (byte 0x{data[exc.start]:02x})"),)
     if text.startswith("\ufeff"):
         text = text[1:]
-    builder = _build(path, text, fast=_CParser is not None)
-    if builder.failed_in_parser and _CParser is not None:
-        # libyaml reads some YAML 1.2 that it takes for 1.1 as an error (a plain
-        # `deployment:preflight` inside `[...]`): ruamel's own parser has the last word.
-        builder = _build(path, text, fast=False)
+    fast = _CParser is not None and not pure
+    builder = _build(path, text, fast=fast)
+    if builder.failed_in_parser and fast:
+        builder = _rebuild(path, text)
     if builder.problems:
         return (), tuple(builder.problems)
     return tuple(builder.documents), ()
 
 
-def _build(path: str, text: str, *, fast: bool) -> _Builder:
-    builder = _Builder(path, text)
+def _rebuild(path: str, text: str) -> _Builder:
+    """After libyaml refused ``text``: the masked fast path, else ruamel's own parser.
+
+    libyaml reads YAML 1.1, where a plain ``deployment:preflight`` inside ``[...]`` is
+    an error; in 1.2 a ``:`` followed by a non-blank is part of a plain scalar, except
+    right after a quoted key in a flow mapping (``{"a":1}``). So every such ``:`` is
+    replaced by ``MASK`` (one character: columns are unchanged) and libyaml tries
+    again; values get their ``:`` back. When the ``:`` was an indicator after all, the
+    masked text is malformed (a quoted scalar followed by a stray character), libyaml
+    fails again, and ruamel's pure-Python parser -- authoritative, and 50 times
+    slower -- decides. A file that holds ``MASK`` itself goes straight there.
+    """
+    if MASK not in text:
+        masked = _build(path, _COLON_IN_WORD.sub(MASK, text), fast=True, unmask=True)
+        if not masked.failed_in_parser:
+            return masked
+    return _build(path, text, fast=False)
+
+
+def _build(path: str, text: str, *, fast: bool, unmask: bool = False) -> _Builder:
+    builder = _Builder(path, text, unmask=unmask)
     try:
         builder.run(fast=fast)
     except _Refused as exc:
@@ -410,9 +435,10 @@ class _Frame:
 class _Builder:
     """Turns the event stream into documents; one instance per file."""
 
-    def __init__(self, path: str, text: str) -> None:
+    def __init__(self, path: str, text: str, *, unmask: bool = False) -> None:
         self.path = path
         self.text = text
+        self.unmask = unmask
         self.documents: list[YamlDocument] = []
         self.problems: list[Diagnostic] = []
         self.failed_in_parser = False
@@ -455,10 +481,8 @@ class _Builder:
             value: object
             container: dict[str, object] | list[object] | None = None
             if kind is events.ScalarEvent:
-                if event.tag is not None or event.style:
-                    value = event.value
-                else:
-                    value = resolve_plain(event.value)
+                text = event.value.replace(MASK, ":") if self.unmask else event.value
+                value = text if event.tag is not None or event.style else resolve_plain(text)
             elif kind is events.MappingStartEvent:
                 value = container = {}
             elif kind is events.SequenceStartEvent:
@@ -495,6 +519,8 @@ class _Builder:
 
             # What is refused about it (after placing, so the field is known).
             anchor = getattr(event, "anchor", None)
+            if anchor is not None and self.unmask:
+                anchor = anchor.replace(MASK, ":")
             if kind is events.AliasEvent:
                 self._problem(pos, node_path,
                               f"aliases (*{anchor}) are not allowed; write the value out")
@@ -502,7 +528,8 @@ class _Builder:
                 self._problem(pos, node_path, f"anchors (&{anchor}) are not allowed")
             tag = getattr(event, "tag", None)
             if tag is not None:
-                self._problem(pos, node_path, f"tags are not allowed (found {_show_tag(tag)})")
+                shown = _show_tag(tag).replace(MASK, ":")
+                self._problem(pos, node_path, f"tags are not allowed (found {shown})")
             if container is not None:
                 if len(stack) >= MAX_DEPTH:
                     raise _Refused(pos[0], pos[1], "",

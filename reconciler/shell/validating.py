@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import time
 import types
 import typing
 from collections.abc import Sequence
@@ -46,7 +47,7 @@ from reconciler.core.diagnostics import Diagnostic, field_path, sorted_diagnosti
 from reconciler.core.names import Capability
 from reconciler.core.sanitize import safe
 from reconciler.shell import loading
-from reconciler.shell.loading import LoadedFile, ParseCache, PathKey, YamlDocument
+from reconciler.shell.loading import LoadedFile, PathKey, YamlDocument
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,19 +78,48 @@ class _FileOutcome:
 
 @dataclass(slots=True)
 class RepoCache:
-    """Parse and per-file validation results, reused while a file is unchanged.
+    """Per-file load and validation results, reused while a file is unchanged.
 
     Keep one per watched repo and pass it to every ``load_repo`` call: unchanged
-    files (same device, inode, size and mtime) are neither parsed nor validated again.
-    Cross-document checks always run over the whole repo.
+    files (same device, inode, size and mtime, see ``loading.FileStamp``) are neither
+    parsed nor validated again. Files modified in the last two seconds are not kept
+    (``loading.RACY_NS``). Cross-document checks always run over the whole
+    repo.
     """
 
-    parse: ParseCache = field(default_factory=ParseCache)
     outcomes: dict[str, _FileOutcome] = field(default_factory=dict)
+    hits: int = 0
+    misses: int = 0
+
+    def lookup(self, root: Path, rel: str) -> _FileOutcome | None:
+        previous = self.outcomes.get(rel)
+        if previous is not None and previous.loaded.stamp is not None:
+            try:
+                if loading.stamp_of(root, rel) == previous.loaded.stamp:
+                    self.hits += 1
+                    return previous
+            except OSError:
+                pass
+        self.misses += 1
+        return None
+
+    def store(self, outcome: _FileOutcome) -> None:
+        stamp = outcome.loaded.stamp
+        if stamp is None or time.time_ns() - stamp[3] < loading.RACY_NS:
+            self.outcomes.pop(outcome.loaded.path, None)
+        else:
+            self.outcomes[outcome.loaded.path] = outcome
+
+    def retain(self, paths: set[str]) -> None:
+        for gone in set(self.outcomes) - paths:
+            del self.outcomes[gone]
 
 
 def load_repo(root: Path, *, cache: RepoCache | None = None) -> LoadResult:
-    """Load and validate every YAML file under ``root``; never raises for bad input."""
+    """Load and validate every YAML file under ``root``; never raises for bad input.
+
+    ``cache``: see ``RepoCache`` (the watcher keeps one; one-shot commands pass none).
+    """
     repo = root.as_posix()
     try:
         if root.is_symlink():
@@ -100,17 +130,26 @@ def load_repo(root: Path, *, cache: RepoCache | None = None) -> LoadResult:
         return _failed(repo, f"cannot be read: {exc.strerror or type(exc).__name__}")
 
     paths, problems = loading.discover(root)
+    outcomes: dict[str, _FileOutcome] = {}
+    todo: list[str] = []
+    for rel in paths:
+        hit = cache.lookup(root, rel) if cache is not None else None
+        if hit is not None:
+            outcomes[rel] = hit
+        else:
+            todo.append(rel)
+    for outcome in (_validate_loaded(loading.load_file(root, rel)) for rel in todo):
+        outcomes[outcome.loaded.path] = outcome
+        if cache is not None:
+            cache.store(outcome)
+    if cache is not None:
+        cache.retain(set(paths))
+
     diagnostics: list[Diagnostic] = list(problems)
     located: list[crosscheck.Located] = []
     for rel in paths:
-        outcome = _validate_file(root, rel, cache)
-        diagnostics.extend(outcome.diagnostics)
-        located.extend(outcome.documents)
-    if cache is not None:
-        cache.parse.retain(set(paths))
-        for gone in set(cache.outcomes) - set(paths):
-            del cache.outcomes[gone]
-
+        diagnostics.extend(outcomes[rel].diagnostics)
+        located.extend(outcomes[rel].documents)
     diagnostics.extend(crosscheck.check(located, complete=not diagnostics, repo=repo))
     ordered = sorted_diagnostics(diagnostics)
     state = None if ordered else _assemble(located)
@@ -121,12 +160,7 @@ def _failed(repo: str, message: str) -> LoadResult:
     return LoadResult(None, (Diagnostic(repo, 0, 0, "", message),), ())
 
 
-def _validate_file(root: Path, rel: str, cache: RepoCache | None) -> _FileOutcome:
-    loaded = loading.load_file(root, rel, cache=cache.parse if cache is not None else None)
-    if cache is not None:
-        previous = cache.outcomes.get(rel)
-        if previous is not None and previous.loaded is loaded:
-            return previous
+def _validate_loaded(loaded: LoadedFile) -> _FileOutcome:
     documents: list[crosscheck.Located] = []
     diagnostics: list[Diagnostic] = list(loaded.diagnostics)
     for document in loaded.documents:
@@ -135,10 +169,7 @@ def _validate_file(root: Path, rel: str, cache: RepoCache | None) -> _FileOutcom
         if model is not None:
             documents.append(crosscheck.Located(
                 model, document.path, document.line, document.column, document.positions))
-    outcome = _FileOutcome(loaded, tuple(documents), tuple(diagnostics))
-    if cache is not None:
-        cache.outcomes[rel] = outcome
-    return outcome
+    return _FileOutcome(loaded, tuple(documents), tuple(diagnostics))
 
 
 def _assemble(located: Sequence[crosscheck.Located]) -> DesiredState | None:
