@@ -89,7 +89,8 @@ def test_children_die_with_their_parent(tmp_path: Path) -> None:
 def test_start_is_fast(sandbox_factory: Callable[..., Sandbox]) -> None:
     started = time.monotonic()
     sandbox_factory()
-    assert time.monotonic() - started < 1.5
+    # Idle, a start takes ~0.3 s; the bound leaves room for a loaded CI machine.
+    assert time.monotonic() - started < 3.0
 
 
 def test_cli_up_status_fault_push_down(tmp_path: Path) -> None:
