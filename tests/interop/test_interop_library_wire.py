@@ -15,7 +15,7 @@ import httpx
 import pytest
 from interop_harness import NodeServer, RunNodeClient
 
-pytestmark = pytest.mark.node
+pytestmark = [pytest.mark.node, pytest.mark.xdist_group("interop-wire")]
 
 UNKNOWN_METHOD_TEXT = "There is no available method for this call on the server side"
 CORRELATION_ID = re.compile(r"^uni_[0-9a-f]{24}$")

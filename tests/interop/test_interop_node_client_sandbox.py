@@ -25,7 +25,7 @@ from interop_harness import NodeServer, RunNodeClient
 from reconciler.sandbox import launcher
 from reconciler.sandbox.launcher import Sandbox
 
-pytestmark = [pytest.mark.node, pytest.mark.integration]
+pytestmark = [pytest.mark.node, pytest.mark.integration, pytest.mark.xdist_group("interop-sandbox")]
 
 UNKNOWN_METHOD_TEXT = "There is no available method for this call on the server side"
 IDENTITY_FIELDS = {"name", "userId", "type", "role", "expiresAt", "jwt"}

@@ -28,7 +28,7 @@ from reconciler.shell.controlplane import (
 )
 from reconciler.shell.endpoints import Connection
 
-pytestmark = pytest.mark.node
+pytestmark = [pytest.mark.node, pytest.mark.xdist_group("interop-python-client")]
 
 T = TypeVar("T")
 
