@@ -417,8 +417,9 @@ class ControlPlane:
                 except DomainError:
                     fields["caller"] = None
             if handler is None:
-                reply["error"] = {"text": UNKNOWN_METHOD_TEXT,
-                                  "data": {"code": "INVALID_REQUEST", "method": method}}
+                # Exactly the real router's error: no code, so a client classifies it
+                # the same way against the sandbox and against the real control plane.
+                reply["error"] = {"text": UNKNOWN_METHOD_TEXT, "data": {}}
                 result = "UNKNOWN_METHOD"
             elif not isinstance(req, dict):
                 reply["error"] = {"text": "request must be an object",
@@ -519,7 +520,9 @@ class Handler(serving.JsonHandler):
             plane.audit_fault(method, envelope, "FAULT_5XX")
             self.send_json(503, {"error": "Service Unavailable"})
             return
-        if not isinstance(envelope.get("correlation"), dict):
+        correlation = envelope.get("correlation")
+        # Like the real TypedRouter: only a request-phase envelope is routed.
+        if not isinstance(correlation, dict) or correlation.get("phase") != "request":
             plane.audit_fault(method, envelope, "NO_CORRELATION")
             self.send_raw(200, b"null")
             return

@@ -57,14 +57,16 @@ def test_non_json_is_http_400(cp: ControlPlaneClient) -> None:
 
 def test_missing_correlation_answers_body_null(cp: ControlPlaneClient) -> None:
     response = cp.post({"method": "getServices", "request": {"identity": cp.identity}})
-    assert response.status_code == 200
-    assert response.content == b"null"
+    assert (response.status_code, response.content) == (200, b"null")
+    echoed = {**cp.envelope("getServices", {"identity": cp.identity})}
+    echoed["correlation"]["phase"] = "response"
+    assert cp.post(echoed).content == b"null"
 
 
 def test_unknown_method_has_the_upstream_text(cp: ControlPlaneClient) -> None:
     reply = cp.post({"method": "nope", "request": {}, "response": None,
                      "correlation": correlation()}).json()
-    assert reply["error"]["text"] == UNKNOWN
+    assert reply["error"] == {"text": UNKNOWN, "data": {}}
     assert reply["correlation"]["phase"] == "response"
 
 
