@@ -121,7 +121,7 @@ async def same_requests(state: DesiredState, conn: Connection, token: str,
 
 
 async def bare_fetch(requests: list[Request], conn: Connection, *,
-                     concurrency: int) -> tuple[float, int, int]:
+                     concurrency: int, sequential: bool = False) -> tuple[float, int, int]:
     """Fetch ``requests`` with a bare client; returns (seconds, non-2xx/404 count, connections)."""
     connections = 0
 
@@ -130,12 +130,17 @@ async def bare_fetch(requests: list[Request], conn: Connection, *,
         if event == CONNECT_EVENT:
             connections += 1
 
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    # Room for every origin's connections, so the floor pays no pool churn: the
+    # semaphore, not the pool, is what bounds the concurrency here.
+    room = concurrency * 4
+    limits = httpx.Limits(max_connections=room, max_keepalive_connections=room)
     cp = httpx.AsyncClient(verify=ssl_context(conn.control_plane_ca), trust_env=False,
                            limits=limits, timeout=30)
     mesh = httpx.AsyncClient(verify=ssl_context(conn.mesh_ca), trust_env=False,
                              limits=limits, timeout=30)
-    slots = asyncio.Semaphore(concurrency)
+    # Like the snapshot: ``concurrency`` in flight to the control plane and, at the same
+    # time, ``concurrency`` in flight to the mesh.
+    slots = {False: asyncio.Semaphore(concurrency), True: asyncio.Semaphore(concurrency)}
     bad = 0
 
     async def one(request: Request) -> None:
@@ -145,7 +150,7 @@ async def bare_fetch(requests: list[Request], conn: Connection, *,
         extensions: dict[str, Any] = {"trace": trace}
         if sni:
             extensions["sni_hostname"] = sni
-        async with slots:
+        async with slots[sni is not None]:
             response = await client.request(method, url, headers=headers, content=body,
                                             extensions=extensions)
         if response.status_code not in (200, 404):
@@ -153,7 +158,11 @@ async def bare_fetch(requests: list[Request], conn: Connection, *,
 
     async with cp, mesh:
         started = time.perf_counter()
-        await asyncio.gather(*(one(r) for r in requests))
+        if sequential:
+            for request in requests:
+                await one(request)
+        else:
+            await asyncio.gather(*(one(r) for r in requests))
         elapsed = time.perf_counter() - started
     return elapsed, bad, connections
 
@@ -211,7 +220,7 @@ async def measure(state: DesiredState, conn: Connection, env: Mapping[str, str],
     floor_s, floor_bad, floor_conns = await bare_fetch(requests, conn,
                                                        concurrency=conn.concurrency)
     picked = requests[:: max(1, len(requests) // sample)][:sample]
-    seq_s, _, _ = await bare_fetch(picked, conn, concurrency=1)
+    seq_s, _, _ = await bare_fetch(picked, conn, concurrency=1, sequential=True)
     seq_full = seq_s / len(picked) * len(requests)
     return {
         "snapshot_seconds": round(snap_s, 3),
