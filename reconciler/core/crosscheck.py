@@ -12,7 +12,7 @@ file and raises nothing for bad input.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,7 +83,7 @@ def check(documents: Sequence[Located], *, complete: bool = True,
         label = f"service {alias}"
         problems.extend(_clashes(claims, _labeller(label)))
 
-    declared = sorted({d.document.name for d in services if isinstance(d.document, Service)})
+    declared = {d.document.name for d in services if isinstance(d.document, Service)}
     granted: dict[tuple[str, str], list[tuple[Located, Loc]]] = {}
     for doc in grants:
         grant = doc.document
@@ -119,7 +119,7 @@ def _labeller(label: str) -> Callable[[Any], str]:
     return describe
 
 
-def _undeclared(name: str, declared: Sequence[str]) -> str:
+def _undeclared(name: str, declared: Collection[str]) -> str:
     message = f"no Service named {name!r} is declared in this repo"
-    close = difflib.get_close_matches(name, declared, n=1)
+    close = difflib.get_close_matches(name, sorted(declared), n=1)
     return f"{message}; did you mean `{close[0]}`?" if close else message

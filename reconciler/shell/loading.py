@@ -247,7 +247,7 @@ def load_file(root: Path, rel: str, *, cache: ParseCache | None = None) -> Loade
             hit = cache.get(rel, stamp_of(root, rel))
             if hit is not None:
                 return hit
-        data, stamp = _read_regular(root / rel)
+        data, stamp = _read_regular(os.path.join(root, rel))
     except _Refused as exc:
         return LoadedFile(rel, None, (), (_file_problem(rel, exc.message),))
     except OSError as exc:
@@ -260,15 +260,15 @@ def load_file(root: Path, rel: str, *, cache: ParseCache | None = None) -> Loade
 
 
 def _first_symlink(root: Path, rel: str) -> str | None:
-    current = root
-    for part in rel.split("/"):
-        current = current / part
-        if stat.S_ISLNK(os.lstat(current).st_mode):
-            return str(current.relative_to(root).as_posix())
+    base = os.fspath(root)
+    parts = rel.split("/")
+    for end in range(1, len(parts) + 1):
+        if stat.S_ISLNK(os.lstat(os.path.join(base, *parts[:end])).st_mode):
+            return "/".join(parts[:end])
     return None
 
 
-def _read_regular(path: Path) -> tuple[bytes, FileStamp]:
+def _read_regular(path: str) -> tuple[bytes, FileStamp]:
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
     try:
