@@ -214,9 +214,5 @@ def test_over_tls_with_the_ca_and_refused_without_it(node_tls_server: NodeServer
                           ca_file=node_tls_server.ca_file)
     assert service["id"] == "svc-checkout"
     # Without the CA the system/certifi roots apply, and the throwaway CA is not in them.
-    # (`call`, not `get_service`: the typed reads add a second layer of transient retries.)
-    async def bare(cp: ControlPlaneClient) -> dict[str, Any]:
-        return await cp.call("echo", {})
-
     with pytest.raises(TransportError, match="TLS"):
-        with_client(node_tls_server.url, node_tls_server.token, bare)
+        with_client(node_tls_server.url, node_tls_server.token, body)
