@@ -43,7 +43,8 @@ from reconciler.shell.probing import STATUS_PATH, Prober
 
 OUT = Path(__file__).resolve().parent / "out" / "snapshot.json"
 
-Request = tuple[str, str, dict[str, str], bytes | None, str | None]  # method, url, headers, body, sni
+#: method, url, headers, body, SNI hostname (None: the control plane)
+Request = tuple[str, str, dict[str, str], bytes | None, str | None]
 
 
 def seed_document(count: int) -> dict[str, Any]:
@@ -66,8 +67,9 @@ def desired_state(sb: launcher.Sandbox, count: int) -> DesiredState:
     return DesiredState(settings=settings, services=services, grants=())
 
 
-async def run_snapshot(state: DesiredState, conn: Connection,
-                       env: Mapping[str, str], key: Path) -> tuple[float, LiveSnapshot, dict[str, int]]:
+async def run_snapshot(
+    state: DesiredState, conn: Connection, env: Mapping[str, str], key: Path
+) -> tuple[float, LiveSnapshot, dict[str, int]]:
     client = ControlPlaneClient(conn, token=env["RECONCILE_TOKEN"])
     prober = Prober(conn, signer_key=key)
     async with client, prober:
@@ -281,7 +283,7 @@ faster than sequential (target ≥ 10×). {r['observations_answered']} of {r['ob
 observations answered. The snapshot's extra requests over the floor are the three
 per-cluster handshakes (challenge + verify) and the identity exchange, which the floor
 performs before its clock starts. Figures from `benchmarks/out/snapshot.json`.
-"""
+"""  # noqa: E501 - a Markdown table row is one line
     text = readme.read_text(encoding="utf-8")
     if "\n## Live snapshot\n" in text:
         print("README already has a Live snapshot section; not appending again")
