@@ -122,8 +122,10 @@ def main() -> int:
         repo = Path(tmp) / "repo"
         files = generate(repo, args.services, args.grants)
         size = sum(f.stat().st_size for f in files)
-        ours, ours_cpu = timed([sys.executable, "-m", "reconciler", "validate", str(repo)], args.runs)
-        theirs, theirs_cpu = timed([checker, "--schemafile", str(SCHEMA), *map(str, files)], args.runs)
+        ours, ours_cpu = timed(
+            [sys.executable, "-m", "reconciler", "validate", str(repo)], args.runs)
+        theirs, theirs_cpu = timed(
+            [checker, "--schemafile", str(SCHEMA), *map(str, files)], args.runs)
     from reconciler.shell import loading
 
     result = {
