@@ -200,7 +200,7 @@ async def apply_async(
                 "refusing to apply: the plan is stale, live state moved since it was made; "
                 "nothing was sent\n" + "\n".join(f"  ✗ {c.detail}" for c in stale),
                 Exit.REFUSED_STALE)
-        if not plan_value.changes and not plan_value.converging:
+        if not plan_value.changes and not plan_value.unconverged():
             hook.line("No changes. The live world matches the desired state.")
             return ApplyRun(plan_value, ApplyReport(results=()))
         if confirm is not None and not confirm(plan_value):

@@ -1,7 +1,11 @@
-"""A config repo (git, committed) pointing at a live sandbox, and a CLI runner for it."""
+"""A config repo (git, committed) pointing at a live sandbox, and a CLI runner for it.
+
+Shared by the plan and apply end-to-end tests; their conftest files re-export the fixtures.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -14,8 +18,8 @@ import pytest
 
 from reconciler.sandbox.launcher import Sandbox
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "desired-state"
-PROJECT = Path(__file__).resolve().parents[2]
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "desired-state"
+PROJECT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -55,11 +59,15 @@ def git(root: Path, *args: str) -> None:
                     "-c", "user.name=ci", *args], check=True, capture_output=True)
 
 
-def make_repo(tmp: Path, sandbox: Sandbox, **policy: object) -> Repo:
+def make_repo(tmp: Path, sandbox: Sandbox, *, mesh_timeout: float | None = None,
+              **policy: object) -> Repo:
     path = tmp / "config"
     shutil.copytree(EXAMPLES, path)
     policy = {"interval_seconds": 0.2, "attempts": 40, **policy}
-    (path / "settings.yaml").write_text(sandbox.settings_yaml(**policy))
+    settings = json.loads(sandbox.settings_yaml(**policy))
+    if mesh_timeout is not None:
+        settings["mesh"]["timeoutSeconds"] = mesh_timeout
+    (path / "settings.yaml").write_text(json.dumps(settings, indent=2) + "\n")
     git(path, "init", "-q")
     repo = Repo(path, sandbox, tmp / "apply-state")
     repo.commit("desired state")
@@ -73,6 +81,6 @@ def repo(tmp_path: Path, sandbox: Sandbox) -> Repo:
 
 @pytest.fixture
 def repo_factory(tmp_path: Path) -> Callable[..., Repo]:
-    def make(sandbox: Sandbox, **policy: object) -> Repo:
-        return make_repo(tmp_path, sandbox, **policy)
+    def make(sandbox: Sandbox, **options: object) -> Repo:
+        return make_repo(tmp_path, sandbox, **options)  # type: ignore[arg-type]
     return make

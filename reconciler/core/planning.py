@@ -289,9 +289,23 @@ class _Planner:
                     code="cluster_silent", service=svc.name, cluster=obs.cluster_id,
                     message=f"{svc.name}: cluster {safe(obs.cluster_id)} gave no evidence "
                     f"({safe(obs.reason)}); what it runs is unknown"))
-        in_flight = live is not None and live.rollout_status is not None and \
-            live.rollout_status.status in IN_PROGRESS_STATUSES
-        if live is None or live.deployment is None or in_flight:
+        if live is None or live.deployment is None:
+            return
+        status = live.rollout_status
+        if status is not None and status.status in IN_PROGRESS_STATUSES:
+            # Mid-rollout, a cluster on the old digest may simply be catching up; it is
+            # shown (the seed 000 sn1 story starts exactly like this), but as lagging.
+            for obs in rows:
+                rt = obs.runtime
+                if obs.kind is ObservationKind.ANSWERED and rt is not None \
+                        and rt.resolved_digest != current:
+                    last = f"; lastError: {safe(rt.last_error)}" if rt.last_error else ""
+                    self.drift.append(Drift(
+                        code="cluster_lagging", service=svc.name, cluster=obs.cluster_id,
+                        message=f"{svc.name}: cluster {safe(obs.cluster_id)} still runs "
+                        f"{safe(rt.resolved_digest) if rt.resolved_digest else '<no digest>'} "
+                        f"while rollout {safe(status.rollout_id)} to {current} is "
+                        f"{safe(status.status)}{last}"))
             return
         dropped_seen: set[tuple[str, int]] = set()
         for obs in rows:

@@ -109,6 +109,14 @@ class Change(_Model):
         return self.action in (Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS)
 
 
+#: Drift that means a pinned rollout is not (or not provably) running everywhere: apply
+#: sends the service through the convergence gate even when there is nothing to change,
+#: so it can never print success over it.
+CONVERGENCE_DRIFT = frozenset({
+    "cluster_diverged", "cluster_lagging", "cluster_missing_runtime", "cluster_digest_unproven",
+    "cluster_unhealthy", "rollout_failed", "rollout_mismatched"})
+
+
 class Blocker(_Model):
     """Why the plan must not be applied. ``code`` is stable; ``message`` names who and where."""
 
@@ -176,6 +184,12 @@ class Plan(_Model):
         counts["blockers"] = len(self.blockers)
         counts["drift"] = len(self.drift)
         return counts
+
+    def unconverged(self) -> list[str]:
+        """Services on their pinned rollout that the plan cannot call converged."""
+        names = set(self.converging)
+        names.update(d.service for d in self.drift if d.service and d.code in CONVERGENCE_DRIFT)
+        return sorted(names)
 
     def services(self) -> list[str]:
         """Every service the plan says something about, in a stable order."""

@@ -71,7 +71,10 @@ def summary_line(plan: Plan) -> str:
     ]
     if plan.converging:
         parts.append(f"{len(plan.converging)} still converging")
-    return "Plan: " + ", ".join(parts) + f" → {VERDICT_LINE[plan.verdict]}"
+    verdict = VERDICT_LINE[plan.verdict]
+    if plan.verdict is Verdict.NO_CHANGES and plan.drift:
+        verdict += " to make; the drift above needs attention"
+    return "Plan: " + ", ".join(parts) + f" → {verdict}"
 
 
 def change_detail(change: Change) -> list[str]:

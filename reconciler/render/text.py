@@ -61,10 +61,15 @@ def render(plan: Plan, *, color: bool = False) -> str:
         ev = evidence.get(name)
         indices = changes_by_service.get(name, [])
         service_blockers = [b for b in plan.blockers if b.service == name]
+        service_drift = any(d.service == name for d in plan.drift)
         if not indices and not service_blockers and ev is not None \
                 and name not in plan.converging:
-            out.append(style(f"= {name}", "dim") + style(
-                f"  no changes · {_agreement(ev)}", "dim"))
+            if service_drift:
+                out.append(style(f"! {name}", "yellow") + f"  no changes · {_agreement(ev)} · "
+                           "drift below")
+            else:
+                out.append(style(f"= {name}", "dim") + style(
+                    f"  no changes · {_agreement(ev)}", "dim"))
             continue
         out.append(style(f"● {name}", "bold"))
         for index in indices:

@@ -180,7 +180,7 @@ async def execute(checks: Sequence[Check], *, client: ControlPlaneClient, journa
 
 def gate_targets(plan: Plan, results: Iterable[ChangeResult]) -> list[GateTarget]:
     """What the gate must see: every release or egress change that went through, and
-    every pinned rollout the plan found still converging."""
+    every pinned rollout the plan found still converging or diverged."""
     ok = {r.change.idempotency_key for r in results
           if r.outcome in (Outcome.APPLIED, Outcome.ALREADY_APPLIED)}
     evidence_of = {e.service: e for e in plan.evidence}
@@ -199,7 +199,7 @@ def gate_targets(plan: Plan, results: Iterable[ChangeResult]) -> list[GateTarget
             digest = change.release_after.digest
         targets[change.service] = GateTarget(change.service, change.app_id, digest, egress,
                                              expected)
-    for name in plan.converging:
+    for name in plan.unconverged():
         ev = evidence_of.get(name)
         if ev is not None and name not in targets:
             targets[name] = GateTarget(name, ev.app_id, ev.desired_digest, None,

@@ -18,7 +18,7 @@ import pytest
 
 from reconciler.exitcodes import Exit
 from reconciler.sandbox.launcher import Sandbox
-from tests.apply.conftest import PROJECT, Repo, Result, git
+from tests.e2e_repo import PROJECT, Repo, Result, git
 from tests.plan.builders import digest
 
 pytestmark = pytest.mark.integration
