@@ -40,7 +40,7 @@ def write(content: str, stream: TextIO | None = None) -> None:
 
 
 def progress_for_stderr() -> Progress | None:
-    return StderrProgress() if sys.stderr.isatty() else None
+    return StderrProgress("reading the live world") if sys.stderr.isatty() else None
 
 
 def save_plan(path: Path, plan: Plan) -> None:

@@ -66,6 +66,10 @@ class TLSServer(ThreadingHTTPServer):
         if not self.before_tls(request):
             return
         request.settimeout(15.0)
+        # Headers and body leave in two writes; without TCP_NODELAY, Nagle holds the
+        # body until the client's delayed ACK (~40 ms per keep-alive request).
+        with contextlib.suppress(OSError):
+            request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             tls = self.ssl_context.wrap_socket(request, server_side=True)
         except (OSError, ssl.SSLError):
