@@ -16,28 +16,18 @@ from pathlib import Path
 
 from reconciler.core import staleness
 from reconciler.core.desired import DesiredState
-from reconciler.core.diagnostics import Diagnostic
 from reconciler.core.live import LiveSnapshot
 from reconciler.core.outcomes import ApplyReport
 from reconciler.core.planning import plan as make_plan
 from reconciler.core.plans import Plan
 from reconciler.exitcodes import Exit
+from reconciler.failures import EngineError
 from reconciler.shell import applying, gitrepo, observing, validating
 from reconciler.shell.controlplane import ControlPlaneClient, ControlPlaneError, token_from_env
 from reconciler.shell.endpoints import ConfigError, Connection, Overrides
 from reconciler.shell.journal import Journal, JournalError
 from reconciler.shell.probing import Prober
 from reconciler.shell.progress import Progress
-
-
-class EngineError(Exception):
-    """A failure the CLI reports as one message and an exit code."""
-
-    def __init__(self, message: str, code: Exit = Exit.ERROR,
-                 diagnostics: tuple[Diagnostic, ...] = ()) -> None:
-        super().__init__(message)
-        self.code = code
-        self.diagnostics = diagnostics
 
 
 @dataclass(frozen=True)

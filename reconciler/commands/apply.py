@@ -12,14 +12,18 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reconciler.commands import options, output
 from reconciler.core.outcomes import ApplyReport, Outcome
 from reconciler.core.plans import Plan
 from reconciler.core.sanitize import safe
-from reconciler.engine import ApplyRun, EngineError, apply_async
+from reconciler.failures import EngineError
 from reconciler.exitcodes import Exit
 from reconciler.render import text
+
+if TYPE_CHECKING:
+    from reconciler.engine import ApplyRun
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -57,6 +61,8 @@ def _show_plan(plan: Plan) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    from reconciler.engine import apply_async  # the HTTP stack loads only when needed
+
     target = Path(args.target)
     only = frozenset(name for group in args.only for name in group)
     saved = None

@@ -16,7 +16,7 @@ from typing import TextIO
 
 from reconciler.core.plans import Plan
 from reconciler.core.sanitize import safe
-from reconciler.engine import EngineError
+from reconciler.failures import EngineError
 from reconciler.render import jsonplan, markdown, text
 from reconciler.shell.progress import Progress, StderrProgress
 

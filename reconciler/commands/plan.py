@@ -13,7 +13,7 @@ from pathlib import Path
 
 from reconciler.commands import options, output
 from reconciler.core.plans import Plan, Verdict
-from reconciler.engine import EngineError, plan
+from reconciler.failures import EngineError
 from reconciler.exitcodes import Exit
 
 
@@ -39,6 +39,8 @@ def detailed_exit(plan_value: Plan) -> Exit:
 
 
 def run(args: argparse.Namespace) -> int:
+    from reconciler.engine import plan  # the HTTP stack loads only when a command needs it
+
     root = Path(args.path)
     try:
         result = plan(root, overrides=options.overrides_from(args),

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from reconciler.commands import options, output
-from reconciler.engine import EngineError
+from reconciler.failures import EngineError
 from reconciler.exitcodes import Exit
 
 

@@ -155,13 +155,37 @@ class Sandbox:
     def fault(self, target: str, kind: str, *, on: bool = True, **params: Any) -> None:
         if target != CONTROL_PLANE and target not in self.addresses:
             raise SandboxError(f"unknown fault target {target!r}")
+        was_down = self._down_clusters()
         try:
             faults.set_fault(self.state_dir, target, kind, on=on, params=params)
         except ValueError as exc:
             raise SandboxError(str(exc)) from exc
+        self._wait_listening(was_down - self._down_clusters())
 
     def clear_faults(self) -> None:
+        was_down = self._down_clusters()
         faults.clear(self.state_dir)
+        self._wait_listening(was_down)
+
+    def _down_clusters(self) -> set[str]:
+        current = faults.read_all(self.state_dir)
+        return {cid for cid in self.addresses if "down" in current.get(cid, {})}
+
+    def _wait_listening(self, clusters: set[str], timeout: float = 10.0) -> None:
+        """Lifting ``down`` reopens the socket asynchronously; return once it accepts, so
+        the next request does not race the reopening."""
+        deadline = time.monotonic() + timeout
+        for cid in sorted(clusters):
+            while True:
+                try:
+                    socket.create_connection((self.addresses[cid], self.mesh_port),
+                                             timeout=1.0).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise SandboxError(f"{cid} did not listen again after 'down' was "
+                                           f"lifted") from None
+                    time.sleep(0.05)
 
     def set_egress_allowlist(self, cluster_id: str, entries: list[str] | None) -> None:
         """The cluster operator's egress allow-list (``host`` or ``host:port``); None = all."""
