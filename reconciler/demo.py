@@ -9,6 +9,7 @@ started. Each step is the real CLI in a child process, exactly as a user types i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
@@ -31,10 +32,8 @@ def _step(title: str, args: list[str], env: dict[str, str]) -> int:
 def main() -> int:
     print(f"Starting the sandbox (control plane + 3 clusters) in {STATE} ...", flush=True)
     if (STATE / "sandbox.json").exists():
-        try:
+        with contextlib.suppress(launcher.SandboxError):
             launcher.attach(STATE).stop()
-        except launcher.SandboxError:
-            pass
     for stale in STATE.glob("*.sqlite*"):
         stale.unlink()  # a demo starts from the default seed every time
     sandbox = launcher.start(STATE, port=18443, mesh_port=18444, converge_delay_ms=800)

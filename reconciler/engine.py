@@ -214,7 +214,9 @@ def restrict(plan_value: Plan, only: frozenset[str]) -> Plan:
     """The part of a plan about ``only`` (all of it when empty); mesh-wide blockers stay."""
     if not only:
         return plan_value
-    keep = lambda name: name is None or name in only  # noqa: E731
+    def keep(name: str | None) -> bool:
+        return name is None or name in only
+
     return plan_value.model_copy(update={
         "changes": tuple(c for c in plan_value.changes if c.service in only),
         "blockers": tuple(b for b in plan_value.blockers if keep(b.service)),

@@ -18,8 +18,8 @@ from reconciler.commands import options, output
 from reconciler.core.outcomes import ApplyReport, Outcome
 from reconciler.core.plans import Plan
 from reconciler.core.sanitize import safe
-from reconciler.failures import EngineError
 from reconciler.exitcodes import Exit
+from reconciler.failures import EngineError
 from reconciler.render import text
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from reconciler.commands import options, output
 from reconciler.core.plans import Plan, Verdict
-from reconciler.failures import EngineError
 from reconciler.exitcodes import Exit
+from reconciler.failures import EngineError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from reconciler.commands import options, output
-from reconciler.failures import EngineError
 from reconciler.exitcodes import Exit
+from reconciler.failures import EngineError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

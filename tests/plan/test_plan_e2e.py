@@ -80,7 +80,7 @@ def test_a_cluster_missing_from_dns_is_no_go_never_fewer_clusters(
         repo_factory: Callable[..., Repo], sandbox: Sandbox) -> None:
     sandbox.fault("sn3", "dns-missing")
     repo = repo_factory(sandbox, mesh_timeout=1.0)  # settings written from the short answer
-    code, text, data, _ = plan_all(repo)
+    code, _, data, _ = plan_all(repo)
     assert code == Exit.CHANGES_NO_GO
     assert ("gateway_short_answer", None) in blockers(data)
     assert ("cluster_silent", "sn3") in blockers(data)
@@ -103,6 +103,7 @@ def test_an_operator_allow_list_dropping_egress_is_drift(faulty: Repo, sandbox: 
     sandbox.fault("sn2", "egress-allow", hosts="api.stripe.com")
     sandbox.wait_settled()
     code, text, data, _ = plan_all(faulty)
+    assert code == Exit.CHANGES
     assert ("egress_dropped", "sn2") in drift(data)
     assert "dropped egress to smtp.mailgun.org:587" in text
 
@@ -112,7 +113,7 @@ def test_the_sn1_story_is_visible_in_the_plan_and_apply_never_claims_success_ove
     repo = repo_factory(sandbox, mesh_timeout=1.0, attempts=3)
     sandbox.fault("sn1", "stuck")
     assert repo.run("apply", str(repo.path), "--auto-approve").code == Exit.NOT_CONVERGED
-    code, text, data, md = plan_all(repo)
+    code, text, data, _ = plan_all(repo)
     diverged = {c for code_, c in drift(data) if code_ == "cluster_diverged"}
     assert diverged == {"sn1"}
     assert ("rollout_mismatched", None) in drift(data)
