@@ -18,6 +18,7 @@ from reconciler.core import staleness
 from reconciler.core.desired import DesiredState
 from reconciler.core.live import LiveSnapshot
 from reconciler.core.outcomes import ApplyReport
+from reconciler.core.planning import Provenance
 from reconciler.core.planning import plan as make_plan
 from reconciler.core.plans import Plan
 from reconciler.exitcodes import Exit
@@ -38,16 +39,34 @@ class PlanRun:
     plan: Plan
 
 
-def load(root: Path) -> DesiredState:
+def load(root: Path, cache: validating.RepoCache | None = None) -> DesiredState:
     """Validate the repo at ``root``; every problem, or the desired state."""
     if not root.is_dir():
         raise EngineError(f"{root}: not a directory")
-    result = validating.load_repo(root)
+    result = validating.load_repo(root, cache=cache)
     if result.state is None:
         raise EngineError(
             f"{root}: the desired state is invalid ({len(result.diagnostics)} problem(s))",
             Exit.ERROR, result.diagnostics)
     return result.state
+
+
+def load_consistent(root: Path, cache: validating.RepoCache | None = None
+                    ) -> tuple[DesiredState, Provenance]:
+    """Load the repo and the commit it is at, proving the files read are that commit's:
+    git is asked before and after, and a checkout caught half-way (HEAD or the tree
+    moved while the files were read) is refused rather than mixed."""
+    try:
+        before = gitrepo.provenance(root)
+        desired = load(root, cache)
+        after = gitrepo.provenance(root)
+    except gitrepo.GitError as exc:
+        raise EngineError(str(exc)) from exc
+    if before != after:
+        raise EngineError(f"{root} changed while it was being read (HEAD "
+                          f"{(before.commit or '-')[:12]} → {(after.commit or '-')[:12]}); "
+                          "read it again once it settles")
+    return desired, after
 
 
 def connect(desired: DesiredState, root: Path, overrides: Overrides) -> Connection:
@@ -61,12 +80,8 @@ def plan(root: Path, *, overrides: Overrides, env: Mapping[str, str] | None = No
          progress: Progress | None = None) -> PlanRun:
     """Load, observe every cluster and the control plane, and plan. Pure planning last."""
     env = os.environ if env is None else env
-    desired = load(root)
+    desired, provenance = load_consistent(root)
     connection = connect(desired, root, overrides)
-    try:
-        provenance = gitrepo.provenance(root)
-    except gitrepo.GitError as exc:
-        raise EngineError(str(exc)) from exc
     snapshot = observe(desired, connection, env=env, progress=progress)
     return PlanRun(desired, connection, snapshot, make_plan(desired, snapshot, provenance))
 
@@ -156,12 +171,11 @@ async def apply_async(
     One prober serves the whole run, so the gateway is resolved once and the expected
     clusters can only grow.
     """
-    desired = load(root)
+    desired, provenance = load_consistent(root)
     connection = connect(desired, root, overrides)
     if saved is not None:
         check_commit(saved, root)
     try:
-        provenance = gitrepo.provenance(root)
         journal = Journal.open(state_dir(desired, root, env) / "journal.jsonl")
         token = token_from_env(connection, env)
         signer = observing.signer_key_path(connection, env)

@@ -28,14 +28,22 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def provenance(root: Path) -> Provenance:
-    """The commit HEAD points at and whether ``root`` has uncommitted changes under it."""
-    inside = _git(root, "rev-parse", "--is-inside-work-tree")
-    if inside.returncode != 0 or inside.stdout.strip() != "true":
-        return Provenance(commit=None, dirty=False, path=str(root.resolve()))
-    head = _git(root, "rev-parse", "HEAD")
-    commit = head.stdout.strip() if head.returncode == 0 else None
-    status = _git(root, "status", "--porcelain", "--untracked-files=all", "--", ".")
+    """The commit HEAD points at and whether ``root`` has uncommitted changes under it.
+
+    One ``git status --porcelain=v2 --branch`` answers both (the watcher asks often)."""
+    status = _git(root, "status", "--porcelain=v2", "--branch", "--untracked-files=all",
+                  "--", ".")
+    path = str(root.resolve())
     if status.returncode != 0:
+        if "not a git repository" in status.stderr:
+            return Provenance(commit=None, dirty=False, path=path)
         raise GitError(f"git status failed in {root}: {status.stderr.strip()[:300]}")
-    return Provenance(commit=commit, dirty=bool(status.stdout.strip()),
-                      path=str(root.resolve()))
+    commit = None
+    dirty = False
+    for line in status.stdout.splitlines():
+        if line.startswith("# branch.oid "):
+            oid = line.split(" ", 2)[2].strip()
+            commit = None if oid == "(initial)" else oid
+        elif line and not line.startswith("#"):
+            dirty = True
+    return Provenance(commit=commit, dirty=dirty, path=path)

@@ -1,0 +1,205 @@
+"""`reconcile watch` end to end: the real watcher process on a temporary git repo,
+against the real sandbox. Events are read from its JSON log lines."""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from reconciler.exitcodes import Exit
+from reconciler.sandbox.launcher import Sandbox
+from tests.e2e_repo import PROJECT, Repo, git
+from tests.plan.builders import digest
+
+pytestmark = pytest.mark.integration
+
+WRITES = {"promoteServiceImageRelease", "rollbackServiceImageRelease", "setServiceEgress",
+          "configureServiceDeploymentMachineUser"}
+
+
+class Watch:
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.seen: list[dict[str, Any]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                self.events.put(json.loads(line))
+            except json.JSONDecodeError:
+                self.events.put({"event": "raw", "message": line})
+
+    def wait_for(self, predicate: Callable[[dict[str, Any]], bool],
+                 timeout: float = 60.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                event = self.events.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self.seen.append(event)
+            if predicate(event):
+                return event
+        raise AssertionError(f"no matching event in {timeout}s; seen: "
+                             f"{[(e['event'], e['message'][:80]) for e in self.seen[-15:]]}")
+
+    def drain(self, seconds: float) -> list[dict[str, Any]]:
+        end = time.monotonic() + seconds
+        got = []
+        while time.monotonic() < end:
+            try:
+                got.append(self.events.get(timeout=0.1))
+            except queue.Empty:
+                pass
+        self.seen.extend(got)
+        return got
+
+
+@contextmanager
+def watching(repo: Repo, *args: str) -> Iterator[Watch]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reconciler", "watch", str(repo.path), "--log-format", "json",
+         *args], cwd=PROJECT, env=repo.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    watch = Watch(proc)
+    try:
+        yield watch
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def is_plan(e: dict[str, Any]) -> bool:
+    return e["event"] == "plan"
+
+
+def test_an_edit_produces_a_new_plan_showing_only_the_difference(repo: Repo) -> None:
+    with watching(repo, "--resync", "600") as w:
+        first = w.wait_for(is_plan)
+        assert first["verdict"] == "go"
+        search = repo.path / "services" / "search.yaml"
+        search.write_text(search.read_text().replace("egress: []", ""))
+        event = w.wait_for(lambda e: is_plan(e) and "files changed" in e["message"])
+        assert "- set egress: search: egress revokes api.openai.com:443, es.example.net:9200" \
+            in event["lines"]
+        assert any(line.startswith("+ blocker repo_dirty") for line in event["lines"])
+        assert len(event["lines"]) == 2  # the difference, not the whole plan again
+
+
+def test_an_invalid_edit_keeps_the_last_good_state_and_is_reported_once(repo: Repo) -> None:
+    with watching(repo, "--resync", "600") as w:
+        w.wait_for(is_plan)
+        checkout = repo.path / "services" / "checkout.yaml"
+        good = checkout.read_text()
+        checkout.write_text(good.replace("port: 443", "port: 0443x"))
+        invalid = w.wait_for(lambda e: e["event"] == "invalid")
+        assert "keeping the last good desired state" in invalid["message"]
+        assert any("checkout.yaml:" in line and "port" in line for line in invalid["lines"])
+        checkout.write_text(good.replace("port: 443", "port: 0443x") + "\n")  # same problem
+        later = w.drain(2.5)
+        assert not [e for e in later if e["event"] == "invalid"], "reported twice"
+        checkout.write_text(good)
+        w.wait_for(lambda e: is_plan(e))
+
+
+def test_a_burst_of_fifty_commits_yields_one_reconcile_at_the_final_commit(repo: Repo) -> None:
+    with watching(repo, "--resync", "600", "--debounce", "0.5") as w:
+        w.wait_for(is_plan)
+        notifications = repo.path / "services" / "notifications.yaml"
+        base = notifications.read_text()
+        for i in range(50):
+            notifications.write_text(base.replace("port: 587", f"port: {1000 + i}"))
+            git(repo.path, "commit", "-qam", f"burst {i}")
+        head = subprocess.run(["git", "-C", str(repo.path), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        event = w.wait_for(lambda e: is_plan(e) and e["message"].startswith(
+            ("files changed", "HEAD moved")))
+        later = w.drain(3.0)
+        reconciles = [event, *[e for e in later if is_plan(e)]]
+        assert len(reconciles) == 1, reconciles
+        assert event["commit"] == head
+        assert any("1049" in line for line in event["lines"])
+
+
+def test_drift_injected_in_the_sandbox_is_caught_by_the_resync(repo: Repo,
+                                                              sandbox: Sandbox) -> None:
+    with watching(repo, "--resync", "1") as w:
+        w.wait_for(is_plan)
+        sandbox.fault("sn2", "down")
+        event = w.wait_for(lambda e: is_plan(e) and "resync" in e["message"]
+                           and e["verdict"] == "no_go")
+        assert any("cluster_silent" in line and "sn2" in line for line in event["lines"])
+
+
+def test_apply_converges_and_the_next_cycle_makes_no_write(repo: Repo, sandbox: Sandbox) -> None:
+    with watching(repo, "--apply", "--resync", "1", "--metrics-port", "0") as w:
+        applied = w.wait_for(lambda e: e["event"] in ("applied", "apply-failed",
+                                                      "apply-refused"), timeout=90)
+        assert applied["event"] == "applied", applied
+        w.wait_for(lambda e: is_plan(e) and e["verdict"] == "no_changes")
+        writes = len([a for a in sandbox.audit() if a["method"] in WRITES])
+        w.drain(3.0)  # at least two more resync cycles
+        assert len([a for a in sandbox.audit() if a["method"] in WRITES]) == writes
+    status = sandbox.cluster_status()
+    assert all(status[c]["checkout"]["resolvedDigest"] == digest("checkout", "v2.4.0")
+               for c in ("sn1", "sn2", "sn3"))
+
+
+def test_apply_never_runs_from_uncommitted_edits(repo: Repo, sandbox: Sandbox) -> None:
+    search = repo.path / "services" / "search.yaml"
+    search.write_text(search.read_text().replace("egress: []", ""))  # dirty, not committed
+    with watching(repo, "--apply", "--resync", "1") as w:
+        event = w.wait_for(lambda e: is_plan(e))
+        assert event["verdict"] == "no_go"
+        w.drain(3.0)
+    assert not [a for a in sandbox.audit() if a["method"] in WRITES]
+
+
+def test_sigterm_mid_apply_leaves_a_consistent_journal_and_the_next_run_converges(
+        repo_factory: Callable[..., Repo], sandbox_factory: Callable[..., Sandbox]) -> None:
+    sandbox = sandbox_factory(converge_delay_ms=3000)
+    repo = repo_factory(sandbox)
+    with watching(repo, "--apply", "--resync", "1") as w:
+        w.wait_for(lambda e: e["event"] == "apply-progress" and "Convergence gate" in
+                   e["message"], timeout=90)
+        w.proc.send_signal(signal.SIGTERM)
+        assert w.proc.wait(timeout=20) == 0
+        stopped = w.drain(1.0)
+        assert any(e["event"] == "apply-abandoned" for e in [*w.seen, *stopped])
+    journal = (repo.state / "journal.jsonl").read_text().splitlines()
+    assert journal and all("sum" in json.loads(line) for line in journal)
+    rerun = repo.run("apply", str(repo.path), "--auto-approve")
+    assert rerun.code == Exit.OK, rerun.out + rerun.err
+    gens = {sid: s["rolloutGeneration"] for sid, s in sandbox.rollout_statuses().items()}
+    assert gens["svc-checkout"] == 4 and gens["svc-catalog"] == 6
+
+
+def test_metrics_endpoint_serves_the_last_plan(repo: Repo) -> None:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with watching(repo, "--resync", "600", "--metrics-port", str(port)) as w:
+        w.wait_for(is_plan)
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        text = body.decode()
+        assert 'reconcile_plan_verdict{verdict="go"} 1.0' in text
+        assert 'reconcile_plan_changes{action="promote"} 1.0' in text
