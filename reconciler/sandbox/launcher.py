@@ -160,7 +160,9 @@ class Sandbox:
             faults.set_fault(self.state_dir, target, kind, on=on, params=params)
         except ValueError as exc:
             raise SandboxError(str(exc)) from exc
-        self._wait_listening(was_down - self._down_clusters())
+        now_down = self._down_clusters()
+        self._wait_listening(was_down - now_down)
+        self._wait_listening(now_down - was_down, listening=False)
 
     def clear_faults(self) -> None:
         was_down = self._down_clusters()
@@ -171,21 +173,26 @@ class Sandbox:
         current = faults.read_all(self.state_dir)
         return {cid for cid in self.addresses if "down" in current.get(cid, {})}
 
-    def _wait_listening(self, clusters: set[str], timeout: float = 10.0) -> None:
-        """Lifting ``down`` reopens the socket asynchronously; return once it accepts, so
-        the next request does not race the reopening."""
+    def _wait_listening(self, clusters: set[str], *, listening: bool = True,
+                        timeout: float = 10.0) -> None:
+        """A cluster closes or reopens its socket asynchronously when ``down`` changes;
+        return once it has (connections accepted again, or refused), so the next request
+        does not race the transition."""
         deadline = time.monotonic() + timeout
         for cid in sorted(clusters):
             while True:
                 try:
                     socket.create_connection((self.addresses[cid], self.mesh_port),
                                              timeout=1.0).close()
-                    break
+                    accepted = True
                 except OSError:
-                    if time.monotonic() > deadline:
-                        raise SandboxError(f"{cid} did not listen again after 'down' was "
-                                           f"lifted") from None
-                    time.sleep(0.05)
+                    accepted = False
+                if accepted == listening:
+                    break
+                if time.monotonic() > deadline:
+                    state = "listen again" if listening else "stop listening"
+                    raise SandboxError(f"{cid} did not {state} after 'down' changed")
+                time.sleep(0.05)
 
     def set_egress_allowlist(self, cluster_id: str, entries: list[str] | None) -> None:
         """The cluster operator's egress allow-list (``host`` or ``host:port``); None = all."""

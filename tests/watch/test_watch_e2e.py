@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import pytest
@@ -61,10 +61,8 @@ class Watch:
         end = time.monotonic() + seconds
         got = []
         while time.monotonic() < end:
-            try:
+            with suppress(queue.Empty):
                 got.append(self.events.get(timeout=0.1))
-            except queue.Empty:
-                pass
         self.seen.extend(got)
         return got
 
