@@ -21,6 +21,7 @@ from reconciler.core.desired import DesiredState, Service
 from reconciler.core.live import (
     FAILED_STATUSES,
     IN_PROGRESS_STATUSES,
+    ClusterRuntime,
     EgressRule,
     ImageRelease,
     LiveService,
@@ -83,6 +84,10 @@ def _release_ref(release: ImageRelease | None, digest: str | None) -> ReleaseRef
         tags=release.tags,
         reference=f"{release.registry_host}/{release.repository}@{release.digest}",
     )
+
+
+def _last_error(runtime: ClusterRuntime) -> str:
+    return f"; lastError: {safe(runtime.last_error)}" if runtime.last_error else ""
 
 
 def _rules(pairs: Iterable[tuple[str, int]]) -> tuple[EgressRule, ...]:
@@ -299,7 +304,7 @@ class _Planner:
                 rt = obs.runtime
                 if obs.kind is ObservationKind.ANSWERED and rt is not None \
                         and rt.resolved_digest != current:
-                    last = f"; lastError: {safe(rt.last_error)}" if rt.last_error else ""
+                    last = _last_error(rt)
                     self.drift.append(Drift(
                         code="cluster_lagging", service=svc.name, cluster=obs.cluster_id,
                         message=f"{svc.name}: cluster {safe(obs.cluster_id)} still runs "
@@ -307,7 +312,6 @@ class _Planner:
                         f"while rollout {safe(status.rollout_id)} to {current} is "
                         f"{safe(status.status)}{last}"))
             return
-        dropped_seen: set[tuple[str, int]] = set()
         for obs in rows:
             if obs.kind is ObservationKind.NO_RECORD:
                 self.drift.append(Drift(
@@ -324,7 +328,7 @@ class _Planner:
                     message=f"{svc.name}: cluster {safe(obs.cluster_id)} sent no resolvedDigest; "
                     f"it has not proven what it runs"))
             elif runtime.resolved_digest != current:
-                last = f"; lastError: {safe(runtime.last_error)}" if runtime.last_error else ""
+                last = _last_error(runtime)
                 self.drift.append(Drift(
                     code="cluster_diverged", service=svc.name, cluster=obs.cluster_id,
                     message=f"{svc.name}: cluster {safe(obs.cluster_id)} runs "
@@ -337,7 +341,6 @@ class _Planner:
                     message=f"{svc.name}: cluster {safe(obs.cluster_id)} is "
                     f"{safe(runtime.runtime_state)}{last}"))
             for rule in runtime.egress_dropped:
-                dropped_seen.add((rule.host, rule.port))
                 self.drift.append(Drift(
                     code="egress_dropped", service=svc.name, cluster=obs.cluster_id,
                     message=f"{svc.name}: cluster {safe(obs.cluster_id)}'s operator allow-list "

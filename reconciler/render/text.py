@@ -9,6 +9,7 @@ reaches here already passed through ``safe`` (see ``render.common``). Pure.
 
 from __future__ import annotations
 
+from reconciler.core.live import ObservationKind
 from reconciler.core.plans import VERBS, Plan, ServiceEvidence
 from reconciler.core.sanitize import safe
 from reconciler.render import common
@@ -107,7 +108,7 @@ def render(plan: Plan, *, color: bool = False) -> str:
 
 
 def _agreement(ev: ServiceEvidence) -> str:
-    answered = [o for o in ev.observations if o.kind == "answered" and o.runtime]
+    answered = [o for o in ev.observations if o.kind is ObservationKind.ANSWERED and o.runtime]
     digests = {o.runtime.resolved_digest for o in answered if o.runtime}
     total = len(ev.expected_clusters)
     if len(answered) == total and digests == {ev.current_digest}:
