@@ -24,7 +24,10 @@ STATE = ROOT / ".sandbox"
 
 
 def _step(title: str, args: list[str], env: dict[str, str]) -> int:
-    print(f"\n\x1b[1m$ reconcile {shlex.join(args)}\x1b[0m   # {title}", flush=True)
+    command = f"$ reconcile {shlex.join(args)}"
+    if sys.stdout.isatty() and "NO_COLOR" not in os.environ:
+        command = f"\x1b[1m{command}\x1b[0m"
+    print(f"\n{command}   # {title}", flush=True)
     return subprocess.run([sys.executable, "-m", "reconciler", *args], env=env, cwd=ROOT,
                           check=False).returncode
 

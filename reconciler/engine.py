@@ -56,6 +56,8 @@ def load_consistent(root: Path, cache: validating.RepoCache | None = None
     """Load the repo and the commit it is at, proving the files read are that commit's:
     git is asked before and after, and a checkout caught half-way (HEAD or the tree
     moved while the files were read) is refused rather than mixed."""
+    if not root.is_dir():
+        raise EngineError(f"{root}: not a directory")
     try:
         before = gitrepo.provenance(root)
         desired = load(root, cache)
