@@ -121,11 +121,14 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
     try:
         await _send(client, change)
     except CasMismatch as exc:
-        if replay and await _landed(client, change):
-            journal.result(change, Outcome.ALREADY_APPLIED.value, "sent by an earlier run")
-            hook.line(f"  = {label}: already applied by an earlier run (same key)")
-            return ChangeResult(change=change, outcome=Outcome.ALREADY_APPLIED,
-                                detail="sent by an earlier run")
+        if await _landed(client, change):
+            # Our earlier run (same key), or another applier making the very same change:
+            # what is live is what this change wanted, so nothing is left to do.
+            detail = "sent by an earlier run" if replay else \
+                f"someone else made the same change first ({exc.code})"
+            journal.result(change, Outcome.ALREADY_APPLIED.value, detail)
+            hook.line(f"  = {label}: already applied: {detail}")
+            return ChangeResult(change=change, outcome=Outcome.ALREADY_APPLIED, detail=detail)
         detail = (f"someone else changed {change.service} ({exc.code}): planned against "
                   f"{safe(exc.expected)}, the control plane now has {safe(exc.actual)}")
         journal.result(change, Outcome.REFUSED.value, detail)
