@@ -16,7 +16,6 @@ from pathlib import Path
 
 from reconciler.core import staleness
 from reconciler.core.desired import DesiredState
-from reconciler.core.live import LiveSnapshot
 from reconciler.core.outcomes import ApplyReport
 from reconciler.core.planning import Provenance
 from reconciler.core.planning import plan as make_plan
@@ -31,44 +30,28 @@ from reconciler.shell.probing import Prober
 from reconciler.shell.progress import Progress
 
 
-@dataclass(frozen=True)
-class PlanRun:
-    desired: DesiredState
-    connection: Connection
-    snapshot: LiveSnapshot
-    plan: Plan
-
-
-def load(root: Path, cache: validating.RepoCache | None = None) -> DesiredState:
-    """Validate the repo at ``root``; every problem, or the desired state."""
-    if not root.is_dir():
-        raise EngineError(f"{root}: not a directory")
-    result = validating.load_repo(root, cache=cache)
-    if result.state is None:
-        raise EngineError(
-            f"{root}: the desired state is invalid ({len(result.diagnostics)} problem(s))",
-            Exit.ERROR, result.diagnostics)
-    return result.state
-
-
-def load_consistent(root: Path, cache: validating.RepoCache | None = None
-                    ) -> tuple[DesiredState, Provenance]:
-    """Load the repo and the commit it is at, proving the files read are that commit's:
-    git is asked before and after, and a checkout caught half-way (HEAD or the tree
-    moved while the files were read) is refused rather than mixed."""
+def load_consistent(root: Path) -> tuple[DesiredState, Provenance]:
+    """Validate the repo at ``root`` (every problem, or the desired state) and the commit
+    it is at, proving the files read are that commit's: git is asked before and after,
+    and a checkout caught half-way (HEAD or the tree moved while the files were read) is
+    refused rather than mixed."""
     if not root.is_dir():
         raise EngineError(f"{root}: not a directory")
     try:
         before = gitrepo.provenance(root)
-        desired = load(root, cache)
+        result = validating.load_repo(root)
         after = gitrepo.provenance(root)
     except gitrepo.GitError as exc:
         raise EngineError(str(exc)) from exc
+    if result.state is None:
+        raise EngineError(
+            f"{root}: the desired state is invalid ({len(result.diagnostics)} problem(s))",
+            Exit.ERROR, result.diagnostics)
     if before != after:
         raise EngineError(f"{root} changed while it was being read (HEAD "
                           f"{(before.commit or '-')[:12]} → {(after.commit or '-')[:12]}); "
                           "read it again once it settles")
-    return desired, after
+    return result.state, after
 
 
 def connect(desired: DesiredState, root: Path, overrides: Overrides) -> Connection:
@@ -79,23 +62,18 @@ def connect(desired: DesiredState, root: Path, overrides: Overrides) -> Connecti
 
 
 def plan(root: Path, *, overrides: Overrides, env: Mapping[str, str] | None = None,
-         progress: Progress | None = None) -> PlanRun:
+         progress: Progress | None = None) -> Plan:
     """Load, observe every cluster and the control plane, and plan. Pure planning last."""
     env = os.environ if env is None else env
     desired, provenance = load_consistent(root)
     connection = connect(desired, root, overrides)
-    snapshot = observe(desired, connection, env=env, progress=progress)
-    return PlanRun(desired, connection, snapshot, make_plan(desired, snapshot, provenance))
-
-
-def observe(desired: DesiredState, connection: Connection, *, env: Mapping[str, str],
-            progress: Progress | None = None) -> LiveSnapshot:
     try:
-        return observing.observe(desired, connection, env=env, progress=progress)
+        snapshot = observing.observe(desired, connection, env=env, progress=progress)
     except ControlPlaneError as exc:
         raise EngineError(f"control plane {connection.control_plane_url}: {exc}") from exc
     except ConfigError as exc:
         raise EngineError(str(exc)) from exc
+    return make_plan(desired, snapshot, provenance)
 
 
 # -- apply ------------------------------------------------------------------------------

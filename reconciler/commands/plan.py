@@ -46,14 +46,14 @@ def run(args: argparse.Namespace) -> int:
         result = plan(root, overrides=options.overrides_from(args),
                       progress=output.progress_for_stderr())
         if args.out:
-            output.save_plan(Path(args.out), result.plan)
+            output.save_plan(Path(args.out), result)
     except EngineError as exc:
         return output.report_error(exc)
-    output.write(output.render(result.plan, args.format, sys.stdout))
+    output.write(output.render(result, args.format, sys.stdout))
     if args.out:
         print(f"saved plan to {args.out}; apply it with: reconcile apply {args.out}",
               file=sys.stderr)
-    return int(detailed_exit(result.plan)) if args.detailed_exitcode else int(Exit.OK)
+    return int(detailed_exit(result)) if args.detailed_exitcode else int(Exit.OK)
 
 
 
