@@ -96,9 +96,22 @@ class Metrics:
         self.cycles.inc()
 
 
-def _is_config_file(change: Change, path: str) -> bool:
-    parts = Path(path).parts
-    return path.endswith((".yaml", ".yml")) and not any(p.startswith(".") for p in parts[-8:])
+def config_file_filter(root: Path) -> Callable[[Change, str], bool]:
+    """YAML files under ``root``, outside dot-directories (``.git``, a state dir, ...);
+    judged relative to the root, so a repo that itself lives under a dot-directory
+    (``~/.config/fleet``) is still watched."""
+    base = root.resolve()
+
+    def accept(change: Change, path: str) -> bool:
+        if not path.endswith((".yaml", ".yml")):
+            return False
+        try:
+            parts = Path(path).resolve().relative_to(base).parts
+        except ValueError:
+            return False
+        return not any(part.startswith(".") for part in parts)
+
+    return accept
 
 
 @dataclass
@@ -168,8 +181,9 @@ class Watcher:
 
     async def _watch_files(self, events: asyncio.Queue[set[tuple[Change, str]]],
                            stop: asyncio.Event) -> None:
-        async for changes in awatch(self.root, watch_filter=_is_config_file, stop_event=stop,
-                                    debounce=1600, step=self._step_ms, recursive=True):
+        async for changes in awatch(self.root, watch_filter=config_file_filter(self.root),
+                                    stop_event=stop, debounce=1600, step=self._step_ms,
+                                    recursive=True):
             await events.put(changes)
 
     async def _next_batch(self, events: asyncio.Queue[set[tuple[Change, str]]],

@@ -13,6 +13,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -201,3 +202,15 @@ def test_metrics_endpoint_serves_the_last_plan(repo: Repo) -> None:
         text = body.decode()
         assert 'reconcile_plan_verdict{verdict="go"} 1.0' in text
         assert 'reconcile_plan_changes{action="promote"} 1.0' in text
+
+
+def test_the_file_filter_judges_paths_relative_to_the_repo(tmp_path: Path) -> None:
+    from watchfiles import Change
+
+    from reconciler.shell.watching import config_file_filter
+    root = tmp_path / ".config" / "fleet"
+    accept = config_file_filter(root)
+    assert accept(Change.modified, str(root / "services" / "a.yaml"))
+    assert not accept(Change.modified, str(root / ".git" / "x.yaml"))
+    assert not accept(Change.modified, str(root / "services" / "a.txt"))
+    assert not accept(Change.modified, str(tmp_path / "elsewhere.yaml"))
