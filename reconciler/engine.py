@@ -152,6 +152,10 @@ async def apply_async(
     clusters can only grow.
     """
     desired, provenance = load_consistent(root)
+    unknown = sorted(only - {s.name for s in desired.services})
+    if unknown:
+        raise EngineError(f"--only names no service of this repo: {', '.join(unknown)}",
+                          Exit.USAGE)
     connection = connect(desired, root, overrides)
     if saved is not None:
         check_commit(saved, root)

@@ -211,6 +211,8 @@ def test_a_saved_plan_applies_exactly_and_non_interactive_apply_needs_approval(
 
 
 def test_only_limits_apply_to_the_named_services(repo: Repo, sandbox: Sandbox) -> None:
+    typo = repo.run("apply", str(repo.path), "--auto-approve", "--only", "serch")
+    assert typo.code == Exit.USAGE and "serch" in typo.err
     result = repo.run("apply", str(repo.path), "--auto-approve", "--only", "search")
     assert result.code == Exit.OK, result.out + result.err
     assert {str(w["serviceId"]) for w in writes(sandbox)} == {"svc-search"}
