@@ -17,12 +17,6 @@ pytestmark = pytest.mark.integration
 UNKNOWN = "There is no available method for this call on the server side"
 
 
-@pytest.fixture
-def cp(sandbox: Sandbox) -> Iterator[ControlPlaneClient]:
-    client = ControlPlaneClient(sandbox)
-    yield client
-    client.close()
-
 
 @pytest.fixture
 def bot(sandbox: Sandbox) -> Iterator[ControlPlaneClient]:

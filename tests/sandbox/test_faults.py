@@ -4,36 +4,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import httpx
 import pytest
 
 from reconciler.sandbox.launcher import Sandbox
-from tests.sandbox.wire import ControlPlaneClient, MeshClient
+from tests.sandbox.wire import ControlPlaneClient, MeshClient, wait_for
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def mesh(sandbox: Sandbox) -> Iterator[MeshClient]:
-    client = MeshClient(sandbox)
-    yield client
-    client.close()
 
-
-@pytest.fixture
-def cp(sandbox: Sandbox) -> Iterator[ControlPlaneClient]:
-    client = ControlPlaneClient(sandbox)
-    yield client
-    client.close()
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def timed(call: Callable[[], object]) -> float:

@@ -14,16 +14,10 @@ import pytest
 
 from reconciler.sandbox import launcher
 from reconciler.sandbox.launcher import Sandbox
-from tests.sandbox.wire import ControlPlaneClient, MeshClient
+from tests.sandbox.wire import ControlPlaneClient, MeshClient, wait_for
 
 pytestmark = pytest.mark.integration
 
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def test_acknowledged_promotion_survives_kill_9(sandbox: Sandbox) -> None:

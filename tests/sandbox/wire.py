@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import secrets
 import ssl
+import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -157,3 +159,11 @@ class MeshClient:
         return self.request("GET", cluster_id,
                             f"/host/api/v3/baas/deployment/apps/{app_id}/status",
                             token=token, **kw)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll ``predicate`` until it holds; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
