@@ -155,9 +155,12 @@ def test_cluster_faults_are_audited(sandbox: Sandbox, mesh: MeshClient) -> None:
     mesh.health("sn1")
     sandbox.fault("sn1", "garbage")
     mesh.status("sn1", "checkout")
+    # The row is written as the reply goes out, so it may land just after the client
+    # has read the reply; wait for it rather than race it.
+    wait_for(lambda: any(r["path"].endswith("/checkout/status") and r["result"] == "fault"
+                         for r in sandbox.audit("sn1")), timeout=5)
     rows = sandbox.audit("sn1")
     assert any(r["path"] == "/api/v3/cluster/health" and r["status"] == 200 for r in rows)
-    assert rows[-1]["result"] == "fault"
 
 
 # -- control plane ---------------------------------------------------------------------------------
