@@ -1,6 +1,6 @@
 """What a sandbox holds before anyone talks to it: services, releases, grants, users.
 
-Owns the default seed (``docs/TEAM-INTERFACES.md``: it makes ``examples/desired-state``
+Owns the default seed (``docs/sandbox-defaults.md``: it makes ``examples/desired-state``
 differ from live in every interesting way while no rollout is in flight), the seed file
 format accepted by ``reconcile sandbox seed FILE``, the simulated registry push, and the
 machine users with their token files.
