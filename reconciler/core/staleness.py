@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from reconciler.core.evidence import egress_key
 from reconciler.core.live import LiveService, LiveSnapshot
 from reconciler.core.plans import Action, Change
 
@@ -36,9 +37,7 @@ def _already_live(change: Change, svc: LiveService, live: LiveSnapshot) -> bool:
         return change.release_after is not None and \
             svc.current_digest == change.release_after.digest
     if change.action is Action.SET_EGRESS:
-        have = {(r.host, r.port) for r in svc.egress or ()}
-        want = {(r.host, r.port) for r in change.egress_after or ()}
-        return have == want
+        return egress_key(svc.egress or ()) == egress_key(change.egress_after or ())
     caps = _live_caps(change, live)
     return caps is not None and caps == tuple(sorted(change.capabilities_after or ()))
 

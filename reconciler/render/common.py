@@ -124,10 +124,7 @@ class EvidenceRow:
 
 
 def evidence_rows(ev: ServiceEvidence) -> list[EvidenceRow]:
-    rows = []
-    for obs in ev.observations:
-        rows.append(_row(obs))
-    return rows
+    return [_row(obs) for obs in ev.observations]
 
 
 def _row(obs: Observation) -> EvidenceRow:
