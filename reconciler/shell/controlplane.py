@@ -7,6 +7,12 @@ bounded by the call's deadline), the mapping of every failure to one exception t
 bounded retry of transient failures -- for keyed writes always with the *same*
 idempotency key -- and the parsing of wire replies into ``core.live`` models.
 
+The call deadline (``controlPlane.timeoutSeconds``, ``Connection.call_timeout``) is the
+total for one call as the caller sees it: the identity exchange, every re-send after a
+``retry`` reply or a transient failure, and the back-off pauses between them all spend
+the same budget. Each HTTP attempt's own timeout is clipped to what is left of it, and
+no back-off starts that could not finish before it.
+
 It must not print, log, or put the machine token (or the identity's jwt) in any string
 it produces: every message that leaves this module passes ``_Redactor`` and
 ``core.sanitize.safe``. It never follows redirects, never reads proxy or
@@ -37,6 +43,7 @@ Callers: ``observing`` (reads) and the apply engine (writes), both as
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import secrets
 import time
@@ -74,6 +81,12 @@ MAX_RETRY_WAIT_SECONDS: Final = 10.0
 CONNECT_EVENT: Final = "connection.connect_tcp.complete"
 
 UNKNOWN_METHOD_TEXT: Final = "There is no available method for this call on the server side"
+
+#: The event-loop time by which the call in progress (in this task) must be answered;
+#: None outside a call. Set once by the outermost entry point, shared by everything the
+#: call does (identity exchange, re-sends, back-off), so nothing nested extends it.
+_CALL_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "reconcile_call_deadline", default=None)
 
 
 class ControlPlaneError(Exception):
@@ -254,8 +267,12 @@ class ControlPlaneClient:
         """One TypedRequest call: identity injected, ``retry`` honoured, total deadline.
 
         Re-exchanges the identity once if the server answers ``UNAUTHORIZED``. Does not
-        re-send after a transport failure (see the typed methods for that).
+        re-send after a transport failure (see the typed methods for that). The whole of
+        it, identity exchange included, runs within one ``call_timeout``.
         """
+        return await self._within_deadline(method, lambda: self._call(method, request))
+
+    async def _call(self, method: str, request: dict[str, Any]) -> dict[str, Any]:
         identity = await self._ensure_identity()
         try:
             return await self._exchange(method, {**request, "identity": identity})
@@ -265,9 +282,35 @@ class ControlPlaneClient:
             identity = await self._ensure_identity()
             return await self._exchange(method, {**request, "identity": identity})
 
+    async def _within_deadline(
+        self, method: str, run: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any]:
+        """Run ``run`` under the call deadline: a fresh one unless a call is in progress."""
+        if _CALL_DEADLINE.get() is not None:
+            return await run()  # nested: the outer call's budget applies
+        budget = self._conn.call_timeout
+        deadline = asyncio.get_running_loop().time() + budget
+        token = _CALL_DEADLINE.set(deadline)
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await run()
+        except TimeoutError:
+            raise TransportError(
+                f"{method}: no complete answer within the {budget:g}s call deadline "
+                "(retries included)", transient=True) from None
+        finally:
+            _CALL_DEADLINE.reset(token)
+
+    def _remaining(self) -> float:
+        """Seconds left of the current call's deadline (the whole budget outside a call)."""
+        deadline = _CALL_DEADLINE.get()
+        if deadline is None:
+            return self._conn.call_timeout
+        return max(0.0, deadline - asyncio.get_running_loop().time())
+
     async def _exchange(self, method: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """Send one envelope until it gets an answer, all within ``call_timeout``."""
-        deadline = self._conn.call_timeout
+        """Send one envelope until it gets an answer, within what is left of the deadline."""
+        budget = self._conn.call_timeout
         envelope = {
             "method": method,
             "request": payload,
@@ -276,7 +319,7 @@ class ControlPlaneClient:
         }
         body = json.dumps(envelope, separators=(",", ":")).encode()
         try:
-            async with asyncio.timeout(deadline):
+            async with asyncio.timeout(self._remaining()):
                 for _ in range(MAX_RETRY_REPLIES + 1):
                     reply = await self._post(method, body)
                     wait = self._interpret(method, reply)
@@ -285,18 +328,21 @@ class ControlPlaneClient:
                     await asyncio.sleep(wait)
         except TimeoutError:
             raise TransportError(
-                f"{method}: no complete answer within the {deadline:g}s call deadline",
-                transient=True) from None
+                f"{method}: no complete answer within the {budget:g}s call deadline "
+                "(retries included)", transient=True) from None
         raise TransportError(
             f"{method}: the server asked to retry more than {MAX_RETRY_REPLIES} times",
             transient=True)
 
     async def _post(self, method: str, body: bytes) -> Any:
         self.requests_sent += 1
+        # This attempt may use what is left of the call's deadline, never more.
+        left = min(self._conn.call_timeout, self._remaining())
         try:
             response = await self._http.post(
                 self._url, content=body,
                 headers={"Content-Type": "application/json"},
+                timeout=httpx.Timeout(left, connect=min(left, 5.0)),
                 extensions={"trace": self._trace})
         except httpx.TimeoutException as exc:
             raise TransportError(f"{method}: timed out ({type(exc).__name__})",
@@ -391,25 +437,33 @@ class ControlPlaneClient:
     async def _with_transient_retries(
         self, attempt: Callable[[], Awaitable[dict[str, Any]]]
     ) -> dict[str, Any]:
-        """Re-run ``attempt`` after a transient ``TransportError``, boundedly."""
+        """Re-run ``attempt`` after a transient ``TransportError``, boundedly in count and
+        within the current call's deadline (no back-off that would outlive it)."""
         delay = TRANSIENT_BACKOFF_SECONDS
         for number in range(1, MAX_TRANSIENT_ATTEMPTS + 1):
             try:
                 result: dict[str, Any] = await attempt()
                 return result
             except TransportError as exc:
-                if not exc.transient or number == MAX_TRANSIENT_ATTEMPTS:
-                    if number > 1:
-                        raise type(exc)(
-                            f"{exc.message} (after {number} attempts)",
-                            **_transport_kwargs(exc)) from None
-                    raise
+                last = number == MAX_TRANSIENT_ATTEMPTS
+                out_of_time = exc.transient and not last and self._remaining() <= delay
+                if not exc.transient or last or out_of_time:
+                    if number == 1 and not out_of_time:
+                        raise
+                    plural = "s" if number > 1 else ""
+                    why = (f"; the {self._conn.call_timeout:g}s call deadline leaves no "
+                           "time for another" if out_of_time else "")
+                    raise type(exc)(f"{exc.message} (after {number} attempt{plural}{why})",
+                                    **_transport_kwargs(exc)) from None
                 await asyncio.sleep(delay)
                 delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _read(self, method: str, request: dict[str, Any]) -> dict[str, Any]:
-        return await self._with_transient_retries(lambda: self.call(method, request))
+        """One read (or idempotent/keyed write) with transient retries, all of it within
+        one ``call_timeout``."""
+        return await self._within_deadline(
+            method, lambda: self._with_transient_retries(lambda: self._call(method, request)))
 
     # -- typed methods ------------------------------------------------------------------
 
