@@ -1,14 +1,19 @@
-"""Reading the config repo's git state: which commit, and whether the tree is clean.
+"""Reading the config repo's git state: which commit, whether the tree is clean, and
+the commit's own files.
 
-Owns the two questions apply and watch ask of git, answered with the ``git`` command
-(never by parsing ``.git`` by hand). A directory outside any git work tree has no commit;
-that is reported as such, never invented.
+Owns the questions plan, apply and watch ask of git, answered with the ``git`` command
+(never by parsing ``.git`` by hand): the commit HEAD is at and whether tracked files
+differ from it (``status``), the files of that commit under a directory (``tree``), and
+their bytes (``read_blobs``: one ``git cat-file --batch`` for all of them). A directory
+outside any git work tree has no commit; that is reported as such, never invented.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.core.planning import Provenance
@@ -18,20 +23,39 @@ class GitError(Exception):
     """git could not answer (not installed, corrupt repository, ...)."""
 
 
+_ENV = {"LC_ALL": "C", "GIT_OPTIONAL_LOCKS": "0"}
+
+
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(
             ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30,
-            check=False, env={**os.environ, "LC_ALL": "C", "GIT_OPTIONAL_LOCKS": "0"})
+            check=False, env={**os.environ, **_ENV})
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise GitError(f"git failed in {root}: {exc}") from exc
 
 
+def _git_bytes(root: Path, *args: str, stdin: bytes = b"") -> bytes:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), *args], input=stdin, capture_output=True, timeout=60,
+            check=False, env={**os.environ, **_ENV})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise GitError(f"git failed in {root}: {exc}") from exc
+    if done.returncode != 0:
+        reason = done.stderr.decode("utf-8", "replace").strip()[:300]
+        raise GitError(f"git {args[0]} failed in {root}: {reason}")
+    return done.stdout
+
+
 def provenance(root: Path) -> Provenance:
-    """The commit HEAD points at and whether ``root`` has uncommitted changes under it.
+    """The commit HEAD points at and whether tracked files under ``root`` differ from it
+    (modified, staged, deleted). Untracked and ignored files are not part of any commit,
+    so they are not "uncommitted changes" of the desired state: plan reads the commit
+    (``shell.committed``) and lists them apart.
 
     One ``git status --porcelain=v2 --branch`` answers both (the watcher asks often)."""
-    status = _git(root, "status", "--porcelain=v2", "--branch", "--untracked-files=all",
+    status = _git(root, "status", "--porcelain=v2", "--branch", "--untracked-files=no",
                   "--", ".")
     path = str(root.resolve())
     if status.returncode != 0:
@@ -47,3 +71,63 @@ def provenance(root: Path) -> Provenance:
         elif line and not line.startswith("#"):
             dirty = True
     return Provenance(commit=commit, dirty=dirty, path=path)
+
+
+@dataclass(frozen=True, slots=True)
+class TreeEntry:
+    """One entry of a commit's tree: ``mode`` as git writes it (``100644``, ``120000`` for
+    a symbolic link, ``160000`` for a submodule), the object id, and the path relative
+    to the directory asked about."""
+
+    mode: str
+    oid: str
+    path: str
+
+
+def tree(root: Path, commit: str) -> tuple[TreeEntry, ...]:
+    """Every file of ``commit`` under ``root`` (recursively), paths relative to ``root``.
+
+    ``git ls-tree`` run inside ``root`` lists only that directory's part of the tree."""
+    if not commit or not all(c in "0123456789abcdef" for c in commit):
+        raise GitError(f"not a commit id: {commit!r}")
+    out = _git_bytes(root, "ls-tree", "-r", "-z", commit)
+    entries: list[TreeEntry] = []
+    for record in out.split(b"\0"):
+        if not record:
+            continue
+        head, _, name = record.partition(b"\t")
+        mode, _kind, oid = head.decode("ascii", "replace").split(" ", 2)
+        entries.append(TreeEntry(mode, oid, name.decode("utf-8", "surrogateescape")))
+    return tuple(entries)
+
+
+def read_blobs(root: Path, oids: Sequence[str], *, limit: int) -> list[bytes | int]:
+    """The bytes of each blob in ``oids`` (in order), read by one ``git cat-file --batch``;
+    a blob larger than ``limit`` is given as its size instead of its bytes."""
+    if not oids:
+        return []
+    out = _git_bytes(root, "cat-file", "--batch", stdin="".join(f"{o}\n" for o in oids).encode())
+    blobs: list[bytes | int] = []
+    at = 0
+    for oid in oids:
+        end = out.index(b"\n", at)
+        header = out[at:end].decode("ascii", "replace").split(" ")
+        if len(header) != 3 or header[1] != "blob":
+            raise GitError(f"git cat-file: object {oid} is not a readable blob "
+                           f"({' '.join(header)[:100]})")
+        size = int(header[2])
+        start = end + 1
+        blobs.append(out[start:start + size] if size <= limit else size)
+        at = start + size + 1
+    return blobs
+
+
+def toplevel(root: Path) -> Path | None:
+    """The work tree ``root`` is in, or None outside git."""
+    done = _git(root, "rev-parse", "--show-toplevel")
+    if done.returncode != 0:
+        if "not a git repository" in done.stderr:
+            return None
+        raise GitError(f"git rev-parse failed in {root}: {done.stderr.strip()[:300]}")
+    return Path(done.stdout.strip())
+

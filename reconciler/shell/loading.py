@@ -259,6 +259,20 @@ def load_file(root: Path, rel: str, *, cache: ParseCache | None = None) -> Loade
     return loaded
 
 
+def load_bytes(rel: str, data: bytes | int) -> LoadedFile:
+    """Parse one file's bytes read from elsewhere than the disk (a commit's blob), named
+    ``rel``; ``data`` is the file's size instead when it was too large to read. Problems
+    name ``rel`` and the line, exactly as ``load_file`` does for a file on disk."""
+    reason = check_relative(rel)
+    if reason is not None:
+        return LoadedFile(rel, None, (), (_file_problem(rel, reason),))
+    if isinstance(data, int):
+        return LoadedFile(rel, None, (), (_file_problem(
+            rel, f"is {data} bytes; the limit is {MAX_FILE_BYTES}"),))
+    documents, problems = parse_bytes(data, rel)
+    return LoadedFile(rel, None, () if problems else documents, problems)
+
+
 def _first_symlink(root: Path, rel: str) -> str | None:
     base = os.fspath(root)
     parts = rel.split("/")

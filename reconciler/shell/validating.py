@@ -24,7 +24,7 @@ import json
 import time
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -120,15 +120,9 @@ def load_repo(root: Path, *, cache: RepoCache | None = None) -> LoadResult:
 
     ``cache``: see ``RepoCache`` (the watcher keeps one; one-shot commands pass none).
     """
-    repo = root.as_posix()
-    try:
-        if root.is_symlink():
-            return _failed(repo, "is a symbolic link; give the repo's real path")
-        if not root.is_dir():
-            return _failed(repo, "is not a directory" if root.exists() else "does not exist")
-    except OSError as exc:
-        return _failed(repo, f"cannot be read: {exc.strerror or type(exc).__name__}")
-
+    refused = check_root(root)
+    if refused is not None:
+        return refused
     paths, problems = loading.discover(root)
     outcomes: dict[str, _FileOutcome] = {}
     todo: list[str] = []
@@ -144,7 +138,56 @@ def load_repo(root: Path, *, cache: RepoCache | None = None) -> LoadResult:
             cache.store(outcome)
     if cache is not None:
         cache.retain(set(paths))
+    return _combine(root, paths, outcomes, problems)
 
+
+@dataclass(slots=True)
+class BlobCache:
+    """Per-file validation results of a commit's files, by (path, blob id): a blob id
+    names its content, so a hit is exact (no stamps, no racy window). Keep one per
+    watched repo and pass it to every ``load_blobs`` call."""
+
+    outcomes: dict[tuple[str, str], _FileOutcome] = field(default_factory=dict)
+    hits: int = 0
+    misses: int = 0
+
+
+def load_blobs(root: Path, files: Sequence[tuple[str, str]],
+               read: Callable[[Sequence[str]], Sequence[bytes | int]],
+               problems: Sequence[Diagnostic] = (), *,
+               cache: BlobCache | None = None) -> LoadResult:
+    """Validate files that are not read from the disk: ``files`` are (repo-relative path,
+    blob id) pairs and ``read`` returns the bytes of the blob ids it is given (or a size,
+    for a blob too large to read), all in one call. Diagnostics name the path and line
+    exactly as ``load_repo`` does; ``problems`` are added (files refused before reading).
+    """
+    outcomes: dict[str, _FileOutcome] = {}
+    todo: list[tuple[str, str]] = []
+    for rel, oid in files:
+        hit = cache.outcomes.get((rel, oid)) if cache is not None else None
+        if cache is not None and hit is not None:
+            cache.hits += 1
+            outcomes[rel] = hit
+        else:
+            todo.append((rel, oid))
+    if todo:
+        blobs = read([oid for _, oid in todo])
+        for (rel, oid), data in zip(todo, blobs, strict=True):
+            outcome = _validate_loaded(loading.load_bytes(rel, data))
+            outcomes[rel] = outcome
+            if cache is not None:
+                cache.misses += 1
+                cache.outcomes[(rel, oid)] = outcome
+    if cache is not None:
+        keep = set(files)
+        for gone in set(cache.outcomes) - keep:
+            del cache.outcomes[gone]
+    return _combine(root, tuple(sorted(outcomes)), outcomes, problems)
+
+
+def _combine(root: Path, paths: tuple[str, ...], outcomes: Mapping[str, _FileOutcome],
+             problems: Sequence[Diagnostic]) -> LoadResult:
+    repo = root.as_posix()
     diagnostics: list[Diagnostic] = list(problems)
     located: list[crosscheck.Located] = []
     for rel in paths:
@@ -154,6 +197,19 @@ def load_repo(root: Path, *, cache: RepoCache | None = None) -> LoadResult:
     ordered = sorted_diagnostics(diagnostics)
     state = None if ordered else _assemble(located)
     return LoadResult(state, ordered, paths, tuple(located))
+
+
+def check_root(root: Path) -> LoadResult | None:
+    """The failed result for a root that is no directory to read (or None when it is)."""
+    repo = root.as_posix()
+    try:
+        if root.is_symlink():
+            return _failed(repo, "is a symbolic link; give the repo's real path")
+        if not root.is_dir():
+            return _failed(repo, "is not a directory" if root.exists() else "does not exist")
+    except OSError as exc:
+        return _failed(repo, f"cannot be read: {exc.strerror or type(exc).__name__}")
+    return None
 
 
 def _failed(repo: str, message: str) -> LoadResult:
