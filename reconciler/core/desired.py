@@ -13,6 +13,7 @@ maps errors back to file, line and column. Rules that span documents live in
 
 from __future__ import annotations
 
+import posixpath
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
@@ -150,6 +151,31 @@ class Settings(_Model):
         description="Where apply keeps its journal; outside the repo by default "
         "(RECONCILE_STATE_DIR, else ~/.local/state/reconcile/<repo>).",
     )
+
+    @model_validator(mode="after")
+    def _state_dir_outside_the_repo(self) -> Settings:
+        # Relative to the repo root: a path that does not climb out with `..` is inside
+        # it, and the journal apply writes there would make the repo dirty, so every
+        # later plan would be NO-GO (repo_dirty). Absolute paths and `..` paths that land
+        # inside the repo through links are judged on disk (gitrepo.state_dir_inside_repo).
+        if self.state_dir is not None and state_dir_is_inside(self.state_dir):
+            raise LocatedError(("stateDir",), state_dir_message(self.state_dir))
+        return self
+
+
+def state_dir_is_inside(state_dir: str) -> bool:
+    """Whether ``state_dir``, read relative to the repo root, names a place inside it."""
+    if state_dir.startswith("/"):
+        return False
+    normal = posixpath.normpath(state_dir)
+    return normal != ".." and not normal.startswith("../")
+
+
+def state_dir_message(state_dir: str) -> str:
+    return (f"{state_dir!r} is inside the config repo; apply writes its journal there, which "
+            "would leave the repo dirty and every later plan NO-GO (repo_dirty): use a "
+            "directory outside the repo (an absolute path, or ../something), or leave "
+            "stateDir out for ~/.local/state/reconcile/<repo>")
 
 
 class Release(_Model):

@@ -131,3 +131,14 @@ def toplevel(root: Path) -> Path | None:
         raise GitError(f"git rev-parse failed in {root}: {done.stderr.strip()[:300]}")
     return Path(done.stdout.strip())
 
+
+def state_dir_inside_repo(root: Path, path: Path) -> bool:
+    """Whether ``path`` (the apply journal's directory, relative paths read against
+    ``root``) resolves, links followed, inside the config repo: inside ``root`` or inside
+    the git work tree ``root`` belongs to. The journal there would make the repo dirty."""
+    target = (root / path).resolve()
+    bases = [root.resolve()]
+    top = toplevel(root) if root.is_dir() else None
+    if top is not None:
+        bases.append(top.resolve())
+    return any(target == base or target.is_relative_to(base) for base in bases)

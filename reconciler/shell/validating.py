@@ -42,11 +42,12 @@ from reconciler.core.desired import (
     Service,
     Settings,
     SourceRef,
+    state_dir_message,
 )
 from reconciler.core.diagnostics import Diagnostic, field_path, sorted_diagnostics
 from reconciler.core.names import Capability
 from reconciler.core.sanitize import safe
-from reconciler.shell import loading
+from reconciler.shell import gitrepo, loading
 from reconciler.shell.loading import LoadedFile, PathKey, YamlDocument
 
 
@@ -194,9 +195,29 @@ def _combine(root: Path, paths: tuple[str, ...], outcomes: Mapping[str, _FileOut
         diagnostics.extend(outcomes[rel].diagnostics)
         located.extend(outcomes[rel].documents)
     diagnostics.extend(crosscheck.check(located, complete=not diagnostics, repo=repo))
+    if not diagnostics:
+        diagnostics.extend(_state_dir_problems(root, located))
     ordered = sorted_diagnostics(diagnostics)
     state = None if ordered else _assemble(located)
     return LoadResult(state, ordered, paths, tuple(located))
+
+
+def _state_dir_problems(root: Path, located: Sequence[crosscheck.Located]) -> list[Diagnostic]:
+    """A ``stateDir`` that lands inside the repo on disk (an absolute path into it, a
+    ``..`` path back into the git work tree, a link): the model refuses the plain
+    relative ones already, with no disk access."""
+    found: list[Diagnostic] = []
+    for doc in located:
+        settings = doc.document
+        if not isinstance(settings, Settings) or settings.state_dir is None:
+            continue
+        try:
+            inside = gitrepo.state_dir_inside_repo(root, Path(settings.state_dir))
+        except (gitrepo.GitError, OSError, RuntimeError):
+            continue  # unknowable here; the engine asks again before writing
+        if inside:
+            found.append(doc.at(("stateDir",), state_dir_message(settings.state_dir)))
+    return found
 
 
 def check_root(root: Path) -> LoadResult | None:
