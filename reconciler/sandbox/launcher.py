@@ -7,6 +7,12 @@ process lifecycle (children exit when the launcher's pipe closes, unless detache
 the ``Sandbox`` handle the tests, the CLI and ``make demo`` use: client environment,
 settings document, faults, registry pushes, audit and cluster records, kill and restart.
 
+Children never see the caller's working directory on ``sys.path``: they run as
+``python -P -m ...`` (no script or working directory prepended), from the state
+directory, with a ``PYTHONPATH`` stripped of empty and relative entries (an empty entry
+means "the working directory"). So a ``secrets.py`` or ``typing.py`` lying where the user
+typed ``reconcile sandbox up`` is never imported by a sandbox process.
+
 Must not implement server behaviour: ``controlplane`` and ``cluster`` do, in their own
 processes.
 """
@@ -339,6 +345,21 @@ class Sandbox:
         self.stop()
 
 
+def _child_pythonpath(inherited: str | None) -> str:
+    """The package root, then the inherited entries that are absolute paths: no empty
+    entry (Python reads it as the working directory), no relative one, no duplicates."""
+    entries = [_PACKAGE_ROOT]
+    for entry in (inherited or "").split(os.pathsep):
+        if entry and os.path.isabs(entry) and entry not in entries:
+            entries.append(entry)
+    return os.pathsep.join(entries)
+
+
+def _python_argv(module: str) -> list[str]:
+    """``python -P -m module``: ``-P`` keeps the working directory off ``sys.path``."""
+    return [sys.executable, "-P", "-m", module]
+
+
 def _spawn(sandbox: Sandbox, component: str, sock: socket.socket, *,
            adopt: bool) -> subprocess.Popen[bytes]:
     argv = [*sandbox._argv[component], "--fd", str(sock.fileno())]
@@ -348,14 +369,14 @@ def _spawn(sandbox: Sandbox, component: str, sock: socket.socket, *,
         pass_fds.append(sandbox._parent_fds[0])
     if adopt:
         argv.append("--adopt")
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join([_PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": _child_pythonpath(os.environ.get("PYTHONPATH"))}
     log_dir = sandbox.state_dir / "logs"
     log_dir.mkdir(exist_ok=True)
     with open(log_dir / f"{component}.log", "ab") as log:
         return subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-            pass_fds=pass_fds, env=env, start_new_session=sandbox._detached)
+            pass_fds=pass_fds, env=env, cwd=sandbox.state_dir,
+            start_new_session=sandbox._detached)
 
 
 def _wait_ready(procs: dict[str, subprocess.Popen[bytes]], state_dir: Path) -> None:
@@ -472,15 +493,14 @@ def start(state_dir: Path, *, clusters: int = 3, port: int | None = None,
     if not detach:
         read_end, write_end = os.pipe()
         sandbox._parent_fds = (read_end, write_end)
-    python = sys.executable
     sandbox._argv[CONTROL_PLANE] = [
-        python, "-m", "reconciler.sandbox.controlplane", "--state", str(state_dir),
+        *_python_argv("reconciler.sandbox.controlplane"), "--state", str(state_dir),
         "--port", str(cp_port), "--identity-ttl-ms", str(identity_ttl_ms)]
     for cid, address in addresses.items():
         delay = (converge_delay_ms.get(cid, 300) if isinstance(converge_delay_ms, dict)
                  else converge_delay_ms)
         sandbox._argv[cid] = [
-            python, "-m", "reconciler.sandbox.cluster", "--state", str(state_dir),
+            *_python_argv("reconciler.sandbox.cluster"), "--state", str(state_dir),
             "--id", cid, "--address", address, "--port", str(chosen_mesh),
             "--gateway", gateway, "--control-plane", f"127.0.0.1:{cp_port}",
             "--delay-ms", str(delay), "--token-ttl-ms", str(token_ttl_ms),
