@@ -9,7 +9,11 @@ instead of making a second rollout.
 
 A journal that cannot be read is refused with its path and line named: reading a
 damaged journal as empty would forget sent keys, which is exactly what it exists to
-prevent. Must not decide what to send; ``shell.applying`` does.
+prevent. That includes a 0-byte file: the journal is *created with its first line*
+(written and fsync'd under a temporary name, then hard-linked into place), so this module
+never leaves an empty journal behind, even if it is interrupted or the disk is full; an
+empty file at the journal's path can only be a truncated journal. Only a missing file
+reads as "nothing sent yet". Must not decide what to send; ``shell.applying`` does.
 """
 
 from __future__ import annotations
@@ -36,6 +40,20 @@ def _checksum(body: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def _fsync_dir(directory: Path) -> None:
+    """Make a new directory entry durable (best effort where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 @dataclass
 class Journal:
     path: Path
@@ -51,7 +69,13 @@ class Journal:
             return journal
         except OSError as exc:
             raise JournalError(f"{path}: cannot read the apply journal: {exc.strerror}") from exc
-        if raw and not raw.endswith(b"\n"):
+        if not raw:
+            raise JournalError(
+                f"{path}: the apply journal is corrupt (the file is empty, but a journal is "
+                "never created without its first line, so it was truncated); refusing to "
+                "read it as empty, because it may have held keys already sent -- remove it "
+                "by hand only once you have checked that no apply is in doubt")
+        if not raw.endswith(b"\n"):
             raise JournalError(f"{path}: the last line of the apply journal is incomplete; "
                                "inspect it and remove the torn line by hand before rerunning")
         for number, line in enumerate(raw.splitlines(), start=1):
@@ -79,7 +103,9 @@ class Journal:
         line = json.dumps({**body, "sum": _checksum(body)}, sort_keys=True) + "\n"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            if not self.path.exists() and self._create_with(line.encode()):
+                return
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
             try:
                 # One write() of one line: appends from two appliers never interleave.
                 os.write(fd, line.encode())
@@ -89,6 +115,29 @@ class Journal:
         except OSError as exc:
             raise JournalError(f"{self.path}: cannot append to the apply journal: "
                                f"{exc.strerror}") from exc
+
+    def _create_with(self, first: bytes) -> bool:
+        """Create the journal holding ``first`` atomically: write and fsync a temporary
+        file beside it, then hard-link it into place (``link`` never replaces a file, so a
+        journal another applier created meanwhile is kept; then False: append to it).
+        Interrupted or failing at any point, this leaves no journal or a complete one."""
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                if os.write(fd, first) != len(first):
+                    raise OSError(28, "short write while creating the apply journal")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, self.path)
+            except FileExistsError:
+                return False
+            _fsync_dir(self.path.parent)
+            return True
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def in_doubt(self, key: str) -> bool:
         """Sent, and no trustworthy answer recorded: it may or may not have landed, so a
