@@ -8,22 +8,41 @@ through the ``Progress`` hook).
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import hashlib
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler.core import staleness
+from reconciler.core import binding, evidence, staleness
+from reconciler.core.codes import BlockerCode
 from reconciler.core.desired import DesiredState
-from reconciler.core.outcomes import ApplyReport
-from reconciler.core.planning import Provenance
+from reconciler.core.events import (
+    ApplyStarted,
+    Finished,
+    GatePolled,
+    GateStarted,
+    Hook,
+    NothingToDo,
+)
+from reconciler.core.evidence import ServiceProof
+from reconciler.core.live import LiveService, LiveSnapshot, ReadFailure
+from reconciler.core.outcomes import ApplyReport, ChangeResult, GateReport, Outcome
+from reconciler.core.planning import Provenance, target_of
 from reconciler.core.planning import plan as make_plan
-from reconciler.core.plans import Plan
+from reconciler.core.plans import Plan, Verdict
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.shell import applying, gitrepo, observing, validating
-from reconciler.shell.controlplane import ControlPlaneClient, ControlPlaneError, token_from_env
+from reconciler.shell import applying, committed, gitrepo, observing, validating
+from reconciler.shell.controlplane import (
+    ControlPlaneClient,
+    ControlPlaneError,
+    parse_service,
+    token_from_env,
+)
 from reconciler.shell.endpoints import ConfigError, Connection, Overrides
 from reconciler.shell.journal import Journal, JournalError
 from reconciler.shell.probing import Prober
@@ -31,27 +50,25 @@ from reconciler.shell.progress import Progress
 
 
 def load_consistent(root: Path) -> tuple[DesiredState, Provenance]:
-    """Validate the repo at ``root`` (every problem, or the desired state) and the commit
-    it is at, proving the files read are that commit's: git is asked before and after,
-    and a checkout caught half-way (HEAD or the tree moved while the files were read) is
-    refused rather than mixed."""
+    """The desired state as the commit holds it (tracked files only, read from the
+    commit's tree, so an ignored or untracked file can never reach a plan), and the
+    provenance: commit, dirty tracked files, untracked YAML. Outside git: the directory
+    as it is on disk, with no commit (plan works; apply refuses to bind)."""
     if not root.is_dir():
         raise EngineError(f"{root}: not a directory")
     try:
-        before = gitrepo.provenance(root)
-        result = validating.load_repo(root)
-        after = gitrepo.provenance(root)
+        loaded = committed.load(root)
     except gitrepo.GitError as exc:
         raise EngineError(str(exc)) from exc
-    if result.state is None:
+    if loaded.result.state is None:
         raise EngineError(
-            f"{root}: the desired state is invalid ({len(result.diagnostics)} problem(s))",
-            Exit.ERROR, result.diagnostics)
-    if before != after:
-        raise EngineError(f"{root} changed while it was being read (HEAD "
-                          f"{(before.commit or '-')[:12]} → {(after.commit or '-')[:12]}); "
-                          "read it again once it settles")
-    return result.state, after
+            f"{root}: the desired state is invalid ({len(loaded.result.diagnostics)} problem(s))",
+            Exit.ERROR, loaded.result.diagnostics)
+    provenance = loaded.provenance
+    git_root = gitrepo.toplevel(root) if loaded.in_git else None
+    return loaded.result.state, dataclasses.replace(
+        provenance, untracked=loaded.untracked,
+        path=str(root.resolve()), root=str(git_root) if git_root else None)
 
 
 def connect(desired: DesiredState, root: Path, overrides: Overrides) -> Connection:
@@ -80,8 +97,9 @@ def plan(root: Path, *, overrides: Overrides, env: Mapping[str, str] | None = No
 
 #: Blocker codes that mean "an expected cluster gave no evidence".
 EVIDENCE_BLOCKERS = frozenset({
-    "cluster_silent", "gateway_unresolved", "gateway_short_answer", "cluster_claimed_twice",
-    "cluster_unnamed"})
+    BlockerCode.CLUSTER_SILENT, BlockerCode.CLUSTER_UNREACHABLE, BlockerCode.GATEWAY_UNRESOLVED,
+    BlockerCode.GATEWAY_SHORT_ANSWER, BlockerCode.CLUSTER_CLAIMED_TWICE,
+    BlockerCode.CLUSTER_UNNAMED})
 
 
 def state_dir(desired: DesiredState, root: Path, env: Mapping[str, str]) -> Path:
@@ -101,7 +119,7 @@ def refuse_no_go(plan_value: Plan) -> None:
         return
     codes = {b.code for b in plan_value.blockers}
     lines = "\n".join(f"  ✗ {b.code}: {b.message}" for b in plan_value.blockers)
-    if "repo_dirty" in codes:
+    if BlockerCode.REPO_DIRTY in codes:
         raise EngineError(f"refusing to apply: the config repo has uncommitted changes\n{lines}",
                           Exit.REFUSED_COMMIT)
     if codes & EVIDENCE_BLOCKERS:
@@ -114,19 +132,18 @@ def refuse_no_go(plan_value: Plan) -> None:
                       Exit.REFUSED_NO_GO)
 
 
-def check_commit(plan_value: Plan, root: Path) -> None:
-    """A saved plan applies only to the commit it was made from, on a clean tree."""
-    try:
-        now = gitrepo.provenance(root)
-    except gitrepo.GitError as exc:
-        raise EngineError(str(exc)) from exc
-    if now.dirty:
-        raise EngineError(f"refusing to apply: {root} has uncommitted changes; nothing was sent",
-                          Exit.REFUSED_COMMIT)
-    if now.commit != plan_value.commit:
-        raise EngineError(
-            f"refusing to apply: the plan was made from commit {plan_value.commit or '<none>'} "
-            f"but {root} is at {now.commit or '<none>'}; plan again", Exit.REFUSED_COMMIT)
+def _where(connection: Connection, provenance: Provenance) -> binding.Where:
+    return binding.Where(control_plane_url=connection.control_plane_url,
+                         gateway=connection.gateway, repo_root=provenance.root,
+                         repo_path=provenance.path, commit=provenance.commit)
+
+
+def _refuse_mismatch(what: str, diffs: list[str]) -> None:
+    if diffs:
+        raise EngineError(f"refusing to apply the saved plan: {what}; nothing was sent\n"
+                          + "\n".join(f"  ✗ {d}" for d in diffs)
+                          + "\nplan again against this environment and review that plan",
+                          Exit.REFUSED_MISMATCH)
 
 
 @dataclass(frozen=True)
@@ -135,90 +152,290 @@ class ApplyRun:
     report: ApplyReport
 
 
+class Reconciler:
+    """One config repo wired to the live world: the client and the prober, held for one
+    apply or for a watcher's whole life (the gateway is resolved once per prober, and the
+    expected clusters can only grow). Every step is here, in order; the shell only reads,
+    writes and waits, the core only decides."""
+
+    def __init__(self, root: Path, desired: DesiredState, *, overrides: Overrides,
+                 env: Mapping[str, str]) -> None:
+        self.root = root
+        self.overrides = overrides
+        self.env = env
+        self.connection = connect(desired, root, overrides)
+        try:
+            token = token_from_env(self.connection, env)
+            signer = observing.signer_key_path(self.connection, env)
+        except ConfigError as exc:
+            raise EngineError(str(exc)) from exc
+        self.client = ControlPlaneClient(self.connection, token=token)
+        self.prober = Prober(self.connection, signer_key=signer)
+
+    async def __aenter__(self) -> Reconciler:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.prober.aclose()
+        await self.client.aclose()
+
+    async def observe(self, desired: DesiredState,
+                      progress: Progress | None = None) -> LiveSnapshot:
+        try:
+            return await observing.observe_async(desired, self.connection, env=self.env,
+                                                 prober=self.prober, client=self.client,
+                                                 progress=progress)
+        except ControlPlaneError as exc:
+            raise EngineError(f"control plane {self.connection.control_plane_url}: {exc}") \
+                from exc
+        except ConfigError as exc:
+            raise EngineError(str(exc)) from exc
+
+    async def plan(self, desired: DesiredState, provenance: Provenance,
+                   progress: Progress | None = None) -> tuple[Plan, LiveSnapshot]:
+        snapshot = await self.observe(desired, progress)
+        return make_plan(desired, snapshot, provenance), snapshot
+
+    async def apply(self, desired: DesiredState, provenance: Provenance, *, hook: Hook,
+                    saved: Plan | None = None, only: frozenset[str] = frozenset(),
+                    confirm: Callable[[Plan], bool] | None = None,
+                    progress: Progress | None = None) -> ApplyRun:
+        """Observe, plan fresh, bind a saved plan to it, refuse what must be refused, send,
+        and gate on what the fresh judge does not prove."""
+        if provenance.commit is None:
+            raise EngineError(f"refusing to apply: {self.root} is not a git repository, so "
+                              "there is no commit to bind the change to; commit the desired "
+                              "state and apply from the clone", Exit.REFUSED_COMMIT)
+        if provenance.dirty:
+            raise EngineError(f"refusing to apply: {self.root} has uncommitted changes; "
+                              "nothing was sent", Exit.REFUSED_COMMIT)
+        if saved is not None:
+            if saved.commit != provenance.commit:
+                raise EngineError(
+                    f"refusing to apply: the plan was made from commit {saved.commit or '<none>'}"
+                    f" but {self.root} is at {provenance.commit}; plan again",
+                    Exit.REFUSED_COMMIT)
+            _refuse_mismatch("it was made for another environment",
+                             binding.environment(saved, _where(self.connection, provenance)))
+        directory = state_dir(desired, self.root, self.env)
+        if gitrepo.state_dir_inside_repo(self.root, directory):
+            raise EngineError(f"refusing to apply: the state directory {directory} is inside "
+                              "the config repo; the journal would make every later plan "
+                              "dirty. Set stateDir (or RECONCILE_STATE_DIR) outside it",
+                              Exit.ERROR)
+        try:
+            journal = Journal.open(directory / "journal.jsonl")
+        except JournalError as exc:
+            raise EngineError(str(exc)) from exc
+        fresh_all, snapshot = await self.plan(desired, provenance, progress)
+        fresh = restrict(fresh_all, only)
+        refuse_no_go(fresh)
+        sending = fresh.changes
+        if saved is not None:
+            saved = restrict(saved, only)
+            refuse_no_go(saved)
+            _refuse_mismatch("the clusters it was reviewed for are not the clusters now",
+                             binding.clusters(saved, fresh))
+            saved_checks = [staleness.check(c, snapshot,
+                                            journaled=journal.in_doubt(c.idempotency_key))
+                            for c in saved.changes]
+            stale = [c for c in saved_checks if c.freshness is staleness.Freshness.STALE]
+            if stale:
+                raise EngineError(
+                    "refusing to apply: the plan is stale, live state moved since it was made; "
+                    "nothing was sent\n" + "\n".join(f"  ✗ {c.detail}" for c in stale),
+                    Exit.REFUSED_STALE)
+            fresh_keys = {c.idempotency_key for c in fresh.changes}
+            settled = {c.change.idempotency_key for c in saved_checks
+                       if c.change.idempotency_key not in fresh_keys
+                       and c.freshness in (staleness.Freshness.ALREADY_LIVE,
+                                           staleness.Freshness.OURS)}
+            _refuse_mismatch("it is not what a fresh plan says now",
+                             binding.changes(saved, fresh, settled))
+            # The reviewed changes, each still the fresh plan's (or settled by a rerun).
+            sending = tuple(c for c in saved.changes
+                            if c.idempotency_key in fresh_keys or c.idempotency_key in settled)
+        checks = [staleness.check(c, snapshot, journaled=journal.in_doubt(c.idempotency_key))
+                  for c in sending]
+        if not checks and fresh.verdict is Verdict.NO_CHANGES:
+            hook(NothingToDo())
+            return ApplyRun(fresh, ApplyReport(results=()))
+        if confirm is not None and not confirm(fresh):
+            raise EngineError("apply cancelled; nothing was sent", Exit.DECLINED)
+        hook(ApplyStarted(changes=len(checks)))
+        results = await applying.execute(checks, client=self.client, journal=journal,
+                                         hook=hook, concurrency=self.connection.concurrency)
+        report = ApplyReport(results=tuple(results))
+        targets = self.gate_targets(desired, fresh, results)
+        if targets:
+            report = report.model_copy(update={"gate": await self.gate(desired, targets, hook)})
+        hook(Finished(report=report))
+        return ApplyRun(fresh, report)
+
+    def gate_targets(self, desired: DesiredState, fresh: Plan,
+                     results: list[ChangeResult]) -> dict[str, tuple[str, ...]]:
+        """Service -> expected clusters: every service the fresh plan changes or does not
+        prove converged, except those whose own write did not go through (they failed
+        by name already; gating on a digest never sent would only wait)."""
+        failed = {r.change.service for r in results
+                  if r.outcome not in (Outcome.APPLIED, Outcome.ALREADY_APPLIED)}
+        names = {c.service for c in fresh.changes if c.waits_for_convergence}
+        names.update(fresh.unconverged())
+        names -= failed
+        # Egress-only and grant-only changes still gate their service: the judge checks
+        # the pinned digest too, so no change can print success over a diverged cluster.
+        names.update(c.service for c in fresh.changes if c.service not in failed)
+        expected = {e.service: e.expected_clusters for e in fresh.evidence}
+        return {n: expected.get(n, fresh.expected_clusters) for n in sorted(names)
+                if any(s.name == n for s in desired.services)}
+
+    async def gate(self, desired: DesiredState, targets: Mapping[str, tuple[str, ...]],
+                   hook: Hook) -> GateReport:
+        """Poll until the judge proves every target converged, or the budget is spent.
+        The expected clusters of a service are what the plan saw joined with what the
+        prober knows now: the set never shrinks."""
+        applying.crash_point("gate")
+        policy = desired.settings.policy.convergence
+        services = {s.name: s for s in desired.services if s.name in targets}
+        started = time.monotonic()
+        mesh = await self.prober.resolve()
+        clusters = sorted({c for cs in targets.values() for c in cs} | set(mesh.expected_clusters))
+        hook(GateStarted(services=tuple(sorted(targets)), clusters=tuple(clusters),
+                         attempts=policy.attempts, interval=policy.interval_seconds))
+        proofs: tuple[ServiceProof, ...] = ()
+        attempt = 0
+        for attempt in range(1, policy.attempts + 1):
+            observations, live = await asyncio.gather(
+                self.prober.observe_apps([services[n].app_id for n in services],
+                                         extra_expected=clusters),
+                self._read_services([services[n].service_id for n in services]))
+            mesh = await self.prober.resolve()
+            proofs = tuple(
+                evidence.judge(
+                    target_of(svc, live[svc.service_id]), live[svc.service_id],
+                    evidence.expected_clusters(targets[name], mesh.expected_clusters),
+                    observations.get(svc.app_id, ()))
+                for name, svc in sorted(services.items()))
+            hook(GatePolled(attempt=attempt, attempts=policy.attempts, proofs=proofs))
+            if all(p.converged for p in proofs):
+                break
+            if attempt < policy.attempts:
+                await asyncio.sleep(policy.interval_seconds)
+        return GateReport(attempts=attempt, waited_seconds=time.monotonic() - started,
+                          proofs=proofs)
+
+    async def _read_services(self, ids: list[str]) -> dict[str, LiveService | ReadFailure]:
+        async def one(service_id: str) -> LiveService | ReadFailure:
+            try:
+                return parse_service(await self.client.get_service(service_id), [])
+            except ControlPlaneError as exc:
+                return ReadFailure(service_id=service_id, reason=exc.message)
+        values = await asyncio.gather(*(one(i) for i in ids))
+        return dict(zip(ids, values, strict=True))
+
+
 async def apply_async(
     root: Path,
     *,
     overrides: Overrides,
     env: Mapping[str, str],
-    hook: applying.Hook,
+    hook: Hook,
     saved: Plan | None = None,
     only: frozenset[str] = frozenset(),
     confirm: Callable[[Plan], bool] | None = None,
     progress: Progress | None = None,
 ) -> ApplyRun:
-    """Plan (or take a saved plan), refuse what must be refused, send, and gate.
-
-    One prober serves the whole run, so the gateway is resolved once and the expected
-    clusters can only grow.
-    """
+    """Load the commit, then one ``Reconciler`` run: observe, plan, bind, send, gate."""
     desired, provenance = load_consistent(root)
     unknown = sorted(only - {s.name for s in desired.services})
     if unknown:
         raise EngineError(f"--only names no service of this repo: {', '.join(unknown)}",
                           Exit.USAGE)
-    connection = connect(desired, root, overrides)
-    if saved is not None:
-        check_commit(saved, root)
-    try:
-        journal = Journal.open(state_dir(desired, root, env) / "journal.jsonl")
-        token = token_from_env(connection, env)
-        signer = observing.signer_key_path(connection, env)
-    except (gitrepo.GitError, JournalError, ConfigError) as exc:
-        raise EngineError(str(exc)) from exc
-    async with ControlPlaneClient(connection, token=token) as client, \
-            Prober(connection, signer_key=signer) as prober:
-        try:
-            snapshot = await observing.observe_async(desired, connection, env=env,
-                                                     prober=prober, client=client,
-                                                     progress=progress)
-        except ControlPlaneError as exc:
-            raise EngineError(f"control plane {connection.control_plane_url}: {exc}") from exc
-        fresh = restrict(make_plan(desired, snapshot, provenance), only)
-        plan_value = restrict(saved, only) if saved is not None else fresh
-        refuse_no_go(plan_value)
-        if saved is not None:
-            # The world may have moved since the plan was saved: its evidence must hold now.
-            refuse_no_go(fresh.model_copy(update={"blockers": tuple(
-                b for b in fresh.blockers if b.code in EVIDENCE_BLOCKERS)}))
-        checks = [staleness.check(c, snapshot, journaled=journal.in_doubt(c.idempotency_key))
-                  for c in plan_value.changes]
-        stale = [c for c in checks if c.freshness is staleness.Freshness.STALE]
-        if stale:
-            raise EngineError(
-                "refusing to apply: the plan is stale, live state moved since it was made; "
-                "nothing was sent\n" + "\n".join(f"  ✗ {c.detail}" for c in stale),
-                Exit.REFUSED_STALE)
-        if not plan_value.changes and not plan_value.unconverged():
-            hook.line("No changes. The live world matches the desired state.")
-            return ApplyRun(plan_value, ApplyReport(results=()))
-        if confirm is not None and not confirm(plan_value):
-            raise EngineError("apply cancelled; nothing was sent", Exit.DECLINED)
-        hook.line(f"Applying {len(checks)} change(s):")
-        results = await applying.execute(checks, client=client, journal=journal, hook=hook,
-                                         concurrency=connection.concurrency)
-        targets = applying.gate_targets(plan_value, results)
-        gate_report = None
-        if targets:
-            policy = desired.settings.policy.convergence
-            hook.line(f"Convergence gate: {len(targets)} service(s) × "
-                      f"{len({c for t in targets for c in t.expected_clusters})} cluster(s), "
-                      f"up to {policy.attempts} polls {policy.interval_seconds:g}s apart")
-            gate_report = await applying.gate(targets, prober=prober, attempts=policy.attempts,
-                                              interval=policy.interval_seconds, hook=hook)
-        return ApplyRun(plan_value, ApplyReport(results=tuple(results), gate=gate_report))
+    async with Reconciler(root, desired, overrides=overrides, env=env) as reconciler:
+        return await reconciler.apply(desired, provenance, hook=hook, saved=saved, only=only,
+                                      confirm=confirm, progress=progress)
 
 
 def restrict(plan_value: Plan, only: frozenset[str]) -> Plan:
-    """The part of a plan about ``only`` (all of it when empty); mesh-wide blockers stay."""
+    """The part of a plan about ``only`` (all of it when empty); mesh-wide blockers stay,
+    and a shared cause keeps only the services in scope."""
     if not only:
         return plan_value
+
     def keep(name: str | None) -> bool:
         return name is None or name in only
 
     return plan_value.model_copy(update={
         "changes": tuple(c for c in plan_value.changes if c.service in only),
-        "blockers": tuple(b for b in plan_value.blockers if keep(b.service)),
+        "blockers": tuple(b.model_copy(update={"services": tuple(s for s in b.services
+                                                                  if s in only)})
+                          for b in plan_value.blockers if keep(b.service)),
         "drift": tuple(d for d in plan_value.drift if keep(d.service)),
         "evidence": tuple(e for e in plan_value.evidence if e.service in only),
-        "converging": tuple(s for s in plan_value.converging if s in only),
+        "proofs": tuple(p for p in plan_value.proofs if p.service in only),
     })
+
+
+# -- the watcher's steps ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Loaded:
+    """One read of the repo for the watcher: the state (None when invalid), the problems
+    as printed, and the git state it was read at."""
+
+    state: DesiredState | None
+    problems: tuple[str, ...]
+    provenance: Provenance
+
+
+class WatchSteps:
+    """What the watcher does at each moment it chooses (``shell.watching`` owns *when*):
+    read the commit, observe, plan, apply -- all sequenced here, like plan and apply.
+    Keeps one ``Reconciler`` while the settings stay the same, so the DNS answer and the
+    per-cluster tokens survive between resyncs."""
+
+    def __init__(self, root: Path, *, overrides: Overrides, env: Mapping[str, str]) -> None:
+        self.root = root
+        self.overrides = overrides
+        self.env = env
+        self.cache = validating.BlobCache()
+        self._live: Reconciler | None = None
+        self._settings: object = None
+
+    def head(self) -> Provenance:
+        try:
+            return gitrepo.provenance(self.root)
+        except gitrepo.GitError:
+            return Provenance()
+
+    def load(self) -> Loaded:
+        try:
+            loaded = committed.load(self.root, cache=self.cache)
+        except gitrepo.GitError as exc:
+            return Loaded(None, (str(exc),), Provenance())
+        provenance = dataclasses.replace(loaded.provenance, untracked=loaded.untracked)
+        return Loaded(loaded.result.state,
+                      tuple(d.render() for d in loaded.result.diagnostics), provenance)
+
+    async def observe(self, desired: DesiredState) -> LiveSnapshot:
+        if self._live is None or self._settings != desired.settings:
+            await self.close()
+            self._live = Reconciler(self.root, desired, overrides=self.overrides, env=self.env)
+            self._settings = desired.settings
+        return await self._live.observe(desired)
+
+    @staticmethod
+    def plan(desired: DesiredState, snapshot: LiveSnapshot, provenance: Provenance) -> Plan:
+        return make_plan(desired, snapshot, provenance)
+
+    async def apply(self, hook: Hook) -> ApplyRun:
+        """Apply the commit HEAD is at now: read again, observe fresh, judge, gate."""
+        desired, provenance = load_consistent(self.root)
+        async with Reconciler(self.root, desired, overrides=self.overrides,
+                              env=self.env) as reconciler:
+            return await reconciler.apply(desired, provenance, hook=hook)
+
+    async def close(self) -> None:
+        if self._live is not None:
+            await self._live.__aexit__()
+            self._live = None

@@ -22,5 +22,7 @@ class Exit(IntEnum):
     NOT_CONVERGED = 15  # apply: the convergence gate failed or could not verify
     DECLINED = 16  # apply: the operator answered no, or no terminal and no --auto-approve
     APPLY_FAILED = 17  # apply: a change failed for another reason
+    REFUSED_MISMATCH = 18  # apply: a saved plan is not what apply re-derives (environment,
+    #                        content digest, or changes), so it is not what was reviewed
     USAGE = 64
     INTERRUPTED = 130

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reconciler.commands import options, output
+from reconciler.core.events import Event
 from reconciler.core.outcomes import ApplyReport, Outcome
 from reconciler.core.plans import Plan
-from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.render import text
+from reconciler.render import applyview, text
 
 if TYPE_CHECKING:
     from reconciler.engine import ApplyRun
@@ -35,15 +35,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="do not ask for confirmation (needed when not on a terminal)")
     parser.add_argument("--only", action="append", nargs="+", metavar="SERVICE", default=[],
                         help="apply only the changes of these services")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="progress and result as terminal text, or one JSON object per "
+                        "event per line")
     parser.add_argument("--repo", metavar="PATH",
                         help="the config repo of a saved plan (default: where it was made)")
     options.add_connection_flags(parser)
     parser.set_defaults(handler=run)
 
 
-class _Printer:
-    def line(self, text_: str) -> None:
-        print(text_, flush=True)
+class _View:
+    """Prints apply's events: text lines, or one JSON object per line (``--format json``)."""
+
+    def __init__(self, fmt: str) -> None:
+        self.fmt = fmt
+
+    def __call__(self, event: Event) -> None:
+        if self.fmt == "json":
+            print(applyview.json_line(event), flush=True)
+            return
+        for line in applyview.text(event):
+            print(line, flush=True)
 
 
 def _confirm_on_terminal(plan: Plan) -> bool:
@@ -53,6 +65,10 @@ def _confirm_on_terminal(plan: Plan) -> bool:
                           "(reconcile plan --out FILE; reconcile apply FILE)", Exit.DECLINED)
     answer = input("Apply these changes? Only 'yes' is accepted: ")
     return answer.strip() == "yes"
+
+
+def _accept(plan: Plan) -> bool:
+    return True
 
 
 def _show_plan(plan: Plan) -> bool:
@@ -72,22 +88,21 @@ def run(args: argparse.Namespace) -> int:
             root = Path(args.repo or saved.repo_path or ".")
         else:
             root = target
-        confirm = _show_plan if args.auto_approve or saved is not None else _confirm_on_terminal
+        confirm = _confirm_on_terminal
+        if args.auto_approve or saved is not None:
+            confirm = _show_plan if args.format == "text" else _accept
         result = asyncio.run(apply_async(
-            root, overrides=options.overrides_from(args), env=os.environ, hook=_Printer(),
+            root, overrides=options.overrides_from(args), env=os.environ, hook=_View(args.format),
             saved=saved, only=only, confirm=confirm, progress=output.progress_for_stderr()))
     except EngineError as exc:
         return output.report_error(exc)
-    return _report(result)
+    return _report(result, args.format)
 
 
-def _report(run_: ApplyRun) -> int:
+def _report(run_: ApplyRun, fmt: str) -> int:
     report: ApplyReport = run_.report
     if not report.results and report.gate is None:
         return int(Exit.OK)
-    counts = ", ".join(f"{report.count(o)} {o.value.replace('_', ' ')}" for o in Outcome
-                       if report.count(o))
-    print(f"Changes: {counts or 'none'}")
     code = Exit.OK
     if any(r.outcome is Outcome.REFUSED and r.code and r.code.endswith("_MISMATCH")
            for r in report.results):
@@ -95,29 +110,14 @@ def _report(run_: ApplyRun) -> int:
     elif not report.writes_ok:
         code = Exit.APPLY_FAILED
     gate = report.gate
-    if gate is not None and not gate.converged:
-        code = Exit.NOT_CONVERGED if code is Exit.OK else code
-        print(f"error: convergence gate failed after {gate.attempts} poll(s) "
-              f"({gate.waited_seconds:.1f}s):", file=sys.stderr)
-        for f in gate.diverged:
-            last = f"; lastError: {safe(f.last_error)}" if f.last_error else ""
-            print(f"  ✗ {f.service} on {f.cluster}: DIVERGED: runs {f.running or '<none>'}, "
-                  f"should run {f.wanted or '<unchanged>'} ({f.reason}){last}", file=sys.stderr)
-        for f in gate.unverified:
-            print(f"  ? {f.service} on {f.cluster}: UNVERIFIED: {f.reason}; should run "
-                  f"{f.wanted or '<unchanged>'} — a cluster that gives no answer is one this "
-                  f"apply cannot vouch for", file=sys.stderr)
-    elif gate is not None:
-        clusters = sorted({f.cluster for f in gate.findings})
-        print(f"Converged: every expected cluster ({', '.join(clusters)}) proves the pinned "
-              f"digests and egress after {gate.attempts} poll(s), {gate.waited_seconds:.1f}s.")
-    if code is not Exit.OK and code is not Exit.NOT_CONVERGED:
-        for r in report.results:
-            if r.outcome not in (Outcome.APPLIED, Outcome.ALREADY_APPLIED):
-                print(f"  {r.outcome.value}: {r.change.action.value} {r.change.service}: "
-                      f"{r.detail}", file=sys.stderr)
-    if code is Exit.OK:
-        print("Apply complete.")
+    if gate is not None and not gate.converged and code is Exit.OK:
+        code = Exit.NOT_CONVERGED
+    if fmt != "json":
+        out, err = applyview.summary(report)
+        for line in out:
+            print(line)
+        for line in err:
+            print(line, file=sys.stderr)
+        if code is Exit.OK:
+            print("Apply complete.")
     return int(code)
-
-

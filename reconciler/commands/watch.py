@@ -41,6 +41,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from reconciler.engine import WatchSteps
     from reconciler.shell.watching import Log, Metrics, Watcher
 
     root = Path(args.path)
@@ -58,8 +59,9 @@ def run(args: argparse.Namespace) -> int:
     def render_first(plan: Plan) -> str:
         return output.render(plan, args.format, sys.stdout)
 
-    watcher = Watcher(root=root, overrides=options.overrides_from(args), env=os.environ,
-                      log=Log(args.log_format), apply=args.apply, resync=args.resync,
+    steps = WatchSteps(root, overrides=options.overrides_from(args), env=os.environ)
+    watcher = Watcher(root=root, steps=steps, log=Log(args.log_format), apply=args.apply,
+                      resync=args.resync,
                       debounce=args.debounce, metrics=metrics,
                       render_first=render_first if args.log_format == "text" else None)
 

@@ -1,41 +1,128 @@
-"""Evidence rules: what a cluster's answer proves, and what its silence does not.
+"""The one judge: what a snapshot proves about a service on each expected cluster.
 
-Owns two judgements, both pure:
+Owns ``judge``, the single pure function that every claim of success asks: the plan's
+verdict ("no changes" / GO / drift), the convergence gate after an apply,
+``plan --detailed-exitcode``, and watch's output and metrics. A second opinion anywhere
+else is a bug, so the rules live here and nowhere else:
 
-- ``judge_convergence``: does one cluster's observation prove it runs the pinned digest,
-  RUNNING, every required replica observed, healthy and verified, none failed, with the
-  declared egress in effect? The answer is ``converged``, ``not_converged`` (the cluster
-  answered and runs something else) or ``no_evidence`` (it said nothing we can use). The
-  apply gate and the planner both use it, so the plan and the gate cannot disagree.
-- ``expected_clusters``: the union the contract defines (settings ∪ DNS ∪ rollout targets).
+- a cluster proves a service converged only by answering with the pinned digest as its
+  ``resolvedDigest`` (never a tag), ``runtimeState`` RUNNING, at least one required replica
+  and every required replica observed, healthy and verified, none failed, and the declared
+  egress in effect (a destination the cluster's operator dropped is *not* in effect);
+- the control plane's rollout for the service must be to the pinned digest and say
+  ``succeeded``: a rollout still pending or deploying has not finished, a failed or
+  mismatched one has not converged, and one with no status has proven nothing;
+- a cluster that is silent, or answers without the facts above, leaves the service
+  **unproven**, never converged: missing evidence is not evidence of convergence.
 
-A cluster that sends no ``resolvedDigest`` has not proven what it runs: a tag match is
-never enough (seed 000, "What a PASS here does and does not mean").
+Also owns ``expected_clusters`` (settings ∪ DNS ∪ rollout targets, CONTRACT §3).
+
+Must not: do I/O, look at the clock, or render; reasons are plain sentences built from
+sanitized strings, codes are the ``Why`` enum.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from enum import StrEnum
 
-from reconciler.core.live import EgressRule, Observation, ObservationKind
+from pydantic import BaseModel, ConfigDict
+
+from reconciler.core.live import (
+    FAILED_STATUSES,
+    IN_PROGRESS_STATUSES,
+    EgressRule,
+    LiveService,
+    Observation,
+    ObservationKind,
+    ReadFailure,
+)
 from reconciler.core.sanitize import safe
 
 
-class Verdict(StrEnum):
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Proof(StrEnum):
+    """What the evidence proves. Only ``converged`` is ever a pass."""
+
     CONVERGED = "converged"
-    NOT_CONVERGED = "not_converged"
-    NO_EVIDENCE = "no_evidence"
+    NOT_CONVERGED = "not_converged"  # the evidence shows something else is running
+    UNPROVEN = "unproven"  # the evidence is missing or incomplete
 
 
-@dataclass(frozen=True)
-class Judgement:
+class Why(StrEnum):
+    """Why a cluster (or the rollout) is not proven converged. Documented in docs/codes.md."""
+
+    SILENT = "silent"
+    NO_RECORD = "no_runtime_record"
+    NO_DIGEST = "no_resolved_digest"
+    OTHER_DIGEST = "runs_other_digest"
+    NOT_RUNNING = "not_running"
+    NO_REPLICA_COUNTS = "no_replica_counts"
+    REPLICAS_SHORT = "replicas_not_ready"
+    NO_EGRESS = "no_egress_report"
+    EGRESS_DROPPED = "egress_dropped"
+    EGRESS_DIFFERS = "egress_not_in_effect"
+    # the control plane's rollout, for the service as a whole
+    SERVICE_UNREADABLE = "service_unreadable"
+    NOT_ROLLED_OUT = "rollout_not_to_pinned_digest"
+    ROLLOUT_STATUS_UNKNOWN = "rollout_status_unknown"
+    ROLLOUT_IN_PROGRESS = "rollout_in_progress"
+    ROLLOUT_FAILED = "rollout_failed"
+
+
+#: A finished rollout: ``rolled-back`` is how a rollback's rollout succeeds (seed 003).
+SUCCEEDED_STATUSES = frozenset({"succeeded", "rolled-back"})
+
+#: Whys that are a gap in evidence (unproven) rather than evidence of something else.
+UNPROVEN_WHYS = frozenset({Why.SILENT, Why.NO_DIGEST, Why.NO_REPLICA_COUNTS, Why.NO_EGRESS,
+                           Why.SERVICE_UNREADABLE, Why.ROLLOUT_STATUS_UNKNOWN})
+
+
+class Target(_Model):
+    """What must be proven for one service: the pinned digest and the egress that must be
+    in effect (``None``: no egress is declared anywhere, so none is checked)."""
+
+    service: str
+    app_id: str
+    digest: str
+    egress: tuple[EgressRule, ...] | None = None
+
+
+class ClusterProof(_Model):
     cluster: str
-    verdict: Verdict
-    reason: str  # why not converged / why no evidence; "" when converged
+    proof: Proof
+    why: Why | None = None  # None when converged
+    detail: str = ""  # one sentence, sanitized
     running: str | None = None  # the digest the cluster proved it runs, if any
     last_error: str | None = None
+
+
+class ServiceProof(_Model):
+    """The judgement of one service: the rollout, and every expected cluster."""
+
+    service: str
+    app_id: str
+    digest: str
+    proof: Proof
+    rollout_why: Why | None = None  # the control plane's side, when it is the problem
+    rollout_detail: str = ""
+    clusters: tuple[ClusterProof, ...] = ()
+
+    @property
+    def converged(self) -> bool:
+        return self.proof is Proof.CONVERGED
+
+    def pending(self) -> tuple[ClusterProof, ...]:
+        return tuple(c for c in self.clusters if c.proof is not Proof.CONVERGED)
+
+    def reasons(self) -> list[str]:
+        """Every reason it is not converged, the rollout first; empty when converged."""
+        out = [self.rollout_detail] if self.rollout_why is not None else []
+        out.extend(f"{c.cluster}: {c.detail}" for c in self.pending())
+        return out
 
 
 def expected_clusters(*sources: Iterable[str]) -> tuple[str, ...]:
@@ -50,61 +137,113 @@ def egress_key(rules: Iterable[EgressRule]) -> frozenset[tuple[str, int]]:
     return frozenset((r.host, r.port) for r in rules)
 
 
-def judge_convergence(
-    observation: Observation,
-    *,
-    digest: str | None,
-    egress: tuple[EgressRule, ...] | None,
-) -> Judgement:
-    """Judge one cluster against the pinned ``digest`` (None: release not checked) and
-    the declared ``egress`` (None: egress not checked)."""
+def _pairs(pairs: Iterable[tuple[str, int]]) -> str:
+    return ", ".join(f"{safe(h)}:{p}" for h, p in sorted(pairs))
+
+
+def judge_cluster(observation: Observation, digest: str,
+                  egress: tuple[EgressRule, ...] | None) -> ClusterProof:
+    """One cluster's answer about one app, against the pinned digest and egress."""
     cluster = observation.cluster_id
+
+    def verdict(why: Why, detail: str, running: str | None = None,
+                last_error: str | None = None) -> ClusterProof:
+        proof = Proof.UNPROVEN if why in UNPROVEN_WHYS else Proof.NOT_CONVERGED
+        return ClusterProof(cluster=cluster, proof=proof, why=why, detail=detail,
+                            running=running, last_error=last_error)
+
     if observation.kind is ObservationKind.SILENT:
-        return Judgement(cluster, Verdict.NO_EVIDENCE, f"silent: {safe(observation.reason)}")
+        return verdict(Why.SILENT, f"gave no evidence ({safe(observation.reason)})")
     runtime = observation.runtime
     if observation.kind is ObservationKind.NO_RECORD or runtime is None:
-        return Judgement(cluster, Verdict.NOT_CONVERGED, "no runtime record for this app")
+        return verdict(Why.NO_RECORD, "has no runtime record for this app")
     last_error = safe(runtime.last_error) if runtime.last_error else None
     running = runtime.resolved_digest
-    if digest is not None:
-        if running is None:
-            return Judgement(cluster, Verdict.NO_EVIDENCE,
-                             "sent no resolvedDigest: it has not proven what it runs",
-                             None, last_error)
-        if running != digest:
-            return Judgement(cluster, Verdict.NOT_CONVERGED,
-                             f"runs {running}, not {digest}", running, last_error)
-        if runtime.runtime_state != "RUNNING":
-            return Judgement(cluster, Verdict.NOT_CONVERGED,
-                             f"runtimeState {safe(runtime.runtime_state)}", running, last_error)
-        counts = runtime.replica_counts
-        if counts is None:
-            return Judgement(cluster, Verdict.NO_EVIDENCE, "sent no replica counts", running,
-                             last_error)
-        if not (counts.required >= 1 and counts.required == counts.observed == counts.healthy
-                == counts.verified and counts.failed == 0):
-            return Judgement(
-                cluster, Verdict.NOT_CONVERGED,
-                f"replicas required={counts.required} observed={counts.observed} "
-                f"healthy={counts.healthy} verified={counts.verified} failed={counts.failed}",
-                running, last_error)
+    if running is None:
+        return verdict(Why.NO_DIGEST, "sent no resolvedDigest: it has not proven what it runs",
+                       None, last_error)
+    if running != digest:
+        return verdict(Why.OTHER_DIGEST, f"runs {safe(running)}, not {digest}", running,
+                       last_error)
+    if runtime.runtime_state != "RUNNING":
+        return verdict(Why.NOT_RUNNING, f"runtimeState is {safe(runtime.runtime_state)}",
+                       running, last_error)
+    counts = runtime.replica_counts
+    if counts is None:
+        return verdict(Why.NO_REPLICA_COUNTS, "sent no replica counts", running, last_error)
+    if not (counts.required >= 1 and counts.required == counts.observed == counts.healthy
+            == counts.verified and counts.failed == 0):
+        return verdict(Why.REPLICAS_SHORT,
+                       f"replicas required={counts.required} observed={counts.observed} "
+                       f"healthy={counts.healthy} verified={counts.verified} "
+                       f"failed={counts.failed}", running, last_error)
     if egress is not None:
         if runtime.egress is None:
-            return Judgement(cluster, Verdict.NO_EVIDENCE, "sent no effective egress", running,
-                             last_error)
+            return verdict(Why.NO_EGRESS, "sent no effective egress", running, last_error)
         declared = egress_key(egress)
-        dropped = egress_key(runtime.egress_dropped)
+        dropped = declared & egress_key(runtime.egress_dropped)
         in_effect = egress_key(runtime.egress)
-        # A destination the cluster's operator refused is reported, not waited for: the
-        # gate cannot make an allow-list change, and hiding it would be worse.
-        if in_effect != declared - dropped:
-            missing = sorted(declared - dropped - in_effect)
-            extra = sorted(in_effect - declared)
+        if dropped:
+            # The operator's allow-list refused it: the destination is not in effect, and
+            # no amount of waiting will change that. Reported, never counted as converged.
+            return verdict(Why.EGRESS_DROPPED,
+                           f"its operator allow-list dropped egress to {_pairs(dropped)}",
+                           running, last_error)
+        if in_effect != declared:
             bits = []
-            if missing:
-                bits.append("missing " + ", ".join(f"{h}:{p}" for h, p in missing))
-            if extra:
-                bits.append("still allows " + ", ".join(f"{h}:{p}" for h, p in extra))
-            return Judgement(cluster, Verdict.NOT_CONVERGED, "egress " + "; ".join(bits),
-                             running, last_error)
-    return Judgement(cluster, Verdict.CONVERGED, "", running, last_error)
+            if declared - in_effect:
+                bits.append("missing " + _pairs(declared - in_effect))
+            if in_effect - declared:
+                bits.append("still allows " + _pairs(in_effect - declared))
+            return verdict(Why.EGRESS_DIFFERS, "egress " + "; ".join(bits), running,
+                           last_error)
+    return ClusterProof(cluster=cluster, proof=Proof.CONVERGED, running=running,
+                        last_error=last_error)
+
+
+def _judge_rollout(live: LiveService | ReadFailure | None, digest: str) -> tuple[Why, str] | None:
+    if not isinstance(live, LiveService):
+        why = safe(live.reason) if live is not None else "no answer"
+        return Why.SERVICE_UNREADABLE, f"the control plane's state is unknown ({why})"
+    if live.current_digest != digest:
+        now = live.current_digest or "no rollout"
+        return Why.NOT_ROLLED_OUT, f"the control plane's current rollout is {now}, not {digest}"
+    status = live.rollout_status
+    rollout_id = live.deployment.rollout_id if live.deployment else "?"
+    if status is None or status.rollout_id != rollout_id:
+        return Why.ROLLOUT_STATUS_UNKNOWN, f"rollout {safe(rollout_id)} has no status"
+    if status.status in IN_PROGRESS_STATUSES:
+        return Why.ROLLOUT_IN_PROGRESS, f"rollout {safe(rollout_id)} is still " \
+            f"{safe(status.status)}"
+    if status.status in FAILED_STATUSES:
+        why = f" ({safe(status.mismatch_reason)})" if status.mismatch_reason else ""
+        return Why.ROLLOUT_FAILED, f"rollout {safe(rollout_id)} is {safe(status.status)}{why}"
+    if status.status not in SUCCEEDED_STATUSES:
+        return Why.ROLLOUT_STATUS_UNKNOWN, f"rollout {safe(rollout_id)} says " \
+            f"{safe(status.status)}, not succeeded"
+    return None
+
+
+def judge(target: Target, live: LiveService | ReadFailure | None,
+          expected: Iterable[str], observations: Iterable[Observation]) -> ServiceProof:
+    """The judgement of one service: converged only when the control plane's rollout is to
+    the pinned digest and succeeded, and every ``expected`` cluster proves it. A cluster
+    with no observation is silent. Not converged wins over unproven when both occur."""
+    by_cluster = {o.cluster_id: o for o in observations}
+    clusters = tuple(
+        judge_cluster(by_cluster.get(cluster) or Observation(
+            cluster_id=cluster, kind=ObservationKind.SILENT, reason="never probed"),
+            target.digest, target.egress)
+        for cluster in sorted(set(expected)))
+    rollout = _judge_rollout(live, target.digest)
+    proofs = {c.proof for c in clusters}
+    if rollout is not None:
+        proofs.add(Proof.UNPROVEN if rollout[0] in UNPROVEN_WHYS else Proof.NOT_CONVERGED)
+    if not clusters:
+        proofs.add(Proof.UNPROVEN)  # no expected cluster at all proves nothing
+    proof = Proof.NOT_CONVERGED if Proof.NOT_CONVERGED in proofs else \
+        Proof.UNPROVEN if Proof.UNPROVEN in proofs else Proof.CONVERGED
+    return ServiceProof(
+        service=target.service, app_id=target.app_id, digest=target.digest, proof=proof,
+        rollout_why=rollout[0] if rollout else None, rollout_detail=rollout[1] if rollout else "",
+        clusters=clusters)

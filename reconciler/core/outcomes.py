@@ -10,7 +10,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
-from reconciler.core.evidence import Verdict as GateVerdict
+from reconciler.core.evidence import ServiceProof
 from reconciler.core.plans import Change
 
 
@@ -33,29 +33,19 @@ class ChangeResult(_Model):
     code: str | None = None  # the control plane's error code, when it gave one
 
 
-class ClusterFinding(_Model):
-    service: str
-    cluster: str
-    verdict: GateVerdict
-    reason: str
-    running: str | None = None
-    wanted: str | None = None
-    last_error: str | None = None
-
-
 class GateReport(_Model):
+    """The convergence gate: the judge's word on every gated service at the last poll."""
+
     attempts: int
     waited_seconds: float
-    converged: bool
-    findings: tuple[ClusterFinding, ...]  # the last poll's judgement of every cluster
+    proofs: tuple[ServiceProof, ...]
 
     @property
-    def unverified(self) -> tuple[ClusterFinding, ...]:
-        return tuple(f for f in self.findings if f.verdict is GateVerdict.NO_EVIDENCE)
+    def converged(self) -> bool:
+        return bool(self.proofs) and all(p.converged for p in self.proofs)
 
-    @property
-    def diverged(self) -> tuple[ClusterFinding, ...]:
-        return tuple(f for f in self.findings if f.verdict is GateVerdict.NOT_CONVERGED)
+    def pending(self) -> tuple[ServiceProof, ...]:
+        return tuple(p for p in self.proofs if not p.converged)
 
 
 class ApplyReport(_Model):

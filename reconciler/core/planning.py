@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from reconciler.core import evidence
+from reconciler.core.codes import BlockerCode, DriftCode, ReasonCode
 from reconciler.core.desired import DesiredState, Service
 from reconciler.core.live import (
     FAILED_STATUSES,
@@ -51,6 +52,8 @@ class Provenance:
     commit: str | None = None
     dirty: bool = False
     path: str | None = None  # the repo directory the plan was made from
+    root: str | None = None  # the git work tree holding it; None: not a git repository
+    untracked: tuple[str, ...] = ()  # YAML under ``path`` in no commit: reported, never read
 
 
 def idempotency_key(action: Action, service_id: str, payload: object,
@@ -94,6 +97,57 @@ def _rules(pairs: Iterable[tuple[str, int]]) -> tuple[EgressRule, ...]:
     return tuple(EgressRule(host=h, port=p) for h, p in sorted(pairs))
 
 
+def target_of(svc: Service, live: LiveService | ReadFailure | None) -> evidence.Target:
+    """What the judge must see for ``svc``: the pinned digest, and the egress the repo
+    declares -- or, when the repo leaves egress alone, the control plane's declaration."""
+    if svc.egress is not None:
+        egress: tuple[EgressRule, ...] | None = _rules((d.host, d.port) for d in svc.egress)
+    else:
+        egress = live.egress if isinstance(live, LiveService) else None
+    return evidence.Target(service=svc.name, app_id=svc.app_id, digest=svc.release.digest,
+                           egress=egress)
+
+
+_DRIFT_OF_WHY = {
+    evidence.Why.NO_RECORD: DriftCode.CLUSTER_MISSING_RUNTIME,
+    evidence.Why.NO_DIGEST: DriftCode.CLUSTER_DIGEST_UNPROVEN,
+    evidence.Why.OTHER_DIGEST: DriftCode.CLUSTER_DIVERGED,
+    evidence.Why.NOT_RUNNING: DriftCode.CLUSTER_UNHEALTHY,
+    evidence.Why.NO_REPLICA_COUNTS: DriftCode.CLUSTER_UNHEALTHY,
+    evidence.Why.REPLICAS_SHORT: DriftCode.CLUSTER_UNHEALTHY,
+    evidence.Why.EGRESS_DROPPED: DriftCode.EGRESS_DROPPED,
+    evidence.Why.EGRESS_DIFFERS: DriftCode.EGRESS_NOT_IN_EFFECT,
+    evidence.Why.NO_EGRESS: DriftCode.EGRESS_NOT_IN_EFFECT,
+}
+
+
+def _drift_of(service: str, finding: evidence.ClusterProof, current: str, in_progress: bool,
+              rollout_id: str) -> Drift | None:
+    """A cluster the judge does not call converged on the *current* rollout, as drift.
+    Silence is a blocker, not drift; mid-rollout only the digest lag is shown."""
+    code = _DRIFT_OF_WHY.get(finding.why) if finding.why else None
+    if code is None:
+        return None
+    last = f"; lastError: {finding.last_error}" if finding.last_error else ""
+    cluster = safe(finding.cluster)
+    if in_progress:
+        if code not in (DriftCode.CLUSTER_DIVERGED, DriftCode.CLUSTER_DIGEST_UNPROVEN):
+            return None
+        return Drift(code=DriftCode.CLUSTER_LAGGING, service=service, cluster=finding.cluster,
+                     message=f"{service}: cluster {cluster} still runs "
+                     f"{finding.running or '<no digest>'} while rollout {safe(rollout_id)} to "
+                     f"{current} is in progress{last}")
+    if code is DriftCode.CLUSTER_DIVERGED:
+        message = f"{service}: cluster {cluster} runs {finding.running} but the current " \
+            f"rollout is {current}{last}"
+    elif code is DriftCode.CLUSTER_MISSING_RUNTIME:
+        message = f"{service}: cluster {cluster} has no runtime record; it should run " \
+            f"{_short(current)}"
+    else:
+        message = f"{service}: cluster {cluster} {finding.detail}{last}"
+    return Drift(code=code, service=service, cluster=finding.cluster, message=message)
+
+
 class _Planner:
     """Accumulates one plan. Private: ``plan()`` is the only entry point."""
 
@@ -105,40 +159,68 @@ class _Planner:
         self.drift: list[Drift] = []
         self.evidence: list[ServiceEvidence] = []
         self.preconditions: dict[str, object] = {}
-        self.converging: list[str] = []
+        self.proofs: list[evidence.ServiceProof] = []
+        #: expected clusters no address answered as: cluster -> why (said once, mesh-wide)
+        self.unreachable: dict[str, str] = {}
+        #: every blocker that stands for the whole cluster (its per-service silence folds in)
+        self.mesh_blocked: set[str] = set()
 
     # -- the mesh as a whole ---------------------------------------------------------
     def mesh(self) -> None:
         mesh = self.live.mesh
         if mesh.resolve_error is not None or not mesh.resolved:
             self.blockers.append(Blocker(
-                code="gateway_unresolved",
+                code=BlockerCode.GATEWAY_UNRESOLVED,
                 message=f"the gateway {safe(mesh.gateway)} resolved to no address "
                 f"({safe(mesh.resolve_error or 'empty answer')}): no cluster can give evidence"))
         elif mesh.settings_clusters and len(mesh.resolved) < len(mesh.settings_clusters):
             self.blockers.append(Blocker(
-                code="gateway_short_answer",
+                code=BlockerCode.GATEWAY_SHORT_ANSWER,
                 message=f"the gateway {safe(mesh.gateway)} resolved to {len(mesh.resolved)} "
                 f"address(es) but the settings expect {len(mesh.settings_clusters)} clusters "
                 f"({', '.join(mesh.settings_clusters)})"))
         for cluster in mesh.duplicate_claims:
             addresses = [e.address for e in mesh.resolved if e.cluster_id == cluster]
             self.blockers.append(Blocker(
-                code="cluster_claimed_twice", cluster=cluster,
+                code=BlockerCode.CLUSTER_CLAIMED_TWICE, cluster=cluster,
                 message=f"more than one address answered as cluster {safe(cluster)} "
                 f"({', '.join(addresses)}): answers cannot be attributed"))
-        for address in mesh.unnamed_addresses:
-            self.blockers.append(Blocker(
-                code="cluster_unnamed", cluster=address,
-                message=f"the address {address} did not name its cluster on the health route"))
+        claimed = {e.cluster_id for e in mesh.resolved if e.cluster_id is not None}
+        unnamed = [e for e in mesh.resolved if e.cluster_id is None]
+        missing = [c for c in mesh.expected_clusters if c not in claimed]
+        if mesh.resolve_error is None and mesh.resolved:
+            for cluster in missing:
+                if unnamed:
+                    causes = "; ".join(f"{e.address}: {safe(e.error or 'did not name itself')}"
+                                       for e in unnamed)
+                    why = f"no address answered as it ({causes})"
+                else:
+                    why = "DNS advertised no address for it"
+                self.unreachable[cluster] = why
+                self.mesh_blocked.add(cluster)
+        if not missing or mesh.resolve_error is not None:
+            # An address that answered without naming itself, while every expected cluster
+            # is accounted for, is an unknown cluster: it could run anything.
+            for address in mesh.unnamed_addresses:
+                self.mesh_blocked.add(address)
+                self.blockers.append(Blocker(
+                    code=BlockerCode.CLUSTER_UNNAMED, cluster=address,
+                    message=f"the address {address} did not name its cluster on the health "
+                    "route; its answers cannot be attributed"))
+        else:
+            # The unnamed addresses are the missing clusters' (their cause is said there).
+            self.mesh_blocked.update(mesh.unnamed_addresses)
+        if mesh.resolve_error is not None or not mesh.resolved:
+            self.mesh_blocked.update(mesh.expected_clusters)
+            self.mesh_blocked.add(mesh.gateway)
 
     # -- one service -----------------------------------------------------------------
     def service(self, svc: Service) -> None:
         live = self.live.services.get(svc.service_id)
         observations = self.live.observations.get(svc.app_id, ())
         if live is None or isinstance(live, ReadFailure):
-            code = "service_not_found" if live is not None and live.code == "SERVICE_NOT_FOUND" \
-                else "service_unreadable"
+            code = BlockerCode.SERVICE_NOT_FOUND if live is not None and \
+                live.code == "SERVICE_NOT_FOUND" else BlockerCode.SERVICE_UNREADABLE
             why = safe(live.reason) if live is not None else "the snapshot holds no answer for it"
             self.blockers.append(Blocker(
                 code=code, service=svc.name,
@@ -154,6 +236,12 @@ class _Planner:
         self._release(svc, live)
         self._egress(svc, live)
         self._rollout_drift(svc, live)
+        if svc.immutable and not live.immutable_required:
+            self.drift.append(Drift(
+                code=DriftCode.IMMUTABLE_NOT_ENFORCED, service=svc.name,
+                message=f"{svc.name}: the repo requires immutable deployment but the control "
+                "plane's service does not (immutableImageRequired is false); the next "
+                "promotion sets it"))
         self._evidence(svc, live, observations)
 
     def _release(self, svc: Service, live: LiveService) -> None:
@@ -162,14 +250,14 @@ class _Planner:
         name = svc.name
         if target is None:
             self.blockers.append(Blocker(
-                code="release_not_observed", service=name,
+                code=BlockerCode.RELEASE_NOT_OBSERVED, service=name,
                 message=f"{name}: the pinned digest {pinned} is not a release the control plane "
                 f"observed for {svc.release.registry_host}/{svc.release.repository}"))
             return
         if (target.registry_host, target.repository) != (svc.release.registry_host,
                                                          svc.release.repository):
             self.blockers.append(Blocker(
-                code="release_repository_mismatch", service=name,
+                code=BlockerCode.RELEASE_REPOSITORY_MISMATCH, service=name,
                 message=f"{name}: release {_short(pinned)} lives in "
                 f"{safe(target.registry_host)}/{safe(target.repository)}, not "
                 f"{svc.release.registry_host}/{svc.release.repository}"))
@@ -178,33 +266,40 @@ class _Planner:
             where = f"tag {svc.release.tag} is on {holder.digest}" if holder else \
                 f"tag {svc.release.tag} was never observed"
             self.blockers.append(Blocker(
-                code="tag_digest_mismatch", service=name,
+                code=BlockerCode.TAG_DIGEST_MISMATCH, service=name,
                 message=f"{name}: pinned tag and digest disagree: {where}, "
                 f"but the pin is {pinned}"))
         if svc.release.media_type is not None and svc.release.media_type != target.media_type:
             self.blockers.append(Blocker(
-                code="media_type_mismatch", service=name,
+                code=BlockerCode.MEDIA_TYPE_MISMATCH, service=name,
                 message=f"{name}: pinned media type {svc.release.media_type} but the release "
                 f"was observed as {safe(target.media_type)}"))
         current_digest = live.current_digest
         status = live.rollout_status
         if current_digest == pinned:
-            if status is not None and status.status in IN_PROGRESS_STATUSES:
-                self.converging.append(name)
-            return
+            return  # whether it converged is the judge's word (``_evidence``)
         current = live.release_by_digest(current_digest) if current_digest else None
+        if current is None and current_digest is not None and target.accepted_at is not None:
+            # Unlisted current release: an accepted pin may be older or newer than what
+            # runs. Guessing "promote" would hide a rollback from the review.
+            self.blockers.append(Blocker(
+                code=BlockerCode.CURRENT_RELEASE_UNLISTED, service=name,
+                message=f"{name}: the current rollout's digest {current_digest} is not among "
+                f"the releases the control plane lists, so pinning {_short(pinned)} (accepted "
+                "before) cannot be told apart as promotion or rollback"))
+            return
         newer = current is None or target.first_observed_at > current.first_observed_at
         is_rollback = target.accepted_at is not None and not newer and live.deployment is not None
         action = Action.ROLLBACK if is_rollback else Action.PROMOTE
         if status is not None and status.status in IN_PROGRESS_STATUSES:
             self.blockers.append(Blocker(
-                code="rollout_in_progress", service=name,
+                code=BlockerCode.ROLLOUT_IN_PROGRESS, service=name,
                 message=f"{name}: rollout {safe(status.rollout_id)} (generation "
                 f"{status.rollout_generation}) is still {safe(status.status)}; a {action.value} "
                 f"must not be stacked on an unfinished rollout"))
         if live.deployment is not None and status is None:
             self.blockers.append(Blocker(
-                code="rollout_status_unknown", service=name,
+                code=BlockerCode.ROLLOUT_STATUS_UNKNOWN, service=name,
                 message=f"{name}: rollout {safe(live.deployment.rollout_id)} has no status; "
                 f"whether it finished is unknown"))
         pre = Preconditions(
@@ -212,12 +307,12 @@ class _Planner:
             rollout_id=live.deployment.rollout_id if live.deployment else None,
         )
         if is_rollback:
-            reason = "pinned_release_previously_accepted"
+            reason = ReasonCode.PREVIOUSLY_ACCEPTED
             summary = (f"roll {name} back to {', '.join(target.tags) or _short(pinned)} "
                        f"({_short(pinned)}), accepted before")
         else:
-            reason = "pinned_release_never_accepted" if target.accepted_at is None \
-                else "pinned_release_newer_than_current"
+            reason = ReasonCode.NEVER_ACCEPTED if target.accepted_at is None \
+                else ReasonCode.NEWER_THAN_CURRENT
             summary = (f"promote {name} to {', '.join(target.tags) or _short(pinned)} "
                        f"({_short(pinned)})")
         self.changes.append(Change(
@@ -246,7 +341,7 @@ class _Planner:
         self.changes.append(Change(
             action=Action.SET_EGRESS, service=svc.name, service_id=svc.service_id,
             app_id=svc.app_id,
-            reason="egress_revoke_all" if not want else "egress_differs",
+            reason=ReasonCode.EGRESS_REVOKE_ALL if not want else ReasonCode.EGRESS_DIFFERS,
             summary=f"{svc.name}: egress {'; '.join(bits)}",
             preconditions=pre,
             idempotency_key=idempotency_key(
@@ -260,12 +355,13 @@ class _Planner:
         if status is not None and status.status in FAILED_STATUSES:
             why = f" ({safe(status.mismatch_reason)})" if status.mismatch_reason else ""
             self.drift.append(Drift(
-                code=f"rollout_{status.status}", service=svc.name,
+                code=DriftCode.ROLLOUT_FAILED if status.status == "failed"
+                else DriftCode.ROLLOUT_MISMATCHED, service=svc.name,
                 message=f"{svc.name}: rollout {safe(status.rollout_id)} to "
                 f"{_short(status.expected_digest)} is {safe(status.status)}{why}"))
         if live.deployment is not None and live.deployment.mode == "automatic":
             self.drift.append(Drift(
-                code="live_changed_outside_repo", service=svc.name,
+                code=DriftCode.LIVE_CHANGED_OUTSIDE_REPO, service=svc.name,
                 message=f"{svc.name}: the current rollout {safe(live.deployment.rollout_id)} was "
                 f"made automatically, not from this repo"))
 
@@ -274,83 +370,58 @@ class _Planner:
         targets = live.deployment.target_cluster_ids if live and live.deployment else ()
         expected = evidence.expected_clusters(self.live.mesh.expected_clusters, targets)
         by_cluster = {o.cluster_id: o for o in observations}
-        rows: list[Observation] = []
-        for cluster in expected:
-            obs = by_cluster.get(cluster)
-            if obs is None:
-                obs = Observation(cluster_id=cluster, kind=ObservationKind.SILENT,
-                                  reason="never probed")
-            rows.append(obs)
-        # Clusters that answered without being expected are still shown.
+        rows = [by_cluster.get(cluster) or Observation(
+            cluster_id=cluster, kind=ObservationKind.SILENT, reason="never probed")
+            for cluster in expected]
+        # Addresses that answered without being expected are still shown.
         rows.extend(o for o in observations if o.cluster_id not in expected)
         current = live.current_digest if live else None
         self.evidence.append(ServiceEvidence(
             service=svc.name, service_id=svc.service_id, app_id=svc.app_id,
             expected_clusters=expected, observations=tuple(rows),
             current_digest=current, desired_digest=svc.release.digest))
+        # The verdict: the judge, against what the repo pins and the egress to be in effect.
+        state = self.live.services.get(svc.service_id)
+        self.proofs.append(evidence.judge(target_of(svc, live), state, expected, rows))
         for obs in rows:
-            if obs.kind is ObservationKind.SILENT:
+            if obs.kind is ObservationKind.SILENT and obs.cluster_id not in self.mesh_blocked:
                 self.blockers.append(Blocker(
-                    code="cluster_silent", service=svc.name, cluster=obs.cluster_id,
+                    code=BlockerCode.CLUSTER_SILENT, service=svc.name, cluster=obs.cluster_id,
                     message=f"{svc.name}: cluster {safe(obs.cluster_id)} gave no evidence "
                     f"({safe(obs.reason)}); what it runs is unknown"))
-        if live is None or live.deployment is None:
+        if live is None or live.deployment is None or current is None:
             return
+        # Drift: the same judge, against what the control plane itself intends now.
+        now = evidence.judge(
+            evidence.Target(service=svc.name, app_id=svc.app_id, digest=current,
+                            egress=live.egress),
+            live, expected, rows)
         status = live.rollout_status
-        if status is not None and status.status in IN_PROGRESS_STATUSES:
-            # Mid-rollout, a cluster on the old digest may simply be catching up; it is
-            # shown (the seed 000 sn1 story starts exactly like this), but as lagging.
-            for obs in rows:
-                rt = obs.runtime
-                if obs.kind is ObservationKind.ANSWERED and rt is not None \
-                        and rt.resolved_digest != current:
-                    last = _last_error(rt)
-                    self.drift.append(Drift(
-                        code="cluster_lagging", service=svc.name, cluster=obs.cluster_id,
-                        message=f"{svc.name}: cluster {safe(obs.cluster_id)} still runs "
-                        f"{safe(rt.resolved_digest) if rt.resolved_digest else '<no digest>'} "
-                        f"while rollout {safe(status.rollout_id)} to {current} is "
-                        f"{safe(status.status)}{last}"))
+        in_progress = status is not None and status.status in IN_PROGRESS_STATUSES
+        for finding in now.pending():
+            drift = _drift_of(svc.name, finding, current, in_progress,
+                              status.rollout_id if status else "")
+            if drift is not None:
+                self.drift.append(drift)
+
+    def causes(self) -> None:
+        """Root causes said once: a cluster no address answered as, and what it blocks."""
+        if not self.unreachable:
             return
-        for obs in rows:
-            if obs.kind is ObservationKind.NO_RECORD:
-                self.drift.append(Drift(
-                    code="cluster_missing_runtime", service=svc.name, cluster=obs.cluster_id,
-                    message=f"{svc.name}: cluster {safe(obs.cluster_id)} has no runtime record; "
-                    f"it should run {_short(current)}"))
-                continue
-            runtime = obs.runtime
-            if obs.kind is not ObservationKind.ANSWERED or runtime is None:
-                continue
-            if runtime.resolved_digest is None:
-                self.drift.append(Drift(
-                    code="cluster_digest_unproven", service=svc.name, cluster=obs.cluster_id,
-                    message=f"{svc.name}: cluster {safe(obs.cluster_id)} sent no resolvedDigest; "
-                    f"it has not proven what it runs"))
-            elif runtime.resolved_digest != current:
-                last = _last_error(runtime)
-                self.drift.append(Drift(
-                    code="cluster_diverged", service=svc.name, cluster=obs.cluster_id,
-                    message=f"{svc.name}: cluster {safe(obs.cluster_id)} runs "
-                    f"{safe(runtime.resolved_digest)} but the current rollout is "
-                    f"{current}{last}"))
-            elif runtime.runtime_state not in (None, "RUNNING"):
-                last = f": {safe(runtime.last_error)}" if runtime.last_error else ""
-                self.drift.append(Drift(
-                    code="cluster_unhealthy", service=svc.name, cluster=obs.cluster_id,
-                    message=f"{svc.name}: cluster {safe(obs.cluster_id)} is "
-                    f"{safe(runtime.runtime_state)}{last}"))
-            for rule in runtime.egress_dropped:
-                self.drift.append(Drift(
-                    code="egress_dropped", service=svc.name, cluster=obs.cluster_id,
-                    message=f"{svc.name}: cluster {safe(obs.cluster_id)}'s operator allow-list "
-                    f"dropped egress to {safe(rule.host)}:{rule.port}"))
+        for cluster, why in sorted(self.unreachable.items()):
+            blocked = tuple(sorted(e.service for e in self.evidence
+                                   if cluster in e.expected_clusters))
+            self.blockers.append(Blocker(
+                code=BlockerCode.CLUSTER_UNREACHABLE, cluster=cluster, services=blocked,
+                message=f"cluster {safe(cluster)} gave no evidence: {why}; what it runs is "
+                f"unknown for {len(blocked)} service(s)"
+                + (f" ({', '.join(blocked)})" if blocked else "")))
 
     # -- grants ------------------------------------------------------------------------
     def grants(self) -> None:
         if self.live.grants is None:
             self.blockers.append(Blocker(
-                code="grants_unreadable",
+                code=BlockerCode.GRANTS_UNREADABLE,
                 message="the control plane's deployment grants could not be read "
                 f"({safe(self.live.grants_error or 'no answer')}); "
                 "grant changes cannot be planned"))
@@ -370,11 +441,13 @@ class _Planner:
             if sid in names and (user, sid) not in want_map:
                 if self.desired.settings.policy.prune and sid in known:
                     want_map[(user, sid)] = ()
-                elif sid in names:
+                else:
+                    why = "pruning is off" if not self.desired.settings.policy.prune else \
+                        "not pruned: the service's live state is unknown"
                     self.drift.append(Drift(
-                        code="grant_not_declared", service=names[sid],
+                        code=DriftCode.GRANT_NOT_DECLARED, service=names[sid],
                         message=f"{names[sid]}: user {safe(user)} holds {', '.join(caps) or '[]'} "
-                        f"live, which no Grant document declares (pruning is off)"))
+                        f"live, which no Grant document declares ({why})"))
         for (user, sid), want in sorted(want_map.items()):
             if sid not in known:
                 continue  # the service's live state is unknown: blocked above, never guessed
@@ -387,7 +460,7 @@ class _Planner:
             pruned = (user, sid) not in self.desired.desired_grants()
             self.changes.append(Change(
                 action=Action.SET_GRANT, service=names[sid], service_id=sid, app_id=apps[sid],
-                reason="grant_not_declared" if pruned else "grant_differs",
+                reason=ReasonCode.GRANT_NOT_DECLARED if pruned else ReasonCode.GRANT_DIFFERS,
                 summary=f"{names[sid]}: {user} " + "; ".join(
                     ([f"gains {', '.join(added)}"] if added else [])
                     + ([f"loses {', '.join(removed)}"] if removed else []))
@@ -403,9 +476,10 @@ class _Planner:
         for svc in sorted(self.desired.services, key=lambda s: s.name):
             self.service(svc)
         self.grants()
+        self.causes()
         if provenance.dirty:
             self.blockers.append(Blocker(
-                code="repo_dirty",
+                code=BlockerCode.REPO_DIRTY,
                 message="the config repo has uncommitted changes: a plan must come from a "
                 "commit" + (f" (HEAD is {provenance.commit[:12]})" if provenance.commit else "")))
         changes = sorted(self.changes, key=lambda c: (ACTION_ORDER[c.action], c.service,
@@ -417,6 +491,8 @@ class _Planner:
             commit=provenance.commit,
             dirty=provenance.dirty,
             repo_path=provenance.path,
+            repo_root=provenance.root,
+            untracked=provenance.untracked,
             control_plane_url=self.live.control_plane_url,
             gateway=self.live.mesh.gateway,
             expected_clusters=self.live.mesh.expected_clusters,
@@ -427,7 +503,7 @@ class _Planner:
                                                           d.cluster or "", d.message))),
             evidence=tuple(self.evidence),
             fingerprint=fingerprint,
-            converging=tuple(self.converging),
+            proofs=tuple(self.proofs),
         )
 
 

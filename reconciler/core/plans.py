@@ -8,8 +8,10 @@ plan unchanged and never re-decides.
 Invariants (each one is relied on elsewhere):
 
 - ``Plan.verdict`` is derived, never stored: any blocker makes it ``no_go``; without
-  blockers it is ``go`` when there are changes and ``no_changes`` otherwise. Unknown is
-  never "no changes": an evidence gap is a blocker.
+  blockers it is ``no_changes`` only when there is no change and the judge
+  (``core.evidence.judge``) proves every managed service converged on every expected
+  cluster, and ``go`` otherwise (apply has a write to send or a gate to pass). Unknown is
+  never "no changes".
 - ``Change.idempotency_key`` is a pure function of the change and its preconditions, so
   re-planning the same situation yields the same key and a rerun replays, never repeats.
 - ``Change.preconditions`` are the live values the change was planned against; apply
@@ -25,6 +27,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
+from reconciler.core.codes import BlockerCode, DriftCode, ReasonCode
+from reconciler.core.evidence import Proof, ServiceProof
 from reconciler.core.live import EgressRule, Observation
 
 
@@ -84,7 +88,7 @@ class Change(_Model):
     service: str  # the desired-state name
     service_id: str
     app_id: str
-    reason: str  # stable snake_case code
+    reason: ReasonCode
     summary: str  # one sentence
     preconditions: Preconditions
     idempotency_key: str
@@ -109,27 +113,21 @@ class Change(_Model):
         return self.action in (Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS)
 
 
-#: Drift that means a pinned rollout is not (or not provably) running everywhere: apply
-#: sends the service through the convergence gate even when there is nothing to change,
-#: so it can never print success over it.
-CONVERGENCE_DRIFT = frozenset({
-    "cluster_diverged", "cluster_lagging", "cluster_missing_runtime", "cluster_digest_unproven",
-    "cluster_unhealthy", "rollout_failed", "rollout_mismatched"})
-
 
 class Blocker(_Model):
     """Why the plan must not be applied. ``code`` is stable; ``message`` names who and where."""
 
-    code: str
+    code: BlockerCode
     message: str
     service: str | None = None
     cluster: str | None = None
+    services: tuple[str, ...] = ()  # for a cause shared by many: every service it blocks
 
 
 class Drift(_Model):
     """Live state that differs from what the repo and the control plane intend."""
 
-    code: str
+    code: DriftCode
     message: str
     service: str | None = None
     cluster: str | None = None
@@ -159,6 +157,8 @@ class Plan(_Model):
     commit: str | None = None
     dirty: bool = False
     repo_path: str | None = None  # where the desired state was read; apply re-reads settings here
+    repo_root: str | None = None  # the git work tree holding it (None: not a git repository)
+    untracked: tuple[str, ...] = ()  # YAML under repo_path that no commit holds (never read)
     control_plane_url: str
     gateway: str
     expected_clusters: tuple[str, ...]
@@ -167,15 +167,25 @@ class Plan(_Model):
     drift: tuple[Drift, ...]
     evidence: tuple[ServiceEvidence, ...]
     fingerprint: str  # digest of every precondition the plan read
-    converging: tuple[str, ...] = ()  # services already on the pinned rollout, still rolling out
+    proofs: tuple[ServiceProof, ...] = ()  # the judge's word on every managed service
 
     @property
     def verdict(self) -> Verdict:
         if self.blockers:
             return Verdict.NO_GO
-        # A rollout to the pinned digest that has not finished is work left to verify:
-        # "no changes" would claim a convergence nobody has seen.
-        return Verdict.GO if self.changes or self.converging else Verdict.NO_CHANGES
+        # "No changes" is a claim of convergence: only the judge may make it, and only
+        # when it proves every managed service on every expected cluster.
+        if self.changes or not all(p.proof is Proof.CONVERGED for p in self.proofs):
+            return Verdict.GO
+        return Verdict.NO_CHANGES
+
+    @property
+    def converging(self) -> tuple[str, ...]:
+        """Services with no change of their own that the judge does not call converged:
+        apply has nothing to send for them, but a gate to pass."""
+        changed = {c.service for c in self.changes}
+        return tuple(p.service for p in self.proofs
+                     if p.proof is not Proof.CONVERGED and p.service not in changed)
 
     def counts(self) -> dict[str, int]:
         counts = {a.value: 0 for a in Action}
@@ -186,10 +196,11 @@ class Plan(_Model):
         return counts
 
     def unconverged(self) -> list[str]:
-        """Services on their pinned rollout that the plan cannot call converged."""
-        names = set(self.converging)
-        names.update(d.service for d in self.drift if d.service and d.code in CONVERGENCE_DRIFT)
-        return sorted(names)
+        """Services the judge does not prove converged (with or without a change)."""
+        return sorted(p.service for p in self.proofs if p.proof is not Proof.CONVERGED)
+
+    def proof_of(self, service: str) -> ServiceProof | None:
+        return next((p for p in self.proofs if p.service == service), None)
 
     def services(self) -> list[str]:
         """Every service the plan says something about, in a stable order."""

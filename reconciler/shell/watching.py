@@ -18,25 +18,56 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from watchfiles import Change, awatch
 
 from reconciler.core import plandiff
 from reconciler.core.desired import DesiredState
+from reconciler.core.events import Event, Finished, GatePolled, Hook, PostApply
 from reconciler.core.live import LiveSnapshot
-from reconciler.core.outcomes import Outcome
+from reconciler.core.outcomes import ApplyReport, Outcome
 from reconciler.core.planning import Provenance
-from reconciler.core.planning import plan as make_plan
 from reconciler.core.plans import Plan, Verdict
 from reconciler.core.sanitize import safe
 from reconciler.failures import EngineError
-from reconciler.shell import gitrepo, observing, validating
-from reconciler.shell.controlplane import ControlPlaneError
-from reconciler.shell.endpoints import ConfigError, Connection, Overrides
+
+
+class Loaded(Protocol):
+    @property
+    def state(self) -> DesiredState | None: ...
+
+    @property
+    def problems(self) -> tuple[str, ...]: ...
+
+    @property
+    def provenance(self) -> Provenance: ...
+
+
+class ApplyResult(Protocol):
+    @property
+    def report(self) -> ApplyReport: ...
+
+
+class Steps(Protocol):
+    """The engine's side of watching: every *what* (``engine.WatchSteps``). The watcher
+    decides only *when*: file events, HEAD polling, debounce, resync, backoff."""
+
+    def head(self) -> Provenance: ...
+
+    def load(self) -> Loaded: ...
+
+    async def observe(self, desired: DesiredState) -> LiveSnapshot: ...
+
+    def plan(self, desired: DesiredState, snapshot: LiveSnapshot,
+             provenance: Provenance) -> Plan: ...
+
+    async def apply(self, hook: Hook) -> ApplyResult: ...
+
+    async def close(self) -> None: ...
 
 
 class Log:
@@ -80,6 +111,9 @@ class Metrics:
                             registry=self.registry)
         self.last_apply = Gauge("reconcile_last_successful_apply_timestamp_seconds",
                                 "when an apply last converged", registry=self.registry)
+        self.unproven = Gauge("reconcile_services_not_proven_converged",
+                              "managed services the judge does not prove converged",
+                              registry=self.registry)
         self.cycles = Counter("reconcile_watch_cycles", "plans made by the watcher",
                               registry=self.registry)
         start_http_server(port, addr="127.0.0.1", registry=self.registry)
@@ -92,7 +126,9 @@ class Metrics:
                 self.changes.labels(action).set(count)
         self.blockers.set(len(plan.blockers))
         self.drift.set(len(plan.drift))
-        self.silent.set(len({b.cluster for b in plan.blockers if b.code == "cluster_silent"}))
+        self.silent.set(len({b.cluster for b in plan.blockers if b.cluster is not None and
+                             b.code in ("cluster_silent", "cluster_unreachable")}))
+        self.unproven.set(len(plan.unconverged()))
         self.cycles.inc()
 
 
@@ -117,8 +153,7 @@ def config_file_filter(root: Path) -> Callable[[Change, str], bool]:
 @dataclass
 class Watcher:
     root: Path
-    overrides: Overrides
-    env: Mapping[str, str]
+    steps: Steps
     log: Log
     apply: bool = False
     resync: float = 30.0
@@ -127,7 +162,6 @@ class Watcher:
     max_backoff: float = 300.0
     metrics: Metrics | None = None
     render_first: Callable[[Plan], str] | None = None  # the first plan in full, then diffs
-    cache: validating.RepoCache = field(default_factory=validating.RepoCache)
     desired: DesiredState | None = None
     provenance: Provenance = field(default_factory=Provenance)
     snapshot: LiveSnapshot | None = None
@@ -177,6 +211,7 @@ class Watcher:
                 self.log.event("apply-abandoned", "stopped mid-apply; the journal records "
                                "every key sent, and the next run replays them")
             await asyncio.gather(watcher, return_exceptions=True)
+            await self.steps.close()
             self.log.event("stop", "stopped")
 
     async def _watch_files(self, events: asyncio.Queue[set[tuple[Change, str]]],
@@ -214,27 +249,17 @@ class Watcher:
         return max(10, min(50, int(self.debounce * 500)))
 
     def _head(self) -> Provenance:
-        try:
-            return gitrepo.provenance(self.root)
-        except gitrepo.GitError:
-            return Provenance()
+        return self.steps.head()
 
     # -- steps ----------------------------------------------------------------------------
 
     async def _reload(self, before: Provenance | None = None) -> None:
-        """Re-read the repo (only changed files are parsed again). ``before``: the git
-        state just read by the caller, so it need not be asked twice."""
-        if before is None:
-            before = await asyncio.to_thread(self._head)
-        result = await asyncio.to_thread(validating.load_repo, self.root, cache=self.cache)
-        after = await asyncio.to_thread(self._head)
-        if before != after:
-            self.log.event("unsettled", "the repo moved while being read; reading again "
-                           "when it settles")
-            return
-        self.provenance = after
-        if result.state is None:
-            rendered = [d.render() for d in result.diagnostics]
+        """Re-read the commit (unchanged blobs are not parsed again). ``before`` is kept
+        for the caller's symmetry; reading a commit is atomic, so it is not compared."""
+        loaded = await asyncio.to_thread(self.steps.load)
+        self.provenance = loaded.provenance
+        if loaded.state is None:
+            rendered = list(loaded.problems)
             key = hashlib.sha256("\n".join(rendered).encode()).hexdigest()
             if key != self.broken:
                 self.broken = key
@@ -245,18 +270,16 @@ class Watcher:
             return
         self.broken = None
         known = {s.app_id for s in self.desired.services} if self.desired else set()
-        self.desired = result.state
-        if self.snapshot is not None and {s.app_id for s in result.state.services} != known:
+        self.desired = loaded.state
+        if self.snapshot is not None and {s.app_id for s in loaded.state.services} != known:
             self.snapshot = None  # new apps: their evidence must be read, never assumed
 
     async def _resync(self) -> None:
         if self.desired is None:
             return
         try:
-            conn = Connection.build(self.desired.settings, repo_root=self.root,
-                                    overrides=self.overrides)
-            self.snapshot = await observing.observe_async(self.desired, conn, env=self.env)
-        except (ControlPlaneError, ConfigError) as exc:
+            self.snapshot = await self.steps.observe(self.desired)
+        except EngineError as exc:
             self.log.event("live-unreadable", f"could not read the live world: {safe(exc)}")
             self.snapshot = None
             return
@@ -269,7 +292,7 @@ class Watcher:
             self.log.event("waiting", "no live snapshot yet; planning at the next resync")
             return
         started = time.perf_counter()
-        new = make_plan(self.desired, self.snapshot, self.provenance)
+        new = self.steps.plan(self.desired, self.snapshot, self.provenance)
         delta = plandiff.diff(self.plan, new)
         first = self.plan is None
         self.plan = new
@@ -295,10 +318,8 @@ class Watcher:
         plan = self.plan
         if not self.apply or plan is None or stop.is_set():
             return
-        if plan.verdict is not Verdict.GO and not plan.unconverged():
-            return
-        if plan.blockers:
-            return
+        if plan.verdict is not Verdict.GO:
+            return  # the judge proves it converged, or the plan is NO-GO
         commit = self.provenance.commit
         if commit is None or self.provenance.dirty:
             return  # only from a clean, committed revision
@@ -313,20 +334,16 @@ class Watcher:
         self.applying = None
 
     async def _apply(self, commit: str) -> None:
-        from reconciler import engine  # the apply sequence; imported where it is used
-
         self.log.event("apply", f"applying commit {commit[:12]}")
         ok = False
         try:
-            run = await engine.apply_async(self.root, overrides=self.overrides, env=self.env,
-                                           hook=_LogHook(self.log))
+            run = await self.steps.apply(_LogHook(self.log))
             report = run.report
             ok = report.writes_ok and (report.gate is None or report.gate.converged)
             summary = ", ".join(f"{report.count(o)} {o.value}" for o in Outcome
                                 if report.count(o))
             failed = [] if report.gate is None else [
-                f"{f.service}@{f.cluster}: {f.reason}" for f in report.gate.findings
-                if f.verdict.value != "converged"]
+                f"{p.service}: {reason}" for p in report.gate.pending() for reason in p.reasons()]
             self.log.event("applied" if ok else "apply-failed",
                            f"commit {commit[:12]}: {summary or 'nothing to send'}"
                            + ("" if ok else "; not converged"), lines=failed, commit=commit)
@@ -351,5 +368,15 @@ class Watcher:
 class _LogHook:
     log: Log
 
-    def line(self, text: str) -> None:
-        self.log.event("apply-progress", text.strip())
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, PostApply):
+            r = event.result
+            self.log.event("apply-progress", f"{r.outcome.value}: {r.change.action.value} "
+                           f"{r.change.service}", key=r.change.idempotency_key)
+        elif isinstance(event, GatePolled):
+            pending = [f"{p.service}: {x}" for p in event.proofs for x in p.reasons()]
+            self.log.event("apply-progress", f"gate {event.attempt}/{event.attempts}: "
+                           + (f"waiting on {len(pending)}" if pending else "every cluster "
+                              "converged"), lines=pending[:5])
+        elif isinstance(event, Finished):
+            return

@@ -1,0 +1,170 @@
+"""Every stable code a plan carries: blockers, drift, and the reasons of changes.
+
+Owns the three enums and the one sentence that documents each member; ``docs/codes.md``
+is generated from ``DOCS`` (``python -m reconciler.core.codes``) and a test keeps the two
+equal, so the table users read cannot drift from the codes the planner emits. The
+per-cluster reasons of the judge are ``core.evidence.Why``, documented in the same table.
+
+Pure constants.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class BlockerCode(StrEnum):
+    """Why a plan is NO-GO. Any blocker refuses apply before a single write."""
+
+    GATEWAY_UNRESOLVED = "gateway_unresolved"
+    GATEWAY_SHORT_ANSWER = "gateway_short_answer"
+    CLUSTER_UNREACHABLE = "cluster_unreachable"
+    CLUSTER_CLAIMED_TWICE = "cluster_claimed_twice"
+    CLUSTER_UNNAMED = "cluster_unnamed"
+    CLUSTER_SILENT = "cluster_silent"
+    SERVICE_NOT_FOUND = "service_not_found"
+    SERVICE_UNREADABLE = "service_unreadable"
+    RELEASE_NOT_OBSERVED = "release_not_observed"
+    RELEASE_REPOSITORY_MISMATCH = "release_repository_mismatch"
+    TAG_DIGEST_MISMATCH = "tag_digest_mismatch"
+    MEDIA_TYPE_MISMATCH = "media_type_mismatch"
+    CURRENT_RELEASE_UNLISTED = "current_release_unlisted"
+    ROLLOUT_IN_PROGRESS = "rollout_in_progress"
+    ROLLOUT_STATUS_UNKNOWN = "rollout_status_unknown"
+    GRANTS_UNREADABLE = "grants_unreadable"
+    REPO_DIRTY = "repo_dirty"
+
+
+class DriftCode(StrEnum):
+    """Live state that differs from what the repo and the control plane intend."""
+
+    CLUSTER_DIVERGED = "cluster_diverged"
+    CLUSTER_LAGGING = "cluster_lagging"
+    CLUSTER_MISSING_RUNTIME = "cluster_missing_runtime"
+    CLUSTER_DIGEST_UNPROVEN = "cluster_digest_unproven"
+    CLUSTER_UNHEALTHY = "cluster_unhealthy"
+    EGRESS_DROPPED = "egress_dropped"
+    EGRESS_NOT_IN_EFFECT = "egress_not_in_effect"
+    ROLLOUT_FAILED = "rollout_failed"
+    ROLLOUT_MISMATCHED = "rollout_mismatched"
+    LIVE_CHANGED_OUTSIDE_REPO = "live_changed_outside_repo"
+    IMMUTABLE_NOT_ENFORCED = "immutable_not_enforced"
+    GRANT_NOT_DECLARED = "grant_not_declared"
+
+
+class ReasonCode(StrEnum):
+    """Why a change is planned."""
+
+    NEVER_ACCEPTED = "pinned_release_never_accepted"
+    NEWER_THAN_CURRENT = "pinned_release_newer_than_current"
+    PREVIOUSLY_ACCEPTED = "pinned_release_previously_accepted"
+    EGRESS_DIFFERS = "egress_differs"
+    EGRESS_REVOKE_ALL = "egress_revoke_all"
+    GRANT_DIFFERS = "grant_differs"
+    GRANT_NOT_DECLARED = "grant_not_declared"
+
+
+DOCS: dict[StrEnum, str] = {
+    BlockerCode.GATEWAY_UNRESOLVED: "The gateway resolved to no address: no cluster can give "
+    "evidence.",
+    BlockerCode.GATEWAY_SHORT_ANSWER: "The gateway resolved to fewer addresses than the "
+    "settings name clusters.",
+    BlockerCode.CLUSTER_UNREACHABLE: "An expected cluster gave no evidence at all (down, "
+    "refused, timed out, failed auth); said once, naming its address, the cause and the "
+    "services it blocks.",
+    BlockerCode.CLUSTER_CLAIMED_TWICE: "Two addresses named themselves as the same cluster: "
+    "answers cannot be attributed.",
+    BlockerCode.CLUSTER_UNNAMED: "An address answered but did not name its cluster.",
+    BlockerCode.CLUSTER_SILENT: "One cluster gave no evidence about one service while it "
+    "answered for others.",
+    BlockerCode.SERVICE_NOT_FOUND: "The control plane has no such service.",
+    BlockerCode.SERVICE_UNREADABLE: "The control plane gave no state for the service.",
+    BlockerCode.RELEASE_NOT_OBSERVED: "The pinned digest is not a release the control plane "
+    "observed.",
+    BlockerCode.RELEASE_REPOSITORY_MISMATCH: "The pinned release lives in another repository.",
+    BlockerCode.TAG_DIGEST_MISMATCH: "The pinned tag and digest disagree.",
+    BlockerCode.MEDIA_TYPE_MISMATCH: "The pinned media type is not the release's.",
+    BlockerCode.CURRENT_RELEASE_UNLISTED: "The current rollout's digest is not among the "
+    "listed releases, so pinning a previously accepted release cannot be told apart as "
+    "promotion or rollback.",
+    BlockerCode.ROLLOUT_IN_PROGRESS: "A release change must not be stacked on an unfinished "
+    "rollout.",
+    BlockerCode.ROLLOUT_STATUS_UNKNOWN: "The current rollout has no status: whether it "
+    "finished is unknown.",
+    BlockerCode.GRANTS_UNREADABLE: "The deployment grants could not be read.",
+    BlockerCode.REPO_DIRTY: "The config repo has uncommitted changes to tracked files.",
+    DriftCode.CLUSTER_DIVERGED: "A cluster runs another digest than the current rollout.",
+    DriftCode.CLUSTER_LAGGING: "Mid-rollout, a cluster still runs another digest.",
+    DriftCode.CLUSTER_MISSING_RUNTIME: "A cluster has no runtime record for the app.",
+    DriftCode.CLUSTER_DIGEST_UNPROVEN: "A cluster sent no resolvedDigest.",
+    DriftCode.CLUSTER_UNHEALTHY: "A cluster runs the digest but is not RUNNING with every "
+    "required replica observed, healthy and verified.",
+    DriftCode.EGRESS_DROPPED: "A cluster's operator allow-list dropped a declared "
+    "destination.",
+    DriftCode.EGRESS_NOT_IN_EFFECT: "A cluster's effective egress is not the declared list.",
+    DriftCode.ROLLOUT_FAILED: "The current rollout failed.",
+    DriftCode.ROLLOUT_MISMATCHED: "The current rollout ended mismatched.",
+    DriftCode.LIVE_CHANGED_OUTSIDE_REPO: "The current rollout was made automatically, not "
+    "from the repo.",
+    DriftCode.IMMUTABLE_NOT_ENFORCED: "The repo requires immutable deployment; the control "
+    "plane's service does not (the next promotion sets it).",
+    DriftCode.GRANT_NOT_DECLARED: "A live grant no Grant document declares (not pruned).",
+    ReasonCode.NEVER_ACCEPTED: "Promote: the pinned release was never accepted.",
+    ReasonCode.NEWER_THAN_CURRENT: "Promote: the pinned release was observed after the "
+    "current one.",
+    ReasonCode.PREVIOUSLY_ACCEPTED: "Rollback: the pinned release was accepted before and is "
+    "older than the current one.",
+    ReasonCode.EGRESS_DIFFERS: "Set egress: destinations opened and/or revoked.",
+    ReasonCode.EGRESS_REVOKE_ALL: "Set egress to []: every destination revoked.",
+    ReasonCode.GRANT_DIFFERS: "Set grant: capabilities added and/or removed.",
+    ReasonCode.GRANT_NOT_DECLARED: "Set grant to []: pruned, no Grant document declares it.",
+}
+
+
+def table() -> str:
+    """``docs/codes.md``: every code with its sentence, one table per kind."""
+    from reconciler.core.evidence import Why  # the judge's reasons share the table
+
+    why_docs: dict[StrEnum, str] = {
+        Why.SILENT: "The cluster gave no answer (unproven).",
+        Why.NO_RECORD: "The cluster answered 404: no runtime record (not converged).",
+        Why.NO_DIGEST: "The cluster sent no resolvedDigest (unproven).",
+        Why.OTHER_DIGEST: "The cluster runs another digest (not converged).",
+        Why.NOT_RUNNING: "runtimeState is not RUNNING (not converged).",
+        Why.NO_REPLICA_COUNTS: "The cluster sent no replica counts (unproven).",
+        Why.REPLICAS_SHORT: "Not every required replica is observed, healthy and verified, "
+        "or one failed (not converged).",
+        Why.NO_EGRESS: "Egress must be checked and the cluster sent none (unproven).",
+        Why.EGRESS_DROPPED: "A declared destination was dropped by the cluster's operator "
+        "(not converged).",
+        Why.EGRESS_DIFFERS: "The effective egress differs from the declared list (not "
+        "converged).",
+        Why.SERVICE_UNREADABLE: "The control plane's state for the service is unknown "
+        "(unproven).",
+        Why.NOT_ROLLED_OUT: "The control plane's current rollout is not to the pinned digest "
+        "(not converged).",
+        Why.ROLLOUT_STATUS_UNKNOWN: "The rollout has no status, or one that is not "
+        "`succeeded` and not known (unproven).",
+        Why.ROLLOUT_IN_PROGRESS: "The rollout is still pending, deploying or verifying (not "
+        "converged).",
+        Why.ROLLOUT_FAILED: "The rollout failed or mismatched (not converged).",
+    }
+    sections: list[tuple[str, dict[StrEnum, str]]] = [
+        ("Blockers (the plan is NO-GO)", {c: DOCS[c] for c in BlockerCode}),
+        ("Drift (shown apart from changes)", {c: DOCS[c] for c in DriftCode}),
+        ("Reasons of changes", {c: DOCS[c] for c in ReasonCode}),
+        ("Why the judge does not call a cluster converged", why_docs),
+    ]
+    out = ["# Codes", "",
+           "Generated from `reconciler/core/codes.py` and `reconciler/core/evidence.py` "
+           "(`python -m reconciler.core.codes > docs/codes.md`). Codes are stable: scripts may "
+           "match on them.", ""]
+    for title, rows in sections:
+        out += [f"## {title}", "", "| code | meaning |", "|---|---|"]
+        out += [f"| `{code.value}` | {text} |" for code, text in rows.items()]
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(table(), end="")

@@ -1,0 +1,149 @@
+"""Views of a running apply: each typed event as terminal text or as one JSON line.
+
+Owns the words and layout of apply's progress and its final verdict (the gate's, from
+the judge's proofs: every cluster that did not converge is named with both digests).
+Pure: returns strings; the command writes them. Every string from the live world or a
+plan file goes through ``safe``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from reconciler.core.events import (
+    ApplyStarted,
+    Event,
+    Finished,
+    GatePolled,
+    GateStarted,
+    NothingToDo,
+    PostApply,
+    PreApply,
+)
+from reconciler.core.evidence import Proof, ServiceProof
+from reconciler.core.outcomes import ApplyReport, Outcome
+from reconciler.core.plans import Change
+from reconciler.core.sanitize import safe
+
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_MARK = {Outcome.APPLIED: "✓", Outcome.ALREADY_APPLIED: "=", Outcome.REFUSED: "✗",
+         Outcome.FAILED: "✗", Outcome.SKIPPED: "-"}
+
+
+def _label(change: Change) -> str:
+    return safe(f"{change.action.value} {change.service}"
+                + (f" ({change.user_id})" if change.user_id else ""))
+
+
+def _short(text: str) -> str:
+    return _DIGEST.sub(lambda m: m.group()[:19], text)
+
+
+def _pending(proofs: tuple[ServiceProof, ...]) -> list[str]:
+    out = []
+    for proof in proofs:
+        if proof.rollout_why is not None:
+            out.append(f"{safe(proof.service)}: {safe(proof.rollout_detail)}")
+        out.extend(f"{safe(proof.service)}@{safe(c.cluster)} "
+                   f"{'unproven' if c.proof is Proof.UNPROVEN else 'not converged'}: "
+                   f"{safe(c.detail)}" for c in proof.pending())
+    return out
+
+
+def text(event: Event) -> list[str]:
+    """The lines a terminal shows for ``event`` (stdout)."""
+    if isinstance(event, NothingToDo):
+        return ["No changes. Every expected cluster proves every service converged."]
+    if isinstance(event, ApplyStarted):
+        return [f"Applying {event.changes} change(s):"] if event.changes else \
+            ["Nothing to send; gating what is not proven converged:"]
+    if isinstance(event, PreApply):
+        return []
+    if isinstance(event, PostApply):
+        r = event.result
+        detail = f": {safe(r.detail)}" if r.detail else ""
+        word = {Outcome.ALREADY_APPLIED: " already applied", Outcome.REFUSED: " refused",
+                Outcome.FAILED: " failed", Outcome.SKIPPED: " skipped"}.get(r.outcome, "")
+        return [f"  {_MARK[r.outcome]} {_label(r.change)}{word}{detail}"]
+    if isinstance(event, GateStarted):
+        return [f"Convergence gate: {len(event.services)} service(s) × {len(event.clusters)} "
+                f"cluster(s) ({', '.join(safe(c) for c in event.clusters)}), up to "
+                f"{event.attempts} polls {event.interval:g}s apart"]
+    if isinstance(event, GatePolled):
+        pending = _pending(event.proofs)
+        if not pending:
+            checks = sum(len(p.clusters) for p in event.proofs)
+            return [f"  gate {event.attempt}/{event.attempts}: every cluster converged "
+                    f"({checks} service×cluster checks)"]
+        more = f" (+{len(pending) - 3} more)" if len(pending) > 3 else ""
+        return [f"  gate {event.attempt}/{event.attempts}: waiting on {len(pending)}: "
+                + "; ".join(_short(p) for p in pending[:3]) + more]
+    return []
+
+
+def summary(report: ApplyReport) -> tuple[list[str], list[str]]:
+    """(stdout lines, stderr lines) of the end of an apply."""
+    out: list[str] = []
+    err: list[str] = []
+    counts = ", ".join(f"{report.count(o)} {o.value.replace('_', ' ')}" for o in Outcome
+                       if report.count(o))
+    if report.results:
+        out.append(f"Changes: {counts}")
+    for r in report.results:
+        if r.outcome not in (Outcome.APPLIED, Outcome.ALREADY_APPLIED):
+            err.append(f"  {r.outcome.value}: {_label(r.change)}: {safe(r.detail)}")
+    gate = report.gate
+    if gate is not None and not gate.converged:
+        err.append(f"error: convergence gate failed after {gate.attempts} poll(s) "
+                   f"({gate.waited_seconds:.1f}s):")
+        for proof in gate.pending():
+            if proof.rollout_why is not None:
+                err.append(f"  ✗ {safe(proof.service)}: {safe(proof.rollout_detail)}")
+            for c in proof.pending():
+                last = f"; lastError: {safe(c.last_error)}" if c.last_error else ""
+                if c.proof is Proof.NOT_CONVERGED:
+                    err.append(f"  ✗ {safe(proof.service)} on {safe(c.cluster)}: DIVERGED: "
+                               f"runs {safe(c.running or '<none>')}, should run {proof.digest} "
+                               f"({safe(c.detail)}){last}")
+                else:
+                    err.append(f"  ? {safe(proof.service)} on {safe(c.cluster)}: UNVERIFIED: "
+                               f"{safe(c.detail)}; should run {proof.digest} — a cluster that "
+                               "gives no proof is one this apply cannot vouch for")
+    elif gate is not None:
+        clusters = sorted({c.cluster for p in gate.proofs for c in p.clusters})
+        out.append(f"Converged: every expected cluster ({', '.join(safe(c) for c in clusters)}) "
+                   f"proves the pinned digests and egress of {len(gate.proofs)} service(s) "
+                   f"after {gate.attempts} poll(s), {gate.waited_seconds:.1f}s.")
+    return out, err
+
+
+def json_line(event: Event) -> str:
+    """One JSON object per event (``apply --format json``), for machines."""
+    data: dict[str, Any]
+    if isinstance(event, NothingToDo):
+        data = {"event": "no_changes"}
+    elif isinstance(event, ApplyStarted):
+        data = {"event": "apply_started", "changes": event.changes}
+    elif isinstance(event, PreApply):
+        data = {"event": "pre_apply", "key": event.change.idempotency_key,
+                "action": event.change.action.value, "service": event.change.service,
+                "replay": event.replay}
+    elif isinstance(event, PostApply):
+        data = {"event": "post_apply", "key": event.result.change.idempotency_key,
+                "action": event.result.change.action.value,
+                "service": event.result.change.service, "outcome": event.result.outcome.value,
+                "detail": event.result.detail, "code": event.result.code}
+    elif isinstance(event, GateStarted):
+        data = {"event": "gate_started", "services": list(event.services),
+                "clusters": list(event.clusters), "attempts": event.attempts,
+                "interval_seconds": event.interval}
+    elif isinstance(event, GatePolled):
+        data = {"event": "gate_polled", "attempt": event.attempt, "attempts": event.attempts,
+                "proofs": [p.model_dump(mode="json") for p in event.proofs]}
+    else:
+        assert isinstance(event, Finished)
+        data = {"event": "finished", "report": event.report.model_dump(mode="json"),
+                "converged": event.report.gate.converged if event.report.gate else None}
+    return json.dumps(data, sort_keys=True, ensure_ascii=False)
