@@ -3,6 +3,12 @@
 Owns the terminal policy (colour only on a TTY and never with ``NO_COLOR``), the atomic
 write of a saved plan, and the one way an ``EngineError`` is reported. Commands call
 these; nothing else prints.
+
+A saved plan is untrusted input: ``load_plan`` reads it unchanged (apply must execute
+exactly what was planned, and an identifier "cleaned" on load would name something
+else), and every rendering makes its strings safe instead: the text and Markdown
+renderers through ``render.common.untrusted``, JSON through ``render.common.terminal_json``
+(controls as ``\\u`` escapes: lossless, so the JSON still decodes to the same plan).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import TextIO
 from reconciler.core.plans import Plan
 from reconciler.core.sanitize import safe
 from reconciler.failures import EngineError
-from reconciler.render import jsonplan, markdown, text
+from reconciler.render import common, jsonplan, markdown, text
 from reconciler.shell.progress import Progress, StderrProgress
 
 
@@ -27,7 +33,7 @@ def use_color(stream: TextIO) -> bool:
 
 def render(plan: Plan, fmt: str, stream: TextIO) -> str:
     if fmt == "json":
-        return jsonplan.dumps(plan)
+        return common.terminal_json(jsonplan.dumps(plan))
     if fmt == "markdown":
         return markdown.render(plan)
     return text.render(plan, color=use_color(stream))
@@ -45,7 +51,7 @@ def progress_for_stderr() -> Progress | None:
 
 def save_plan(path: Path, plan: Plan) -> None:
     """Write the plan file atomically: a reader sees the old file or the whole new one."""
-    content = jsonplan.dumps(plan)
+    content = common.terminal_json(jsonplan.dumps(plan))  # `cat FILE` is a terminal too
     directory = path.resolve().parent
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
@@ -77,8 +83,25 @@ def load_plan(path: Path) -> Plan:
         raise EngineError(f"{path}: not a usable plan file: {safe(exc)}") from exc
 
 
+def error_lines(exc: EngineError) -> list[str]:
+    """The message as printed: ``error: `` and its first line, then each further line.
+
+    A message may span lines (a refusal lists its blockers one per line); each line is
+    made safe on its own, so controls cannot pass and a newline prints as a newline. A
+    newline *inside* an untrusted string cannot forge a line here: whoever embeds such a
+    string in a message passes it through ``safe`` first, which escapes it (``\\x0a``).
+    """
+    first, *rest = str(exc).split("\n")
+    lines = [f"error: {safe(first, 2000)}"]
+    lines.extend(safe(line, 2000) for line in rest[:200])
+    if len(rest) > 200:
+        lines.append(f"  …(+{len(rest) - 200} lines)")
+    return lines
+
+
 def report_error(exc: EngineError) -> int:
     for diagnostic in exc.diagnostics:
         print(diagnostic.render(), file=sys.stderr)
-    print(f"error: {safe(str(exc), 2000)}", file=sys.stderr)
+    for line in error_lines(exc):
+        print(line, file=sys.stderr)
     return int(exc.code)

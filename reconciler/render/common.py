@@ -1,16 +1,28 @@
 """Shared vocabulary of the renderers: reason sentences, short digests, evidence rows.
 
 Owns what the text and Markdown renderers must say identically, so the terminal and the
-PR comment cannot disagree on a word. Pure; no styling here.
+PR comment cannot disagree on a word, and the one place a plan's strings are made safe
+to print: every renderer starts from ``untrusted(plan)``, a copy of the plan whose every
+string (summaries, messages, reasons, cluster ids, names, tags, digests, lastError,
+URLs...) has passed through ``safe``, so no control character, escape sequence, OSC-8
+hyperlink or bidi override in a plan value (a server's reply, or a hand-edited saved
+plan) can reach a terminal or a comment, whichever field a renderer reads. Length is
+bounded there too; each embedding may bound it further. Pure; no styling here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
 
 from reconciler.core.live import EgressRule, Observation, ObservationKind
 from reconciler.core.plans import Change, Plan, ReleaseRef, ServiceEvidence, Verdict
-from reconciler.core.sanitize import safe
+from reconciler.core.sanitize import safe, safe_json_text
+
+#: The bound on any one string of a plan as rendered; fields shown in tables bound harder.
+VALUE_LIMIT = 2_000
 
 REASONS = {
     "pinned_release_never_accepted": "the pinned digest is an observed release never accepted",
@@ -28,6 +40,36 @@ VERDICT_LINE = {
     Verdict.NO_GO: "NO-GO",
     Verdict.NO_CHANGES: "no changes",
 }
+
+
+def _sanitize(value: Any) -> Any:
+    # Exact ``str`` only: enum members (codes, actions, kinds) are vocabulary, not data.
+    if type(value) is str:
+        return safe(value, VALUE_LIMIT)
+    if isinstance(value, tuple | list):
+        return type(value)(_sanitize(v) for v in value)
+    if isinstance(value, dict):
+        return {_sanitize(k): _sanitize(v) for k, v in value.items()}
+    if isinstance(value, BaseModel):
+        return value.model_copy(update={name: _sanitize(getattr(value, name))
+                                        for name in type(value).model_fields})
+    return value
+
+
+def untrusted(plan: Plan) -> Plan:
+    """The plan with every string field, at any depth, passed through ``safe``.
+
+    What a renderer may print. Strings without controls and within the bound are
+    unchanged, so codes still match (``REASONS``) and a well-formed plan renders
+    exactly as before. A copy, not a re-validation: it cannot fail on a plan that loaded.
+    """
+    result: Plan = _sanitize(plan)
+    return result
+
+
+def terminal_json(text: str) -> str:
+    """JSON text for a terminal: controls inside strings as ``\\u`` escapes (lossless)."""
+    return safe_json_text(text)
 
 
 def reason_text(code: str) -> str:

@@ -4,7 +4,15 @@ Owns the comment layout: a one-line verdict, counts, a section per service with 
 changes and its per-cluster evidence (in ``<details>``), blockers and drift, and a hard
 size budget. GitHub rejects comments over 65,536 characters, so sections that do not fit
 are left out whole and a closing note names how many and which; nothing is cut mid-table.
-Every server string is escaped for Markdown and HTML here. Pure.
+
+Every string taken from the plan is untrusted (a server's words, or a hand-edited saved
+plan): ``render`` reads only ``common.untrusted(plan)`` (controls escaped, length
+bounded) and embeds each such string as an inline code span (``code``/``cell``). Inside
+a code span GitHub renders no HTML, no emphasis, no links or autolinks (``https://…``,
+``www.``, e-mail), no ``@org/team`` mentions and no ``#123`` / ``GH-123`` / repository
+autolink references, so a server string can neither ping anyone, link anywhere, open a
+tag nor break a table (``|`` is escaped in cells). Only this module's own words are plain
+Markdown. Pure.
 """
 
 from __future__ import annotations
@@ -17,11 +25,37 @@ from reconciler.render import common
 
 BUDGET = 65_536
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#+!|~])")
+_BACKTICKS = re.compile(r"`+")
 
 
 def esc(text: object, limit: int = 300) -> str:
-    """Make a string inert in Markdown and HTML: controls escaped, specials backslashed."""
+    """Make trusted text inert in Markdown and HTML: controls escaped, specials backslashed."""
     return _MD_SPECIAL.sub(r"\\\1", safe(text, limit)).replace("&", "&amp;")
+
+
+def code(text: object, limit: int = 300) -> str:
+    """An untrusted string as one inline code span: shown verbatim, never interpreted.
+
+    The fence is one backtick longer than the longest run inside; a space pads content
+    that starts or ends with a backtick or a space (CommonMark strips one from each side).
+    ``safe`` has already turned newlines into ``\\x0a``, so the span stays on its line.
+    """
+    value = safe(text, limit)
+    if not value:
+        return ""
+    fence = "`" * (max((len(m) for m in _BACKTICKS.findall(value)), default=0) + 1)
+    pad = " " if value[0] in " `" or value[-1] in " `" else ""
+    return f"{fence}{pad}{value}{pad}{fence}"
+
+
+def cell(text: object, limit: int = 300) -> str:
+    """``code`` for a table cell: a ``|`` (even inside a code span) would end the cell."""
+    return code(text, limit).replace("|", "\\|")
+
+
+def _reason(reason: str) -> str:
+    sentence = common.REASONS.get(reason)
+    return f"{code(reason)}: {sentence}" if sentence else code(reason)
 
 
 def _service_section(plan: Plan, name: str) -> str:
@@ -30,23 +64,23 @@ def _service_section(plan: Plan, name: str) -> str:
     blockers = [b for b in plan.blockers if b.service == name]
     drift = [d for d in plan.drift if d.service == name]
     mark = "❌" if blockers else "🔁" if changes else "⚠️" if drift else "✅"
-    lines.append(f"### {mark} `{esc(name)}`")
+    lines.append(f"### {mark} {code(name)}")
     lines.append("")
     for change in changes:
-        lines.append(f"- **{VERBS[change.action]}** — {esc(change.summary)}  ")
-        lines.append(f"  _reason:_ {esc(common.reason_text(change.reason))}  ")
+        lines.append(f"- **{VERBS[change.action]}** — {code(change.summary)}  ")
+        lines.append(f"  _reason:_ {_reason(change.reason)}  ")
         for detail in common.change_detail(change):
-            lines.append(f"  {esc(detail.strip())}  ")
-        lines.append(f"  _planned against:_ {esc(common.preconditions_text(change))}")
+            lines.append(f"  {code(detail.strip())}  ")
+        lines.append(f"  _planned against:_ {code(common.preconditions_text(change))}")
     if name in plan.converging:
         lines.append("- **converging** — the current rollout is the pinned one and has not "
                      "finished")
     if not changes and not blockers and name not in plan.converging:
         lines.append("- no changes")
     for blocker in blockers:
-        lines.append(f"- ❌ `{blocker.code}` {esc(blocker.message)}")
+        lines.append(f"- ❌ {code(blocker.code)} {code(blocker.message, 1000)}")
     for item in drift:
-        lines.append(f"- ⚠️ drift `{item.code}` {esc(item.message)}")
+        lines.append(f"- ⚠️ drift {code(item.code)} {code(item.message, 1000)}")
     ev = next((e for e in plan.evidence if e.service == name), None)
     if ev is not None:
         rows = common.evidence_rows(ev)
@@ -58,9 +92,10 @@ def _service_section(plan: Plan, name: str) -> str:
         lines.append("| cluster | address | status | runs | state | replicas r/o/h/v/f | note |")
         lines.append("|---|---|---|---|---|---|---|")
         for r in rows:
-            lines.append(f"| {esc(r.cluster)} | {esc(r.address)} | {esc(r.status)} | "
-                         f"{esc(r.runs)} | {esc(r.state)} | {esc(r.replicas)} | "
-                         f"{esc(r.note)} |")
+            # status and replicas are this program's words and numbers (common._row).
+            lines.append(f"| {cell(r.cluster)} | {cell(r.address)} | {esc(r.status)} | "
+                         f"{cell(r.runs)} | {cell(r.state)} | {esc(r.replicas)} | "
+                         f"{cell(r.note)} |")
         lines.append("")
         lines.append("</details>")
     lines.append("")
@@ -68,6 +103,7 @@ def _service_section(plan: Plan, name: str) -> str:
 
 
 def render(plan: Plan, *, budget: int = BUDGET) -> str:
+    plan = common.untrusted(plan)
     counts = plan.counts()
     verdict = common.VERDICT_LINE[plan.verdict]
     head = [
@@ -76,21 +112,21 @@ def render(plan: Plan, *, budget: int = BUDGET) -> str:
         f"{counts['promote']} promote · {counts['rollback']} rollback · "
         f"{counts['set_egress']} egress · {counts['set_grant']} grant · "
         f"{counts['blockers']} blocker(s) · {counts['drift']} drift · "
-        f"commit `{esc(plan.commit[:12]) if plan.commit else 'none'}`"
+        f"commit {code(plan.commit[:12]) if plan.commit else 'none'}"
         + (" (dirty)" if plan.dirty else "")
-        + f" · clusters {esc(', '.join(plan.expected_clusters) or 'none')}",
+        + f" · clusters {', '.join(code(c, 64) for c in plan.expected_clusters) or 'none'}",
         "",
     ]
     general = [b for b in plan.blockers if b.service is None]
     if general:
         head.append("**Blockers**")
         head.append("")
-        head.extend(f"- ❌ `{b.code}` {esc(b.message)}" for b in general)
+        head.extend(f"- ❌ {code(b.code)} {code(b.message, 1000)}" for b in general)
         head.append("")
     general_drift = [d for d in plan.drift if d.service is None]
     if general_drift:
         head.append("**Drift**")
-        head.extend(f"- ⚠️ `{d.code}` {esc(d.message)}" for d in general_drift)
+        head.extend(f"- ⚠️ {code(d.code)} {code(d.message, 1000)}" for d in general_drift)
         head.append("")
     text = "\n".join(head) + "\n"
     # Services that need attention first, so a truncation drops the quiet ones.
@@ -107,11 +143,12 @@ def render(plan: Plan, *, budget: int = BUDGET) -> str:
             continue
         text += section
     if omitted:
-        shown = ", ".join(f"`{esc(n, 40)}`" for n in omitted[:10])
+        shown = ", ".join(code(n, 40) for n in omitted[:10])
         more = f" and {len(omitted) - 10} more" if len(omitted) > 10 else ""
         text += (f"> **Truncated:** {len(omitted)} of {len(names)} service section(s) left out "
                  f"to stay under GitHub's {budget:,}-character limit: {shown}{more}. "
                  f"The counts above cover the whole plan; the saved JSON plan has every "
                  f"section.\n\n")
-    text += f"<sub>{esc(common.summary_line(plan))} · fingerprint `{plan.fingerprint[:16]}`</sub>\n"
+    text += (f"<sub>{esc(common.summary_line(plan))} · "
+             f"fingerprint {code(plan.fingerprint[:16])}</sub>\n")
     return text

@@ -3,8 +3,9 @@
 Owns layout and colour for humans at a terminal: one header line per change with a
 fixed verb, the reason on its own line, before → after, the per-cluster evidence as a
 small table, blockers in red, drift apart from changes, and a summary line. Colour is a
-parameter: the CLI turns it on only for a TTY without ``NO_COLOR``. Every server string
-reaches here already passed through ``safe`` (see ``render.common``). Pure.
+parameter: the CLI turns it on only for a TTY without ``NO_COLOR``. ``render`` reads
+only ``common.untrusted(plan)``, so every string of the plan reaches the terminal passed
+through ``safe`` whatever field it comes from. Pure.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def _table(rows: list[EvidenceRow], indent: str) -> list[str]:
 
 
 def render(plan: Plan, *, color: bool = False) -> str:
+    plan = common.untrusted(plan)
     style = _Style(color)
     out: list[str] = []
     commit = plan.commit[:12] if plan.commit else "<no commit>"
