@@ -10,6 +10,15 @@ read by their users (``controlplane.token_from_env``, ``observing``) and never s
 here -- a ``Connection`` holds only the *names* of the variables that hold them, so it
 can be logged, compared and put in a repr safely.
 
+Credentials in the control-plane URL (``https://admin:PW@host``) are refused with a
+``ConfigError``: the machine token named by ``controlPlane.tokenEnv`` is how ``reconcile``
+authenticates, so userinfo would either be silently sent as basic auth or silently
+ignored, and in both cases the URL would carry a secret into every message, plan header
+and saved plan that shows it. A ``Connection`` therefore never holds userinfo (its
+constructor checks too), and every message that shows a URL given by the user passes
+``display_url``, which keeps the user name and masks the rest: ``https://admin:***@host``
+(a lone user part, which may itself be a token, becomes ``***``).
+
 Callers: ``observing`` (the snapshot), the apply engine (writes and the convergence
 gate) and the CLI commands that build a ``Connection`` once per run.
 """
@@ -88,6 +97,46 @@ class ResolveEntry:
     addresses: tuple[str, ...]
 
 
+def _split_authority(url: str) -> tuple[str, str, str, str]:
+    """``(scheme://, userinfo@ or empty, host[:port], rest)``; tolerant of anything.
+
+    Deliberately conservative: everything before the *last* ``@`` ahead of any ``?`` or
+    ``#`` counts as userinfo, so a password holding an unencoded ``@`` or ``/`` is still
+    masked whole (a control-plane base URL has no business with ``@`` in its path).
+    """
+    scheme, sep, rest = url.partition("://")
+    prefix = scheme + sep if sep else ""
+    if not sep:
+        rest = url
+    end = len(rest)
+    for delimiter in "?#":
+        at = rest.find(delimiter)
+        if at != -1:
+            end = min(end, at)
+    userinfo, at_sign, after = rest[:end].rpartition("@")
+    if not at_sign:
+        userinfo, after = "", rest[:end]
+    else:
+        userinfo += "@"
+    slash = after.find("/")
+    hostport, path = (after, "") if slash == -1 else (after[:slash], after[slash:])
+    return prefix, userinfo, hostport, path + rest[end:]
+
+
+def has_userinfo(url: str) -> bool:
+    """Whether ``url`` carries ``user[:password]@`` before its host."""
+    return bool(_split_authority(url)[1])
+
+
+def display_url(url: str, limit: int = 160) -> str:
+    """``url`` safe to show: userinfo masked (``admin:***@``, a lone user as ``***@``)."""
+    prefix, userinfo, hostport, tail = _split_authority(url)
+    if userinfo:
+        user, colon, _ = userinfo[:-1].partition(":")
+        userinfo = f"{user}:***@" if colon else "***@"
+    return safe(prefix + userinfo + hostport + tail, limit)
+
+
 def parse_resolve(text: str, *, source: str = ENV_RESOLVE) -> ResolveEntry:
     """Parse curl's ``--resolve`` syntax; IPv6 addresses may be bracketed (``[::1]``).
 
@@ -148,6 +197,10 @@ class Connection:
     auth_app_id: str
     signer_key_env: str
 
+    def __post_init__(self) -> None:
+        if has_userinfo(self.control_plane_url):
+            raise ConfigError(_userinfo_refusal(self.control_plane_url, "the connection"))
+
     @property
     def typedrequest_url(self) -> str:
         """``{controlPlaneUrl}/typedrequest``; a URL already ending in it is kept as is."""
@@ -162,11 +215,14 @@ class Connection:
         mesh = settings.mesh
 
         url = overrides.control_plane_url or cp.url
+        source = (f"{ENV_CONTROL_PLANE_URL} or --control-plane"
+                  if overrides.control_plane_url else "controlPlane.url")
         if not url.startswith(("https://", "http://")):
             raise ConfigError(
-                f"control plane URL must start with https:// or http://, got {safe(url, 120)!r}"
-                + (f" (from {ENV_CONTROL_PLANE_URL} or --control-plane-url)"
-                   if overrides.control_plane_url else " (controlPlane.url)"))
+                f"control plane URL must start with https:// or http://, got "
+                f"{display_url(url, 120)!r} (from {source})")
+        if has_userinfo(url):
+            raise ConfigError(_userinfo_refusal(url, source))
 
         if overrides.ca_file:
             override_ca = _existing(Path(overrides.ca_file), f"{ENV_CA_FILE} / --ca-file")
@@ -208,6 +264,13 @@ class Connection:
             auth_app_id=mesh.signer.app_id,
             signer_key_env=mesh.signer.key_file_env,
         )
+
+
+def _userinfo_refusal(url: str, source: str) -> str:
+    return (f"control plane URL {display_url(url, 120)!r} (from {source}) carries "
+            "credentials (user:password@); remove them: reconcile authenticates with the "
+            "machine token in the variable controlPlane.tokenEnv names, never with "
+            "credentials in the URL")
 
 
 def _ca_from_settings(value: str | None, repo_root: Path, field: str) -> Path | None:
