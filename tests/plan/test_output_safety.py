@@ -30,8 +30,12 @@ from reconciler.failures import EngineError
 from reconciler.render import jsonplan, markdown, text
 from tests.plan import builders as b
 
-markdown_it = pytest.importorskip("markdown_it")
-pytest.importorskip("linkify_it")  # markdown-it-py[linkify]: autolinks like GitHub's
+
+def _markdown_it() -> Any:
+    """markdown-it-py with linkify (test extra ``markdown-it-py[linkify]``), or a skip."""
+    module = pytest.importorskip("markdown_it")
+    pytest.importorskip("linkify_it")  # autolinks bare URLs and www. like GitHub does
+    return module
 
 OSC8 = "\x1b]8;;http://evil.example/osc\x1b\\click\x1b]8;;\x1b\\"
 HOSTILE = (
@@ -137,7 +141,7 @@ def test_markdown_of_a_hostile_plan_is_inert_on_github(index: int) -> None:
     hostile = _plans()[index]
     md = markdown.render(hostile)
     _assert_no_raw_controls(md)
-    html = markdown_it.MarkdownIt("gfm-like").render(md)  # html on, linkify on, tables
+    html = _markdown_it().MarkdownIt("gfm-like").render(md)  # html on, linkify on, tables
     assert not re.search(r"<(a|img)\b|<[^>]*\b(href|src)=", html)  # no link, no image
     tags = set(re.findall(r"</?([a-zA-Z][a-zA-Z0-9]*)", html))
     assert tags <= {"h2", "h3", "p", "strong", "em", "ul", "li", "code", "table", "thead",
@@ -160,7 +164,7 @@ def test_markdown_of_a_clean_plan_stays_readable() -> None:
 
 
 def test_code_spans_hold_any_backticks_and_spaces() -> None:
-    render = markdown_it.MarkdownIt("commonmark").renderInline
+    render = _markdown_it().MarkdownIt("commonmark").renderInline
     for value in ["`", "a``b", "` x `", " lead", "trail ", "```", "x`"]:
         assert render(markdown.code(value)) == f"<code>{value}</code>", value
 
