@@ -34,6 +34,7 @@ from reconciler.core.outcomes import ApplyReport, ChangeResult, GateReport, Outc
 from reconciler.core.planning import Provenance, target_of
 from reconciler.core.planning import plan as make_plan
 from reconciler.core.plans import Plan, Verdict
+from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 from reconciler.shell import applying, committed, gitrepo, observing, validating
@@ -118,12 +119,13 @@ def refuse_no_go(plan_value: Plan) -> None:
     if not plan_value.blockers:
         return
     codes = {b.code for b in plan_value.blockers}
-    lines = "\n".join(f"  ✗ {b.code}: {b.message}" for b in plan_value.blockers)
+    # A saved plan's strings are untrusted (its content digest is no signature).
+    lines = "\n".join(f"  ✗ {b.code.value}: {safe(b.message)}" for b in plan_value.blockers)
     if BlockerCode.REPO_DIRTY in codes:
         raise EngineError(f"refusing to apply: the config repo has uncommitted changes\n{lines}",
                           Exit.REFUSED_COMMIT)
     if codes & EVIDENCE_BLOCKERS:
-        silent = sorted({b.cluster or "?" for b in plan_value.blockers
+        silent = sorted({safe(b.cluster or "?") for b in plan_value.blockers
                          if b.code in EVIDENCE_BLOCKERS})
         raise EngineError(f"refusing to apply: evidence incomplete, no answer from "
                           f"{', '.join(silent)}; nothing was sent\n{lines}",
@@ -141,7 +143,7 @@ def _where(connection: Connection, provenance: Provenance) -> binding.Where:
 def _refuse_mismatch(what: str, diffs: list[str]) -> None:
     if diffs:
         raise EngineError(f"refusing to apply the saved plan: {what}; nothing was sent\n"
-                          + "\n".join(f"  ✗ {d}" for d in diffs)
+                          + "\n".join(f"  ✗ {safe(d, 2000)}" for d in diffs)
                           + "\nplan again against this environment and review that plan",
                           Exit.REFUSED_MISMATCH)
 
@@ -243,7 +245,7 @@ class Reconciler:
             if stale:
                 raise EngineError(
                     "refusing to apply: the plan is stale, live state moved since it was made; "
-                    "nothing was sent\n" + "\n".join(f"  ✗ {c.detail}" for c in stale),
+                    "nothing was sent\n" + "\n".join(f"  ✗ {safe(c.detail)}" for c in stale),
                     Exit.REFUSED_STALE)
             fresh_keys = {c.idempotency_key for c in fresh.changes}
             settled = {c.change.idempotency_key for c in saved_checks

@@ -22,6 +22,7 @@ from typing import TextIO
 
 from reconciler.core.plans import Plan
 from reconciler.core.sanitize import safe
+from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 from reconciler.render import common, jsonplan, markdown, text
 from reconciler.shell.progress import Progress, StderrProgress
@@ -79,6 +80,9 @@ def load_plan(path: Path) -> Plan:
         raise EngineError(f"{path}: not a plan file (invalid JSON: {safe(exc)})") from exc
     try:
         return jsonplan.from_wire(data)
+    except jsonplan.DigestMismatch as exc:
+        raise EngineError(f"{path}: refusing the plan file: {safe(exc)}; plan again",
+                          Exit.REFUSED_MISMATCH) from exc
     except jsonplan.WireError as exc:
         raise EngineError(f"{path}: not a usable plan file: {safe(exc)}") from exc
 

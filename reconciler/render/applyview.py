@@ -105,12 +105,12 @@ def summary(report: ApplyReport) -> tuple[list[str], list[str]]:
                 last = f"; lastError: {safe(c.last_error)}" if c.last_error else ""
                 if c.proof is Proof.NOT_CONVERGED:
                     err.append(f"  ✗ {safe(proof.service)} on {safe(c.cluster)}: DIVERGED: "
-                               f"runs {safe(c.running or '<none>')}, should run {proof.digest} "
-                               f"({safe(c.detail)}){last}")
+                               f"runs {safe(c.running or '<none>')}, should run "
+                               f"{safe(proof.digest)} ({safe(c.detail)}){last}")
                 else:
                     err.append(f"  ? {safe(proof.service)} on {safe(c.cluster)}: UNVERIFIED: "
-                               f"{safe(c.detail)}; should run {proof.digest} — a cluster that "
-                               "gives no proof is one this apply cannot vouch for")
+                               f"{safe(c.detail)}; should run {safe(proof.digest)} — a cluster "
+                               "that gives no proof is one this apply cannot vouch for")
     elif gate is not None:
         clusters = sorted({c.cluster for p in gate.proofs for c in p.clusters})
         out.append(f"Converged: every expected cluster ({', '.join(safe(c) for c in clusters)}) "

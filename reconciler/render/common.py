@@ -112,7 +112,7 @@ def summary_line(plan: Plan) -> str:
         f"{counts['drift']} drift",
     ]
     if plan.converging:
-        parts.append(f"{len(plan.converging)} still converging")
+        parts.append(f"{len(plan.converging)} not proven converged (apply gates them)")
     verdict = VERDICT_LINE[plan.verdict]
     if plan.verdict is Verdict.NO_CHANGES and plan.drift:
         verdict += " to make; the drift above needs attention"

@@ -14,6 +14,7 @@ Pure: builds and reads plain values; the caller does the file I/O.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -21,13 +22,28 @@ from pydantic import ValidationError
 
 from reconciler.core.plans import Action, Change, Plan
 
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "2.0"
 MAJOR = FORMAT_VERSION.split(".")[0]
 SCHEMA_ID = "https://reconcile.dev/schemas/plan.schema.json"
 
 
 class WireError(ValueError):
     """A plan document that cannot be read: wrong major, malformed, or inconsistent."""
+
+
+class DigestMismatch(WireError):
+    """The document's ``content_digest`` is not the digest of its content: it was edited
+    after it was saved (or saved by something that is not reconcile)."""
+
+
+def content_digest(document: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON (sorted keys, no whitespace) of every field but
+    ``content_digest`` itself. Binds a reviewed plan to its bytes; it is an integrity
+    check, not a signature: whoever can write the file can recompute it, which is why
+    apply also re-derives the plan and compares (``core.binding``)."""
+    body = {k: v for k, v in document.items() if k != "content_digest"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _change_to_wire(change: Change) -> dict[str, Any]:
@@ -40,12 +56,14 @@ def to_wire(plan: Plan) -> dict[str, Any]:
     """The plan as a JSON-ready dict, keys in a fixed order."""
     data = plan.model_dump(mode="json")
     data["changes"] = [_change_to_wire(c) for c in plan.changes]
-    return {
+    document = {
         "format_version": FORMAT_VERSION,
         "verdict": plan.verdict.value,
         "counts": plan.counts(),
         **data,
     }
+    document["content_digest"] = content_digest(document)
+    return document
 
 
 def dumps(plan: Plan) -> str:
@@ -63,7 +81,16 @@ def from_wire(data: object) -> Plan:
     if version.split(".")[0] != MAJOR:
         raise WireError(f"format_version {version} has major {version.split('.')[0]}; "
                         f"this reconcile reads major {MAJOR} only")
-    body = {k: v for k, v in data.items() if k not in ("format_version", "verdict", "counts")}
+    stated = data.get("content_digest")
+    if not isinstance(stated, str):
+        raise WireError("content_digest is missing: this file was not saved by reconcile "
+                        f"{FORMAT_VERSION.split('.')[0]}.x")
+    if stated != content_digest(data):
+        raise DigestMismatch(f"content_digest {stated[:19]}… does not match the content "
+                             f"({content_digest(data)[:19]}…): the plan was edited after it "
+                             "was saved")
+    body = {k: v for k, v in data.items()
+            if k not in ("format_version", "verdict", "counts", "content_digest")}
     changes = []
     for index, raw in enumerate(body.get("changes") or []):
         if not isinstance(raw, dict):
@@ -101,11 +128,13 @@ def wire_schema() -> dict[str, Any]:
     schema["properties"] = {
         "format_version": {"type": "string", "pattern": rf"^{MAJOR}\.[0-9]+$"},
         "verdict": {"enum": ["go", "no_go", "no_changes"]},
+        "content_digest": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
         "counts": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
                    "required": [a.value for a in Action] + ["blockers", "drift"]},
         **schema["properties"],
     }
-    schema["required"] = ["format_version", "verdict", "counts", *schema["required"]]
+    schema["required"] = ["format_version", "verdict", "counts", "content_digest",
+                          *schema["required"]]
     schema["additionalProperties"] = False
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID,
             "title": "reconcile plan", **schema}

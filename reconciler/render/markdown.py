@@ -72,9 +72,11 @@ def _service_section(plan: Plan, name: str) -> str:
         for detail in common.change_detail(change):
             lines.append(f"  {code(detail.strip())}  ")
         lines.append(f"  _planned against:_ {code(common.preconditions_text(change))}")
-    if name in plan.converging:
-        lines.append("- **converging** — the current rollout is the pinned one and has not "
-                     "finished")
+    proof = plan.proof_of(name)
+    if name in plan.converging and proof is not None:
+        lines.append("- **not proven converged** — nothing to send; apply gates it until every "
+                     "cluster proves it:")
+        lines.extend(f"  - {code(reason, 300)}" for reason in proof.reasons()[:6])
     if not changes and not blockers and name not in plan.converging:
         lines.append("- no changes")
     for blocker in blockers:

@@ -55,7 +55,18 @@ def render(plan: Plan, *, color: bool = False) -> str:
                      "bold"))
     out.append(f"gateway {safe(plan.gateway)} · expected clusters: "
                f"{', '.join(plan.expected_clusters) or '<none>'}")
+    if plan.untracked:
+        out.append(style(f"not desired state (in no commit, never read): "
+                         f"{', '.join(plan.untracked[:10])}"
+                         + (f" and {len(plan.untracked) - 10} more" if len(plan.untracked) > 10
+                            else ""), "yellow"))
     out.append("")
+    general = [b for b in plan.blockers if b.service is None]
+    if general:
+        out.append(style("Blockers (root causes first):", "red", "bold"))
+        for blocker in general:
+            out.append("  " + style(f"✗ {blocker.code}", "red", "bold") + f"  {blocker.message}")
+        out.append("")
     evidence = {e.service: e for e in plan.evidence}
     changes_by_service: dict[str, list[int]] = {}
     for index, change in enumerate(plan.changes):
@@ -84,20 +95,16 @@ def render(plan: Plan, *, color: bool = False) -> str:
                 out.append(f"      {line}")
             out.append(style(f"      planned against: {common.preconditions_text(change)} · "
                              f"key {change.idempotency_key}", "dim"))
-        if name in plan.converging:
-            out.append("  " + style("… converging", "cyan") +
-                       "  the current rollout is the pinned one and has not finished")
+        proof = plan.proof_of(name)
+        if name in plan.converging and proof is not None:
+            out.append("  " + style("… not proven converged", "cyan") +
+                       "  nothing to send; apply gates it until every cluster proves it:")
+            out.extend(f"      {reason}" for reason in proof.reasons()[:6])
         for blocker in service_blockers:
             out.append("  " + style(f"✗ {blocker.code}", "red", "bold") + f"  {blocker.message}")
         if ev is not None:
             out.append("    evidence:")
             out.extend(_table(common.evidence_rows(ev), "      "))
-        out.append("")
-    general = [b for b in plan.blockers if b.service is None]
-    if general:
-        out.append(style("Blockers:", "red", "bold"))
-        for blocker in general:
-            out.append("  " + style(f"✗ {blocker.code}", "red", "bold") + f"  {blocker.message}")
         out.append("")
     if plan.drift:
         out.append(style("Drift (live differs; not part of this plan):", "yellow", "bold"))

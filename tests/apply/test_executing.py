@@ -15,10 +15,12 @@ from typing import Any
 import httpx
 import pytest
 
+from reconciler.core.events import Event
 from reconciler.core.outcomes import Outcome
 from reconciler.core.planning import plan
 from reconciler.core.plans import Action, Change
 from reconciler.core.staleness import Check, Freshness
+from reconciler.render import applyview
 from reconciler.shell import applying
 from reconciler.shell.controlplane import ControlPlaneClient
 from reconciler.shell.journal import Journal, JournalError
@@ -27,11 +29,15 @@ from tests.plan import builders as b
 
 
 class Lines:
+    """Collects apply's typed events, and the text view's lines of them."""
+
     def __init__(self) -> None:
+        self.events: list[Event] = []
         self.lines: list[str] = []
 
-    def line(self, text: str) -> None:
-        self.lines.append(text)
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+        self.lines.extend(applyview.text(event))
 
 
 def raw_service(name: str, tag: str, generation: int) -> dict[str, Any]:

@@ -42,6 +42,11 @@ def _perturb(live: LiveSnapshot, silent: set[tuple[str, str]], generation: int,
         for app, rows in live.observations.items()}
     svc = live.services["svc-checkout"]
     assert isinstance(svc, LiveService) and svc.deployment and svc.rollout_status
+    # The clusters have the control plane's egress declaration in effect (consistent world).
+    rules = () if egress is None else tuple(EgressRule(host=h, port=p) for h, p in egress)
+    observations["checkout"] = tuple(
+        o.model_copy(update={"runtime": o.runtime.model_copy(update={"egress": rules})})
+        if o.runtime else o for o in observations["checkout"])
     svc = svc.model_copy(update={
         "deployment": svc.deployment.model_copy(update={"rollout_generation": generation}),
         "egress": None if egress is None else tuple(EgressRule(host=h, port=p) for h, p in egress),
@@ -102,6 +107,11 @@ def realize(live: LiveSnapshot, p: Plan) -> LiveSnapshot:
         elif change.action is Action.SET_EGRESS:
             svc = svc.model_copy(update={"egress": change.egress_after,
                                          "egress_revision": svc.egress_revision + 1})
+            # The clusters put the new declaration in effect (the judge checks it).
+            observations[change.app_id] = tuple(
+                o.model_copy(update={"runtime": o.runtime.model_copy(update={
+                    "egress": change.egress_after or ()})})
+                if o.runtime else o for o in observations[change.app_id])
         else:
             assert change.user_id is not None and change.capabilities_after is not None
             grants[(change.user_id, change.service_id)] = LiveGrant(
@@ -144,11 +154,19 @@ def test_json_plan_round_trips_and_rejects_an_unknown_major() -> None:
     assert jsonplan.from_wire(data) == p
     assert data["changes"][0]["actions"] == [p.changes[0].action.value]
     import pytest
-    with pytest.raises(jsonplan.WireError, match="major 2"):
-        jsonplan.from_wire({**data, "format_version": "2.0"})
-    with pytest.raises(jsonplan.WireError, match="verdict"):
+    with pytest.raises(jsonplan.WireError, match="major 3"):
+        jsonplan.from_wire({**data, "format_version": "3.0"})
+    with pytest.raises(jsonplan.WireError, match="major 1"):
+        jsonplan.from_wire({**data, "format_version": "1.0"})
+    def resealed(**update: object) -> dict[str, object]:
+        edited = {**data, **update}
+        return {**edited, "content_digest": jsonplan.content_digest(edited)}
+
+    with pytest.raises(jsonplan.DigestMismatch):
         jsonplan.from_wire({**data, "verdict": "no_changes"})
-    assert jsonplan.from_wire({**data, "format_version": "1.7"}) == p  # minor is additive
+    with pytest.raises(jsonplan.WireError, match="verdict"):
+        jsonplan.from_wire(resealed(verdict="no_changes"))
+    assert jsonplan.from_wire(resealed(format_version="2.7")) == p  # minor is additive
 
 
 def test_published_plan_schema_matches_the_models() -> None:

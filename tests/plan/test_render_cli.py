@@ -95,9 +95,9 @@ def test_show_renders_a_saved_plan_without_network(tmp_path: Path,
 
 @pytest.mark.parametrize("content, message", [
     (b"not json", "invalid JSON"),
-    (b'{"format_version": "2.0"}', "major 2"),
+    (b'{"format_version": "3.0"}', "major 3"),
     (b"\xff\xfe", "invalid JSON"),
-    (b'{"format_version": "1.0", "changes": "x"}', "not a usable plan file"),
+    (b'{"format_version": "2.0", "changes": "x"}', "not a usable plan file"),
 ])
 def test_show_refuses_a_bad_plan_file_with_its_path(tmp_path: Path, content: bytes,
                                                     message: str,
@@ -113,8 +113,19 @@ def test_a_tampered_verdict_is_refused(tmp_path: Path) -> None:
     p = plan(b.reference_desired(), b.reference_live())
     data = json.loads(jsonplan.dumps(p))
     data["blockers"] = [{"code": "cluster_silent", "message": "x", "service": None,
-                         "cluster": "sn1"}]
+                         "cluster": "sn1", "services": []}]
+    with pytest.raises(jsonplan.DigestMismatch, match="edited after it was saved"):
+        jsonplan.from_wire(data)
+    # Even with its digest recomputed, a verdict that does not follow is refused.
+    data["content_digest"] = jsonplan.content_digest(data)
     with pytest.raises(jsonplan.WireError, match="verdict"):
+        jsonplan.from_wire(data)
+
+
+def test_a_plan_file_without_a_content_digest_is_refused() -> None:
+    data = json.loads(jsonplan.dumps(plan(b.reference_desired(), b.reference_live())))
+    del data["content_digest"]
+    with pytest.raises(jsonplan.WireError, match="content_digest is missing"):
         jsonplan.from_wire(data)
 
 
