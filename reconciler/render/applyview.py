@@ -63,10 +63,11 @@ def text(event: Event) -> list[str]:
         return []
     if isinstance(event, PostApply):
         r = event.result
-        detail = f": {safe(r.detail)}" if r.detail else ""
-        word = {Outcome.ALREADY_APPLIED: " already applied", Outcome.REFUSED: " refused",
-                Outcome.FAILED: " failed", Outcome.SKIPPED: " skipped"}.get(r.outcome, "")
-        return [f"  {_MARK[r.outcome]} {_label(r.change)}{word}{detail}"]
+        if r.outcome is Outcome.APPLIED:
+            return [f"  ✓ {_label(r.change)}" + (f" ({safe(r.detail)})" if r.detail else "")]
+        if r.outcome is Outcome.ALREADY_APPLIED:
+            return [f"  = {_label(r.change)}: {safe(r.detail) or 'already applied'}"]
+        return [f"  {_MARK[r.outcome]} {_label(r.change)}: {r.outcome.value}: {safe(r.detail)}"]
     if isinstance(event, GateStarted):
         return [f"Convergence gate: {len(event.services)} service(s) × {len(event.clusters)} "
                 f"cluster(s) ({', '.join(safe(c) for c in event.clusters)}), up to "
