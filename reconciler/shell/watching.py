@@ -27,7 +27,7 @@ from watchfiles import Change, awatch
 
 from reconciler.core import plandiff
 from reconciler.core.desired import DesiredState
-from reconciler.core.events import Event, Finished, GatePolled, Hook, PostApply
+from reconciler.core.events import Event, Finished, GatePolled, GateStarted, Hook, PostApply
 from reconciler.core.live import LiveSnapshot
 from reconciler.core.outcomes import ApplyReport, Outcome
 from reconciler.core.planning import Provenance
@@ -192,13 +192,16 @@ class Watcher:
                     break
                 head = got if isinstance(got, Provenance) else \
                     await asyncio.to_thread(self._head)
-                if got or head != last_head:
+                # The plan reads the commit: a file event matters only when it moved HEAD
+                # or changed whether tracked files differ from it.
+                moved = _git_state(head) != _git_state(last_head)
+                if moved:
                     await self._reload(head)
-                    last_head = self.provenance
+                    last_head = head
                 if time.monotonic() - last_resync >= self.resync:
                     await self._resync()
                     last_resync = time.monotonic()
-                elif got or head != last_head:
+                elif moved:
                     self._replan("files changed" if got else "HEAD moved")
                 await self._maybe_apply(stop)
         finally:
@@ -364,6 +367,11 @@ class Watcher:
         await self._resync()
 
 
+def _git_state(provenance: Provenance) -> tuple[str | None, bool]:
+    """What a HEAD poll compares: the commit and whether tracked files differ from it."""
+    return provenance.commit, provenance.dirty
+
+
 @dataclass
 class _LogHook:
     log: Log
@@ -373,6 +381,10 @@ class _LogHook:
             r = event.result
             self.log.event("apply-progress", f"{r.outcome.value}: {r.change.action.value} "
                            f"{r.change.service}", key=r.change.idempotency_key)
+        elif isinstance(event, GateStarted):
+            self.log.event("apply-progress", f"Convergence gate: {len(event.services)} "
+                           f"service(s) × {len(event.clusters)} cluster(s), up to "
+                           f"{event.attempts} polls", clusters=list(event.clusters))
         elif isinstance(event, GatePolled):
             pending = [f"{p.service}: {x}" for p in event.proofs for x in p.reasons()]
             self.log.event("apply-progress", f"gate {event.attempt}/{event.attempts}: "

@@ -96,10 +96,18 @@ def test_an_edit_produces_a_new_plan_showing_only_the_difference(repo: Repo) -> 
         assert first["verdict"] == "go"
         search = repo.path / "services" / "search.yaml"
         search.write_text(search.read_text().replace("egress: []", ""))
+        # An uncommitted edit is not desired state: the plan still reads the commit and
+        # only says the tree is dirty.
         event = w.wait_for(lambda e: is_plan(e) and "files changed" in e["message"])
+        assert event["lines"] == [line for line in event["lines"]
+                                  if line.startswith("+ blocker repo_dirty")], event["lines"]
+        assert len(event["lines"]) == 1
+        repo.commit("search: leave egress alone")
+        event = w.wait_for(lambda e: is_plan(e) and e["message"].startswith(
+            ("files changed", "HEAD moved")) and len(e.get("lines", [])) > 1)
         assert "- set egress: search: egress revokes api.openai.com:443, es.example.net:9200" \
             in event["lines"]
-        assert any(line.startswith("+ blocker repo_dirty") for line in event["lines"])
+        assert any(line.startswith("- blocker repo_dirty") for line in event["lines"])
         assert len(event["lines"]) == 2  # the difference, not the whole plan again
 
 
@@ -109,13 +117,16 @@ def test_an_invalid_edit_keeps_the_last_good_state_and_is_reported_once(repo: Re
         checkout = repo.path / "services" / "checkout.yaml"
         good = checkout.read_text()
         checkout.write_text(good.replace("port: 443", "port: 0443x"))
+        repo.commit("a bad port")
         invalid = w.wait_for(lambda e: e["event"] == "invalid")
         assert "keeping the last good desired state" in invalid["message"]
         assert any("checkout.yaml:" in line and "port" in line for line in invalid["lines"])
         checkout.write_text(good.replace("port: 443", "port: 0443x") + "\n")  # same problem
+        repo.commit("the same bad port")
         later = w.drain(2.5)
         assert not [e for e in later if e["event"] == "invalid"], "reported twice"
         checkout.write_text(good)
+        repo.commit("fixed")
         w.wait_for(lambda e: is_plan(e))
 
 
