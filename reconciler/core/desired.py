@@ -213,13 +213,25 @@ class Service(_Model):
     app_id: Identifier = Field(alias="appId")
     release: Release
     immutable: Bool = Field(
-        default=True, description="Require fail-closed immutable (digest-pinned) deployment."
+        default=True, description="Require fail-closed immutable (digest-pinned) deployment. "
+        "Only true is accepted; a live service that does not require it shows as drift "
+        "(immutable_not_enforced) until the next promotion sets it."
     )
     egress: tuple[Destination, ...] | None = Field(
         default=None,
         max_length=names.MAX_EGRESS_ENTRIES,
         description="Omitted: leave the live declaration alone. []: revoke all.",
     )
+
+    @model_validator(mode="after")
+    def _immutable_only(self) -> Service:
+        # The contract promotes only with enableImmutableImage: true, so `false` could
+        # never be honoured; a field that changes nothing would be a lie in the repo.
+        if not self.immutable:
+            raise LocatedError(("immutable",), "false cannot be honoured: every promotion "
+                               "is immutable (digest-pinned, enableImmutableImage: true); "
+                               "remove the field or set it to true")
+        return self
 
     @model_validator(mode="after")
     def _no_duplicate_destinations(self) -> Service:

@@ -236,7 +236,8 @@ class ControlPlane:
         service = self.service(conn, service_id)
         digest, previous = self.replay(conn, method, req, key)
         if previous is not None:
-            return previous
+            # [ext] says the reply is the first call's, replayed: nothing changed now.
+            return {**previous, "idempotentReplay": True}
         release = store.load_release(conn, release_id)
         if release is None or release["data"]["serviceId"] != service_id:
             raise DomainError("RELEASE_NOT_FOUND",
@@ -379,7 +380,8 @@ class ControlPlane:
         service = self.service(conn, service_id)
         digest, previous = self.replay(conn, method, req, key)
         if previous is not None:
-            return previous
+            # [ext] says the reply is the first call's, replayed: nothing changed now.
+            return {**previous, "idempotentReplay": True}
         actual = int(service["data"].get("egressRevision", 0))
         if expected != actual:
             raise DomainError("EGRESS_REVISION_MISMATCH",

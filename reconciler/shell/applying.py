@@ -43,31 +43,35 @@ def crash_point(point: str, action: str = "") -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-async def _send(client: ControlPlaneClient, change: Change) -> None:
+async def _send(client: ControlPlaneClient, change: Change) -> bool:
+    """Send one change; True when the control plane says it replayed an earlier call
+    with the same key and changed nothing now ([ext] ``idempotentReplay``)."""
     pre = change.preconditions
     if change.action is Action.SET_GRANT:
         assert change.user_id is not None and change.capabilities_after is not None
         await client.configure_grant(change.user_id, change.service_id,
                                      list(change.capabilities_after))
-    elif change.action is Action.SET_EGRESS:
+        return False
+    if change.action is Action.SET_EGRESS:
         assert pre.egress_revision is not None
-        await client.set_egress(
+        reply = await client.set_egress(
             change.service_id, [r.model_dump() for r in change.egress_after or ()],
             idempotency_key=change.idempotency_key, expected_revision=pre.egress_revision)
     else:
         assert change.release_after is not None and change.release_after.release_id
         assert pre.rollout_generation is not None
         if change.action is Action.PROMOTE:
-            await client.promote(
+            reply = await client.promote(
                 change.service_id, change.release_after.release_id,
                 idempotency_key=change.idempotency_key,
                 expected_generation=pre.rollout_generation, expected_rollout_id=pre.rollout_id)
         else:
             assert pre.rollout_id is not None
-            await client.rollback(
+            reply = await client.rollback(
                 change.service_id, change.release_after.release_id,
                 idempotency_key=change.idempotency_key,
                 expected_generation=pre.rollout_generation, expected_rollout_id=pre.rollout_id)
+    return reply.get("idempotentReplay") is True
 
 
 async def _landed(client: ControlPlaneClient, change: Change) -> bool:
@@ -95,7 +99,7 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
     journal.intent(change)
     crash_point("before-send", change.action.value)
     try:
-        await _send(client, change)
+        replayed = await _send(client, change)
     except CasMismatch as exc:
         if await _landed(client, change):
             # Our earlier run (same key), or another applier making the very same change:
@@ -118,8 +122,14 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
         journal.result(change, Outcome.FAILED.value, detail)
         return ChangeResult(change=change, outcome=Outcome.FAILED, detail=detail)
     crash_point("after-send", change.action.value)
-    # A replayed key either made the change now or returned the earlier run's result;
-    # the control plane's answer is the same either way, so say what we know.
+    if replayed:
+        # The control plane answered with an earlier call's result: this run changed
+        # nothing (ours, interrupted; or another apply of the same plan got there first).
+        detail = "replayed: an interrupted earlier run of this apply had sent it" if replay \
+            else "replayed: another apply sent this very change (same key) first"
+        journal.result(change, Outcome.ALREADY_APPLIED.value, detail)
+        return ChangeResult(change=change, outcome=Outcome.ALREADY_APPLIED, detail=detail)
+    # Without the [ext] marker a replayed key and a first send look the same.
     detail = "sent with the key of an interrupted earlier run" if replay else ""
     journal.result(change, Outcome.APPLIED.value, detail)
     return ChangeResult(change=change, outcome=Outcome.APPLIED, detail=detail)

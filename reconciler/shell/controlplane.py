@@ -503,7 +503,7 @@ class ControlPlaneClient:
         if expected_rollout_id is not None:
             request["expectedCurrentRolloutId"] = expected_rollout_id
         response = await self._read("promoteServiceImageRelease", request)
-        return _dict_field(response, "service", "promoteServiceImageRelease")
+        return _write_result(response, "promoteServiceImageRelease")
 
     async def rollback(
         self,
@@ -523,7 +523,7 @@ class ControlPlaneClient:
             "expectedRolloutGeneration": expected_generation,
         }
         response = await self._read("rollbackServiceImageRelease", request)
-        return _dict_field(response, "service", "rollbackServiceImageRelease")
+        return _write_result(response, "rollbackServiceImageRelease")
 
     async def set_egress(
         self,
@@ -541,7 +541,7 @@ class ControlPlaneClient:
             "expectedEgressRevision": expected_revision,
         }
         response = await self._read("setServiceEgress", request)
-        return _dict_field(response, "service", "setServiceEgress")
+        return _write_result(response, "setServiceEgress")
 
     async def configure_grant(
         self, user_id: str, service_id: str, capabilities: list[str]
@@ -595,6 +595,16 @@ def _dict_field(response: Mapping[str, Any], name: str, method: str) -> dict[str
 
 
 # -- wire -> core.live ------------------------------------------------------------------
+
+
+def _write_result(response: Any, method: str) -> dict[str, Any]:
+    """A keyed write's ``service``, with ``idempotentReplay`` [ext] carried over as a bool:
+    true when the control plane answered with an earlier call's result and changed
+    nothing now (an upstream without the extension never says so)."""
+    service = dict(_dict_field(response, "service", method))
+    replayed = isinstance(response, dict) and response.get("idempotentReplay") is True
+    service["idempotentReplay"] = replayed
+    return service
 
 
 def parse_service(raw: dict[str, Any], releases: list[dict[str, Any]]) -> LiveService:
