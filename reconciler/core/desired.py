@@ -16,7 +16,7 @@ from __future__ import annotations
 import posixpath
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from reconciler.core import names
 from reconciler.core.names import Capability, MediaType
@@ -69,6 +69,17 @@ class ControlPlane(_Model):
     """Where the control plane answers and which identity to use."""
 
     url: Annotated[str, Strict(), Field(pattern=names.anchored(r"https?://[^\s/]+(?:/[^\s]*)?"))]
+
+    @field_validator("url", mode="before")
+    @classmethod
+    def _no_credentials(cls, value: object) -> object:
+        # Checked before the pattern, whose message would echo the value -- and with it
+        # the password. Secrets come from the environment (tokenEnv), never the repo.
+        if isinstance(value, str) and "@" in value.split("://", 1)[-1].split("/", 1)[0]:
+            raise LocatedError((), "must not carry credentials (user:password@host; the "
+                               "value is not shown); the machine token comes from the "
+                               "variable named by tokenEnv")
+        return value
     ca_file: RelPath | None = Field(
         default=None,
         alias="caFile",

@@ -10,6 +10,7 @@ a ``..`` back into the git work tree) for the engine.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from reconciler.core.desired import state_dir_is_inside
 from reconciler.shell import gitrepo
 from reconciler.shell.validating import load_repo
-from tests.e2e_repo import git
+from tests.e2e_repo import EXAMPLES, git
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -113,3 +114,19 @@ def test_reconcile_validate_accepts_a_state_dir_outside(repo: Path) -> None:
     set_state_dir(repo, "../reconcile-state")
     run = cli_validate(repo)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_a_control_plane_url_with_credentials_is_refused_without_echoing_them(
+        tmp_path: Path) -> None:
+    # Scenario 20 at validation time: the pattern's message used to echo the URL.
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLES, repo)
+    settings = repo / "settings.yaml"
+    settings.write_text(settings.read_text().replace("url: https://",
+                                                     "url: https://admin:SECRETPW@"))
+    proc = subprocess.run([sys.executable, "-m", "reconciler", "validate", str(repo)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "settings.yaml:7:" in proc.stdout + proc.stderr
+    assert "must not carry credentials" in proc.stdout + proc.stderr
+    assert "SECRETPW" not in proc.stdout + proc.stderr
