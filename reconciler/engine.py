@@ -81,17 +81,16 @@ def connect(desired: DesiredState, root: Path, overrides: Overrides) -> Connecti
 
 def plan(root: Path, *, overrides: Overrides, env: Mapping[str, str] | None = None,
          progress: Progress | None = None) -> Plan:
-    """Load, observe every cluster and the control plane, and plan. Pure planning last."""
+    """Load the commit, observe every cluster and the control plane, and plan."""
     env = os.environ if env is None else env
     desired, provenance = load_consistent(root)
-    connection = connect(desired, root, overrides)
-    try:
-        snapshot = observing.observe(desired, connection, env=env, progress=progress)
-    except ControlPlaneError as exc:
-        raise EngineError(f"control plane {connection.control_plane_url}: {exc}") from exc
-    except ConfigError as exc:
-        raise EngineError(str(exc)) from exc
-    return make_plan(desired, snapshot, provenance)
+
+    async def run() -> Plan:
+        async with Reconciler(root, desired, overrides=overrides, env=env) as reconciler:
+            made, _ = await reconciler.plan(desired, provenance, progress)
+            return made
+
+    return asyncio.run(run())
 
 
 # -- apply ------------------------------------------------------------------------------
