@@ -201,7 +201,9 @@ def test_idempotency_key_replays_and_refuses_another_payload(cp: ControlPlaneCli
     release = cp.release_by_tag("svc-checkout", "v2.4.0")
     first = cp.promote("svc-checkout", release["id"], key="key-1", generation=3)
     second = cp.promote("svc-checkout", release["id"], key="key-1", generation=3)
-    assert second["response"] == first["response"]
+    # The same result, marked as a replay ([ext] idempotentReplay): nothing changed now.
+    assert second["response"] == {**first["response"], "idempotentReplay": True}
+    assert "idempotentReplay" not in first["response"]
     assert cp.service("svc-checkout")["data"]["imageDeployment"]["rolloutGeneration"] == 4
     assert cp.release_by_tag("svc-checkout", "v2.4.0")["data"]["promotionCount"] == 1
     other = cp.release_by_tag("svc-checkout", "v2.3.0")
@@ -284,7 +286,7 @@ def test_egress_replaces_with_revision_cas(cp: ControlPlaneClient) -> None:
     assert reply["service"]["data"]["egressRevision"] == 2
     again = cp.ok("setServiceEgress", serviceId="svc-checkout", egress=wanted,
                   idempotencyKey="eg-1", expectedEgressRevision=1)
-    assert again == reply
+    assert again == {**reply, "idempotentReplay": True}
     err = cp.error("setServiceEgress", serviceId="svc-checkout", egress=[],
                    idempotencyKey="eg-2", expectedEgressRevision=1)
     assert err["data"]["code"] == "EGRESS_REVISION_MISMATCH"
