@@ -131,7 +131,7 @@ def test_an_invalid_edit_keeps_the_last_good_state_and_is_reported_once(repo: Re
 
 
 def test_a_burst_of_fifty_commits_yields_one_reconcile_at_the_final_commit(repo: Repo) -> None:
-    with watching(repo, "--resync", "600", "--debounce", "1.0") as w:
+    with watching(repo, "--resync", "600", "--debounce", "2.0") as w:
         w.wait_for(is_plan)
         notifications = repo.path / "services" / "notifications.yaml"
         base = notifications.read_text()
