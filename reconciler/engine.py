@@ -219,10 +219,12 @@ class Reconciler:
             _refuse_mismatch("it was made for another environment",
                              binding.environment(saved, _where(self.connection, provenance)))
         directory = state_dir(desired, self.root, self.env)
-        if gitrepo.state_dir_inside_repo(self.root, directory):
+        if gitrepo.state_dir_inside_repo(self.root, directory) \
+                and not gitrepo.ignored(self.root, directory):
             raise EngineError(f"refusing to apply: the state directory {directory} is inside "
-                              "the config repo; the journal would make every later plan "
-                              "dirty. Set stateDir (or RECONCILE_STATE_DIR) outside it",
+                              "the config repo and not ignored by git; the journal would be "
+                              "committed with the desired state. Set stateDir (or "
+                              "RECONCILE_STATE_DIR) outside it, or ignore it in .gitignore",
                               Exit.ERROR)
         try:
             journal = Journal.open(directory / "journal.jsonl")

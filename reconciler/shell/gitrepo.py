@@ -142,3 +142,11 @@ def state_dir_inside_repo(root: Path, path: Path) -> bool:
     if top is not None:
         bases.append(top.resolve())
     return any(target == base or target.is_relative_to(base) for base in bases)
+
+
+def ignored(root: Path, path: Path) -> bool:
+    """Whether git ignores ``path`` (a journal there can never be committed or make the
+    tree dirty, e.g. a git-ignored ``.state/``). False outside git."""
+    # The trailing slash: a directory that does not exist yet still matches `dir/`.
+    done = _git(root, "check-ignore", "-q", "--no-index", str((root / path).resolve()) + "/")
+    return done.returncode == 0
