@@ -50,26 +50,32 @@ from reconciler.shell.probing import Prober
 from reconciler.shell.progress import Progress
 
 
-def load_consistent(root: Path) -> tuple[DesiredState, Provenance]:
+def read_commit(root: Path, cache: validating.BlobCache | None = None,
+                ) -> tuple[validating.LoadResult, Provenance]:
     """The desired state as the commit holds it (tracked files only, read from the
     commit's tree, so an ignored or untracked file can never reach a plan), and the
-    provenance: commit, dirty tracked files, untracked YAML. Outside git: the directory
-    as it is on disk, with no commit (plan works; apply refuses to bind)."""
+    provenance: commit, dirty tracked files, untracked YAML, where the repo is. Outside
+    git: the directory as it is on disk, with no commit (plan works; apply refuses)."""
     if not root.is_dir():
         raise EngineError(f"{root}: not a directory")
     try:
-        loaded = committed.load(root)
+        loaded = committed.load(root, cache=cache)
+        git_root = gitrepo.toplevel(root) if loaded.in_git else None
     except gitrepo.GitError as exc:
         raise EngineError(str(exc)) from exc
-    if loaded.result.state is None:
-        raise EngineError(
-            f"{root}: the desired state is invalid ({len(loaded.result.diagnostics)} problem(s))",
-            Exit.ERROR, loaded.result.diagnostics)
-    provenance = loaded.provenance
-    git_root = gitrepo.toplevel(root) if loaded.in_git else None
-    return loaded.result.state, dataclasses.replace(
-        provenance, untracked=loaded.untracked,
+    return loaded.result, dataclasses.replace(
+        loaded.provenance, untracked=loaded.untracked,
         path=str(root.resolve()), root=str(git_root) if git_root else None)
+
+
+def load_consistent(root: Path) -> tuple[DesiredState, Provenance]:
+    """``read_commit``, refusing an invalid desired state with every problem."""
+    result, provenance = read_commit(root)
+    if result.state is None:
+        raise EngineError(
+            f"{root}: the desired state is invalid ({len(result.diagnostics)} problem(s))",
+            Exit.ERROR, result.diagnostics)
+    return result.state, provenance
 
 
 def connect(desired: DesiredState, root: Path, overrides: Overrides) -> Connection:
@@ -282,15 +288,13 @@ class Reconciler:
         by name already; gating on a digest never sent would only wait)."""
         failed = {r.change.service for r in results
                   if r.outcome not in (Outcome.APPLIED, Outcome.ALREADY_APPLIED)}
-        names = {c.service for c in fresh.changes if c.waits_for_convergence}
-        names.update(fresh.unconverged())
-        names -= failed
-        # Egress-only and grant-only changes still gate their service: the judge checks
-        # the pinned digest too, so no change can print success over a diverged cluster.
-        names.update(c.service for c in fresh.changes if c.service not in failed)
+        # Every change gates its service, egress- and grant-only ones too: the judge also
+        # checks the pinned digest, so no apply can print success over a diverged cluster.
+        names = {c.service for c in fresh.changes} | set(fresh.unconverged())
         expected = {e.service: e.expected_clusters for e in fresh.evidence}
-        return {n: expected.get(n, fresh.expected_clusters) for n in sorted(names)
-                if any(s.name == n for s in desired.services)}
+        declared = {s.name for s in desired.services}
+        return {n: expected.get(n, fresh.expected_clusters)
+                for n in sorted(names - failed) if n in declared}
 
     async def gate(self, desired: DesiredState, targets: Mapping[str, tuple[str, ...]],
                    hook: Hook) -> GateReport:
@@ -301,23 +305,27 @@ class Reconciler:
         policy = desired.settings.policy.convergence
         services = {s.name: s for s in desired.services if s.name in targets}
         started = time.monotonic()
-        mesh = await self.prober.resolve()
-        clusters = sorted({c for cs in targets.values() for c in cs} | set(mesh.expected_clusters))
-        hook(GateStarted(services=tuple(sorted(targets)), clusters=tuple(clusters),
+        mesh_clusters = set((await self.prober.resolve()).expected_clusters)
+        probe = mesh_clusters.union(*targets.values())
+        hook(GateStarted(services=tuple(sorted(targets)), clusters=tuple(sorted(probe)),
                          attempts=policy.attempts, interval=policy.interval_seconds))
         proofs: tuple[ServiceProof, ...] = ()
         attempt = 0
         for attempt in range(1, policy.attempts + 1):
             observations, live = await asyncio.gather(
-                self.prober.observe_apps([services[n].app_id for n in services],
-                                         extra_expected=clusters),
-                self._read_services([services[n].service_id for n in services]))
-            mesh = await self.prober.resolve()
+                self.prober.observe_apps([s.app_id for s in services.values()],
+                                         extra_expected=sorted(probe)),
+                self._read_services([s.service_id for s in services.values()]))
+            # Each set only grows: what DNS named, and what the service's rollout targets
+            # now (a target not probed in this poll is silent in it, never skipped).
+            mesh_clusters.update((await self.prober.resolve()).expected_clusters)
+            expected = {name: evidence.expected_clusters(
+                targets[name], mesh_clusters, _targets(live[svc.service_id]))
+                for name, svc in services.items()}
+            probe.update(*expected.values())
             proofs = tuple(
-                evidence.judge(
-                    target_of(svc, live[svc.service_id]), live[svc.service_id],
-                    evidence.expected_clusters(targets[name], mesh.expected_clusters),
-                    observations.get(svc.app_id, ()))
+                evidence.judge(target_of(svc, live[svc.service_id]), live[svc.service_id],
+                               expected[name], observations.get(svc.app_id, ()))
                 for name, svc in sorted(services.items()))
             hook(GatePolled(attempt=attempt, attempts=policy.attempts, proofs=proofs))
             if all(p.converged for p in proofs):
@@ -335,6 +343,12 @@ class Reconciler:
                 return ReadFailure(service_id=service_id, reason=exc.message)
         values = await asyncio.gather(*(one(i) for i in ids))
         return dict(zip(ids, values, strict=True))
+
+
+def _targets(state: LiveService | ReadFailure) -> tuple[str, ...]:
+    if isinstance(state, LiveService) and state.deployment is not None:
+        return state.deployment.target_cluster_ids
+    return ()
 
 
 async def apply_async(
@@ -413,12 +427,10 @@ class WatchSteps:
 
     def load(self) -> Loaded:
         try:
-            loaded = committed.load(self.root, cache=self.cache)
-        except gitrepo.GitError as exc:
+            result, provenance = read_commit(self.root, self.cache)
+        except EngineError as exc:
             return Loaded(None, (str(exc),), Provenance())
-        provenance = dataclasses.replace(loaded.provenance, untracked=loaded.untracked)
-        return Loaded(loaded.result.state,
-                      tuple(d.render() for d in loaded.result.diagnostics), provenance)
+        return Loaded(result.state, tuple(d.render() for d in result.diagnostics), provenance)
 
     async def observe(self, desired: DesiredState) -> LiveSnapshot:
         if self._live is None or self._settings != desired.settings:
