@@ -71,7 +71,7 @@ async def _send(client: ControlPlaneClient, change: Change) -> bool:
                 change.service_id, change.release_after.release_id,
                 idempotency_key=change.idempotency_key,
                 expected_generation=pre.rollout_generation, expected_rollout_id=pre.rollout_id)
-    return reply.get("idempotentReplay") is True
+    return reply.replayed
 
 
 async def _landed(client: ControlPlaneClient, change: Change) -> bool:

@@ -48,6 +48,7 @@ import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final
 
@@ -491,7 +492,7 @@ class ControlPlaneClient:
         idempotency_key: str,
         expected_generation: int,
         expected_rollout_id: str | None,
-    ) -> dict[str, Any]:
+    ) -> Written:
         """``promoteServiceImageRelease``; transient failures re-sent with the same key."""
         request: dict[str, Any] = {
             "serviceId": service_id,
@@ -513,7 +514,7 @@ class ControlPlaneClient:
         idempotency_key: str,
         expected_generation: int,
         expected_rollout_id: str,
-    ) -> dict[str, Any]:
+    ) -> Written:
         """``rollbackServiceImageRelease``; transient failures re-sent with the same key."""
         request = {
             "serviceId": service_id,
@@ -532,7 +533,7 @@ class ControlPlaneClient:
         *,
         idempotency_key: str,
         expected_revision: int,
-    ) -> dict[str, Any]:
+    ) -> Written:
         """``setServiceEgress`` (``[]`` clears); transient failures re-sent with the same key."""
         request = {
             "serviceId": service_id,
@@ -597,14 +598,20 @@ def _dict_field(response: Mapping[str, Any], name: str, method: str) -> dict[str
 # -- wire -> core.live ------------------------------------------------------------------
 
 
-def _write_result(response: Any, method: str) -> dict[str, Any]:
-    """A keyed write's ``service``, with ``idempotentReplay`` [ext] carried over as a bool:
-    true when the control plane answered with an earlier call's result and changed
-    nothing now (an upstream without the extension never says so)."""
-    service = dict(_dict_field(response, "service", method))
-    replayed = isinstance(response, dict) and response.get("idempotentReplay") is True
-    service["idempotentReplay"] = replayed
-    return service
+@dataclass(frozen=True)
+class Written:
+    """A keyed write's reply: the service as it is now, and whether the control plane
+    says it replayed an earlier call with the same key and changed nothing now
+    (``idempotentReplay`` [ext]; an upstream without the extension never says so)."""
+
+    service: dict[str, Any]
+    replayed: bool
+
+
+def _write_result(response: Any, method: str) -> Written:
+    return Written(service=_dict_field(response, "service", method),
+                   replayed=isinstance(response, dict)
+                   and response.get("idempotentReplay") is True)
 
 
 def parse_service(raw: dict[str, Any], releases: list[dict[str, Any]]) -> LiveService:

@@ -238,7 +238,8 @@ def test_a_keyed_write_is_re_sent_with_the_same_idempotency_key_after_a_transien
             return await c.promote("svc-checkout", "rel-1", idempotency_key="key-1",
                                    expected_generation=3, expected_rollout_id="r3")
 
-    assert asyncio.run(go()) == SERVICE
+    written = asyncio.run(go())
+    assert written.service == SERVICE and written.replayed is False
     sent = fake.calls("promoteServiceImageRelease")
     assert len(sent) == 3
     assert {e["request"]["idempotencyKey"] for e in sent} == {"key-1"}

@@ -12,6 +12,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from reconciler.core.desired import Settings
 from reconciler.sandbox.launcher import Sandbox
@@ -55,8 +56,15 @@ def test_a_url_with_credentials_is_refused_without_echoing_the_password(
     tmp_path: Path, where: str,
 ) -> None:
     url = f"https://admin:{SECRET}@cp.example.net"
-    settings = _settings(url if where == "settings" else "https://cp.example.net")
-    overrides = Overrides(control_plane_url=url if where == "override" else None)
+    if where == "settings":
+        # The Settings document refuses it first, at validation, without the value.
+        with pytest.raises(ValidationError) as refused:
+            _settings(url)
+        assert "must not carry credentials" in str(refused.value)
+        assert "the value is not shown" in str(refused.value)
+        return
+    settings = _settings("https://cp.example.net")
+    overrides = Overrides(control_plane_url=url)
     with pytest.raises(ConfigError) as info:
         Connection.build(settings, repo_root=tmp_path, overrides=overrides)
     message = str(info.value)
@@ -124,4 +132,5 @@ def test_a_password_in_settings_url_never_shows_either(tmp_path: Path, sandbox: 
     result = repo.run("plan", str(repo.path), "--out", str(plan_file),
                       RECONCILE_CONTROL_PLANE_URL="")
     _assert_clean(result.out, result.err, plan_file)
-    assert result.code != 0 and "admin:***@" in result.err, result.out + result.err
+    assert result.code != 0 and "settings.yaml:" in result.err, result.out + result.err
+    assert "must not carry credentials" in result.err
