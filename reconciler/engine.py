@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler.core import binding, evidence, staleness
+from reconciler.core import binding, evidence, review, staleness
 from reconciler.core.codes import BlockerCode
 from reconciler.core.desired import DesiredState
 from reconciler.core.events import (
@@ -95,6 +95,37 @@ def plan(root: Path, *, overrides: Overrides, env: Mapping[str, str] | None = No
         async with Reconciler(root, desired, overrides=overrides, env=env) as reconciler:
             made, _ = await reconciler.plan(desired, provenance, progress)
             return made
+
+    return asyncio.run(run())
+
+
+def plan_review(root: Path, base_ref: str, *, overrides: Overrides,
+                env: Mapping[str, str] | None = None,
+                progress: Progress | None = None) -> Plan:
+    """``plan --base REF``: the desired state at ``REF`` and at HEAD, both read from git,
+    planned against ONE observation of the live side; the head's plan, carrying the
+    review (what the PR introduces, what was already pending, what it removes)."""
+    env = os.environ if env is None else env
+    head, provenance = load_consistent(root)
+    try:
+        base_result, base_commit = committed.load_at(root, base_ref)
+    except gitrepo.GitError as exc:
+        raise EngineError(f"--base {base_ref}: {exc}") from exc
+    base = base_result.state
+    # One snapshot must cover both sides: a service the PR deletes is still read.
+    known = {s.service_id for s in head.services}
+    extra = tuple(s for s in (base.services if base else ()) if s.service_id not in known)
+    observed = head.model_copy(update={"services": head.services + extra})
+
+    async def run() -> Plan:
+        async with Reconciler(root, head, overrides=overrides, env=env) as reconciler:
+            snapshot = await reconciler.observe(observed, progress)
+        head_plan = make_plan(head, snapshot, provenance)
+        base_plan = None if base is None else make_plan(base, snapshot, dataclasses.replace(
+            provenance, commit=base_commit, dirty=False, untracked=()))
+        return head_plan.model_copy(update={"review": review.review(
+            base_ref=base_ref, base_commit=base_commit, head_commit=provenance.commit,
+            base_plan=base_plan, head_plan=head_plan, base=base, head=head)})
 
     return asyncio.run(run())
 

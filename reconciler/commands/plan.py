@@ -23,6 +23,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Read the desired state, read the control plane and every cluster, and "
         "show the difference.")
     parser.add_argument("path", nargs="?", default=".", help="the desired-state repo (default .)")
+    parser.add_argument("--base", metavar="REF",
+                        help="also plan the desired state at git REF (e.g. the PR's base) "
+                        "against the same live snapshot, and say which changes this branch "
+                        "introduces, which were already pending, and which it removes")
     parser.add_argument("--out", metavar="FILE", help="save the plan (JSON) for `reconcile apply`")
     parser.add_argument("--format", choices=options.FORMATS, default="text")
     parser.add_argument("--detailed-exitcode", action="store_true",
@@ -39,12 +43,16 @@ def detailed_exit(plan_value: Plan) -> Exit:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reconciler.engine import plan  # the HTTP stack loads only when a command needs it
+    from reconciler.engine import plan, plan_review  # the HTTP stack loads only when needed
 
     root = Path(args.path)
     try:
-        result = plan(root, overrides=options.overrides_from(args),
-                      progress=output.progress_for_stderr())
+        if args.base:
+            result = plan_review(root, args.base, overrides=options.overrides_from(args),
+                                 progress=output.progress_for_stderr())
+        else:
+            result = plan(root, overrides=options.overrides_from(args),
+                          progress=output.progress_for_stderr())
         if args.out:
             output.save_plan(Path(args.out), result)
     except EngineError as exc:

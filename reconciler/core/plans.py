@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from reconciler.core.codes import BlockerCode, DriftCode, ReasonCode
 from reconciler.core.evidence import Proof, ServiceProof
 from reconciler.core.live import EgressRule, Observation
+from reconciler.core.review import Review
 
 
 class _Model(BaseModel):
@@ -168,6 +169,7 @@ class Plan(_Model):
     evidence: tuple[ServiceEvidence, ...]
     fingerprint: str  # digest of every precondition the plan read
     proofs: tuple[ServiceProof, ...] = ()  # the judge's word on every managed service
+    review: Review | None = None  # plan --base: what this PR changes (the plan is the head's)
 
     @property
     def verdict(self) -> Verdict:

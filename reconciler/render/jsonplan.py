@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from reconciler.core.plans import Action, Change, Plan
 
-FORMAT_VERSION = "2.0"
+FORMAT_VERSION = "2.1"  # 2.1 adds ``review`` (plan --base)
 MAJOR = FORMAT_VERSION.split(".")[0]
 SCHEMA_ID = "https://reconcile.dev/schemas/plan.schema.json"
 

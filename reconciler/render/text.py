@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from reconciler.core.live import ObservationKind
 from reconciler.core.plans import VERBS, Plan, ServiceEvidence
+from reconciler.core.review import Origin
 from reconciler.core.sanitize import safe
 from reconciler.render import common
 from reconciler.render.common import EVIDENCE_HEADER, EvidenceRow
@@ -45,6 +46,41 @@ def _table(rows: list[EvidenceRow], indent: str) -> list[str]:
     return lines
 
 
+def _review(plan: Plan, style: _Style) -> list[str]:
+    """The PR's part first: what it introduces, what was pending anyway, what it removes."""
+    review = plan.review
+    if review is None:
+        return []
+    base = (review.base_commit or "?")[:12]
+    head = (review.head_commit or "?")[:12]
+    out = [style(f"This PR ({safe(review.base_ref)} {base}..{head}):", "bold")]
+    if review.changes_nothing_managed:
+        out += ["  changes nothing reconcile manages", ""]
+        return out
+    introduced = [c for c in plan.changes
+                  if review.origin(c.idempotency_key) is Origin.INTRODUCED]
+    pending = [c for c in plan.changes if review.origin(c.idempotency_key) is Origin.PENDING]
+    out.append(f"  introduces {len(introduced)} change(s): "
+               + ("; ".join(c.summary for c in introduced[:5]) or "none")
+               + (f" (+{len(introduced) - 5} more)" if len(introduced) > 5 else ""))
+    if pending:
+        out.append(f"  {len(pending)} change(s) were already pending on the base (they would "
+                   "happen anyway)")
+    for removed in review.removed:
+        out.append("  " + style("- removes", "yellow") + f"  {removed.summary} (pending on the "
+                   "base, no longer after this PR)")
+    if review.base_verdict != plan.verdict.value:
+        out.append(f"  verdict: base {review.base_verdict} → head {plan.verdict.value}")
+    for blocker in review.blockers_introduced:
+        out.append("  " + style(f"✗ new blocker {blocker.code}", "red") + f"  {blocker.message}")
+    for blocker in review.blockers_cleared:
+        out.append("  " + style(f"✓ clears {blocker.code}", "green") + f"  {blocker.message}")
+    if review.settings_changed:
+        out.append("  edits the Settings document (may change every service's plan)")
+    out.append("")
+    return out
+
+
 def render(plan: Plan, *, color: bool = False) -> str:
     plan = common.untrusted(plan)
     style = _Style(color)
@@ -61,6 +97,7 @@ def render(plan: Plan, *, color: bool = False) -> str:
                          + (f" and {len(plan.untracked) - 10} more" if len(plan.untracked) > 10
                             else ""), "yellow"))
     out.append("")
+    out.extend(_review(plan, style))
     general = [b for b in plan.blockers if b.service is None]
     if general:
         out.append(style("Blockers (root causes first):", "red", "bold"))
@@ -71,8 +108,18 @@ def render(plan: Plan, *, color: bool = False) -> str:
     changes_by_service: dict[str, list[int]] = {}
     for index, change in enumerate(plan.changes):
         changes_by_service.setdefault(change.service, []).append(index)
+    review = plan.review
     for name in plan.services():
         ev = evidence.get(name)
+        if review is not None and name not in review.touched and not any(
+                review.origin(plan.changes[i].idempotency_key) is Origin.INTRODUCED
+                for i in changes_by_service.get(name, [])) and not any(
+                b.service == name for b in plan.blockers):
+            pending = len(changes_by_service.get(name, []))
+            out.append(style(f"· {name}", "dim") + style(
+                "  not touched by this PR" + (f" · {pending} change(s) already pending on the "
+                                              "base" if pending else ""), "dim"))
+            continue
         indices = changes_by_service.get(name, [])
         service_blockers = [b for b in plan.blockers if b.service == name]
         service_drift = any(d.service == name for d in plan.drift)
@@ -89,7 +136,12 @@ def render(plan: Plan, *, color: bool = False) -> str:
         for index in indices:
             change = plan.changes[index]
             verb = VERBS[change.action]
-            out.append("  " + style(f"~ {verb}", "yellow", "bold") + f"  {change.summary}")
+            tag = ""
+            if review is not None:
+                tag = "  [introduced by this PR]" if review.origin(
+                    change.idempotency_key) is Origin.INTRODUCED else "  [already pending]"
+            out.append("  " + style(f"~ {verb}", "yellow", "bold") + f"  {change.summary}"
+                       + style(tag, "dim"))
             out.append(f"      reason: {common.reason_text(change.reason)}")
             for line in common.change_detail(change):
                 out.append(f"      {line}")

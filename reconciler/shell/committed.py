@@ -28,7 +28,7 @@ from reconciler.core.planning import Provenance
 from reconciler.shell import gitrepo, loading, validating
 from reconciler.shell.gitrepo import GitError
 
-__all__ = ["CommittedLoad", "GitError", "load"]
+__all__ = ["CommittedLoad", "GitError", "load", "load_at"]
 
 _SYMLINK = "120000"
 _SUBMODULE = "160000"
@@ -71,9 +71,26 @@ def load(root: Path, *, cache: validating.BlobCache | None = None) -> CommittedL
         result = validating.LoadResult(None, (problem,), ())
         return CommittedLoad(result, provenance, on_disk, in_git=True)
 
+    result, untracked = _load_commit(root, provenance.commit, on_disk, cache)
+    return CommittedLoad(result, provenance, untracked, in_git=True)
+
+
+def load_at(root: Path, ref: str) -> tuple[validating.LoadResult, str]:
+    """Load the desired state at ``root`` as commit ``ref`` (a branch, tag, or sha) has it,
+    whatever the working tree holds; returns the result and the full commit id.
+
+    Raises ``GitError`` when ``ref`` names no commit or git cannot answer."""
+    commit = gitrepo.resolve(root, ref)
+    result, _ = _load_commit(root, commit, (), None)
+    return result, commit
+
+
+def _load_commit(root: Path, commit: str, on_disk: Sequence[str],
+                 cache: validating.BlobCache | None,
+                 ) -> tuple[validating.LoadResult, tuple[str, ...]]:
     files: list[tuple[str, str]] = []
     problems: list[Diagnostic] = []
-    for entry in gitrepo.tree(root, provenance.commit):
+    for entry in gitrepo.tree(root, commit):
         parts = entry.path.split("/")
         if any(part.startswith(".") for part in parts):
             continue  # like the loader on disk: dot-entries are not desired state
@@ -94,14 +111,13 @@ def load(root: Path, *, cache: validating.BlobCache | None = None) -> CommittedL
     untracked = tuple(rel for rel in on_disk if rel not in committed)
     if not files and on_disk:
         problems.append(Diagnostic(root.as_posix(), 0, 0, "", (
-            f"commit {provenance.commit[:12]} has no YAML file here; plan and apply read "
+            f"commit {commit[:12]} has no YAML file here; plan and apply read "
             f"the commit, and the {len(untracked)} YAML file(s) on disk are not committed")))
 
     def read(oids: Sequence[str]) -> list[bytes | int]:
         return gitrepo.read_blobs(root, oids, limit=loading.MAX_FILE_BYTES)
 
-    result = validating.load_blobs(root, files, read, problems, cache=cache)
-    return CommittedLoad(result, provenance, untracked, in_git=True)
+    return validating.load_blobs(root, files, read, problems, cache=cache), untracked
 
 
 def _in_git(root: Path) -> bool:

@@ -122,6 +122,17 @@ def read_blobs(root: Path, oids: Sequence[str], *, limit: int) -> list[bytes | i
     return blobs
 
 
+def resolve(root: Path, ref: str) -> str:
+    """The full commit id ``ref`` names (``git rev-parse --verify REF^{commit}``)."""
+    if ref.startswith("-"):
+        raise GitError(f"{ref!r} is not a git revision")
+    done = _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    if done.returncode != 0 or not done.stdout.strip():
+        raise GitError(f"{ref!r} names no commit in {root} (fetch it first? a shallow CI "
+                       "checkout may lack the base: fetch-depth 0)")
+    return done.stdout.strip()
+
+
 def toplevel(root: Path) -> Path | None:
     """The work tree ``root`` is in, or None outside git."""
     done = _git(root, "rev-parse", "--show-toplevel")
