@@ -2,7 +2,8 @@
 
 Starts the sandbox on its default ports with its default seed, then runs what a user
 would: validate the reference repo, plan it (a promotion, a rollback, egress and grant
-changes, with live evidence from every cluster), apply it (the gate waits until every
+changes, with live evidence from every cluster), plan a PR against its base
+(``plan --base``: what the branch introduces vs what was already pending), apply it (the gate waits until every
 cluster proves the new digests), and plan again (no changes). Stops the sandbox it
 started. Each step is the real CLI in a child process, exactly as a user types it.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +34,26 @@ def _step(title: str, args: list[str], env: dict[str, str]) -> int:
                           check=False).returncode
 
 
+def _pr_repo() -> Path:
+    """A throwaway git repo with two commits of the reference repo: the base leaves
+    search's egress alone, the "PR" revokes it -- for ``plan --base``."""
+    pr = STATE / "pr-demo"
+    if pr.exists():
+        shutil.rmtree(pr)
+    shutil.copytree(ROOT / REPO, pr)
+    search = pr / "services" / "search.yaml"
+    head = search.read_text(encoding="utf-8")
+    search.write_text(head.replace("egress: []\n", ""), encoding="utf-8")
+    git = ["git", "-C", str(pr), "-c", "user.email=demo@example.net", "-c", "user.name=demo"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    search.write_text(head, encoding="utf-8")
+    subprocess.run([*git, "commit", "-qam", "search: revoke every egress destination"],
+                   check=True)
+    return pr
+
+
 def main() -> int:
     print(f"Starting the sandbox (control plane + 3 clusters) in {STATE} ...", flush=True)
     if (STATE / "sandbox.json").exists():
@@ -49,6 +71,8 @@ def main() -> int:
             ("every file, every rule", ["validate", str(REPO)], {0}),
             ("what would change, on what evidence", ["plan", str(REPO), "--detailed-exitcode"],
              {2}),
+            ("a PR's view: what this branch introduces vs what was already pending",
+             ["plan", str(_pr_repo().relative_to(ROOT)), "--base", "HEAD~1"], {0}),
             ("make it so, then prove it on every cluster",
              ["apply", str(REPO), "--auto-approve"], {0}),
             ("nothing left to do", ["plan", str(REPO), "--detailed-exitcode"], {0}),

@@ -1,0 +1,24 @@
+"""Issue "PR review" item 5: a saved plan written inside the config repo never dirties it,
+so the suggested `reconcile apply plan.json` works where the plan was made."""
+
+from __future__ import annotations
+
+import pytest
+
+from reconciler.exitcodes import Exit
+from tests.e2e_repo import Repo
+
+pytestmark = pytest.mark.integration
+
+
+def test_plan_out_inside_the_repo_then_apply_it_there(repo: Repo) -> None:
+    plan_file = repo.path / "plan.json"
+    made = repo.run("plan", str(repo.path), "--out", str(plan_file), "--detailed-exitcode")
+    assert made.code == Exit.CHANGES, made.out + made.err
+    assert f"reconcile apply {plan_file}" in made.err
+    again = repo.run("plan", str(repo.path), "--detailed-exitcode")
+    assert again.code == Exit.CHANGES and "repo_dirty" not in again.out, again.out
+    applied = repo.run("apply", str(plan_file))
+    assert applied.code == Exit.OK, applied.out + applied.err
+    after = repo.run("plan", str(repo.path), "--detailed-exitcode")
+    assert after.code == Exit.OK, after.out + after.err
