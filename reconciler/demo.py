@@ -4,9 +4,8 @@ Starts the sandbox on its default ports with its default seed, then runs what a 
 would: validate the reference repo, plan it (a promotion, a rollback, egress and grant
 changes, with live evidence from every cluster), plan a PR against its base
 (``plan --base``: what the branch introduces vs what was already pending), apply
-it (the gate waits until every
-cluster proves the new digests), and plan again (no changes). Stops the sandbox it
-started. Each step is the real CLI in a child process, exactly as a user types it.
+it (the gate waits until every cluster proves the new digests), and plan again (no
+changes). Stops the sandbox it started. Each step is the real CLI in a child process, exactly as a user types it.
 """
 
 from __future__ import annotations
