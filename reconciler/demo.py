@@ -5,7 +5,8 @@ would: validate the reference repo, plan it (a promotion, a rollback, egress and
 changes, with live evidence from every cluster), plan a PR against its base
 (``plan --base``: what the branch introduces vs what was already pending), apply
 it (the gate waits until every cluster proves the new digests), and plan again (no
-changes). Stops the sandbox it started. Each step is the real CLI in a child process, exactly as a user types it.
+changes). Stops the sandbox it started. Each step is the real CLI in a child process,
+exactly as a user types it.
 """
 
 from __future__ import annotations
