@@ -1,8 +1,11 @@
 """``reconcile plan``: observe the live world, plan, render, optionally save.
 
-Exit codes with ``--detailed-exitcode``: 0 no changes, 2 changes and GO, 3 NO-GO (any
-blocker: an evidence gap is never "no changes"), 1 error, 64 usage. Without the flag a
-plan that was made exits 0 whatever it says.
+Exit codes with ``--detailed-exitcode``, all read from the plan's verdict (the one judge,
+``core.evidence``): 0 only when there is no change and every expected cluster proves every
+managed service converged; 2 GO with work for apply (changes to send, or a service the
+judge does not prove converged, which apply would gate on); 3 NO-GO (any blocker: a silent
+cluster is never 0 or 2); 1 error, 64 usage. Without the flag a plan that was made exits
+0 whatever it says.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--out", metavar="FILE", help="save the plan (JSON) for `reconcile apply`")
     parser.add_argument("--format", choices=options.FORMATS, default="text")
     parser.add_argument("--detailed-exitcode", action="store_true",
-                        help="0 no changes, 2 changes (GO), 3 NO-GO, 1 error")
+                        help="0 no changes and every cluster proven converged, 2 GO with work "
+                        "for apply (changes, or a service not proven converged), 3 NO-GO, "
+                        "1 error")
     options.add_connection_flags(parser)
     parser.set_defaults(handler=run)
 
