@@ -1,4 +1,5 @@
-"""``reconcile validate [PATH] [--format text|json]``: check a config repo, print every problem.
+"""``reconcile validate [PATH] [--format text|json|github|sarif]``: check a config repo,
+print every problem.
 
 Owns the command's arguments and output. Loading and checking are
 ``shell.validating.load_repo``'s; this module only renders its result. Exit codes:
@@ -10,21 +11,30 @@ Output: one diagnostic per line on stdout, sorted, ``path:line:col: field: messa
 stdout when valid, stderr when not). ``--format json`` prints one JSON object:
 ``{"format_version": "1.0", "valid": bool, "summary": str, "files": int,
 "counts": {...}, "diagnostics": [{path, line, column, field, message, severity}]}``.
+``--format github`` prints one GitHub Actions workflow command per problem
+(``::error file=…,line=…,col=…,title=<field>::<message>``) and the summary; ``--format
+sarif`` prints a SARIF 2.1.0 log (``render.diagnostics_formats``). Both name files
+relative to the workspace (``GITHUB_WORKSPACE`` when set and the repo is inside it, else
+PATH joined with the repo-relative path), so annotations land on the real file.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from reconciler import __version__
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
+from reconciler.render.diagnostics_formats import escape_data, github_annotations, sarif_log
 from reconciler.shell.validating import LoadResult, load_repo
 
 FORMAT_VERSION = "1.0"
+FORMATS = ("text", "json", "github", "sarif")
 
 
 def register(subparsers: Any) -> None:
@@ -36,8 +46,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("path", nargs="?", default=".", metavar="PATH",
                         help="the desired-state repo (default: the current directory)")
-    parser.add_argument("--format", choices=("text", "json"), default="text",
-                        help="output format (default: text)")
+    parser.add_argument("--format", choices=FORMATS, default="text",
+                        help="output format (default: text); github: Actions workflow-command "
+                        "annotations; sarif: a SARIF 2.1.0 log")
     parser.set_defaults(handler=run)
 
 
@@ -46,15 +57,42 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = load_repo(root)
     except (OSError, ValueError) as exc:  # load_repo reports bad input itself; this is the machine
-        print(f"reconcile validate: cannot read {safe(args.path)}: {safe(exc)}", file=sys.stderr)
+        problem = f"reconcile validate: cannot read {args.path}: {exc}"
+        if args.format == "github":
+            print(f"::error title=reconcile validate::{escape_data(problem)}")
+        print(safe(problem, limit=1000), file=sys.stderr)
         return Exit.ERROR
     if args.format == "json":
         print(json.dumps(_as_json(result), indent=2, ensure_ascii=False))
+        return Exit.OK if result.valid else Exit.ERROR
+    if args.format in ("github", "sarif"):
+        root_text = root.as_posix()
+        base = workspace_base(root, os.environ.get("GITHUB_WORKSPACE"))
+        if args.format == "sarif":
+            log = sarif_log(result.diagnostics, version=__version__, root=root_text, base=base)
+            print(json.dumps(log, indent=2, ensure_ascii=False))
+        else:
+            for line in github_annotations(result.diagnostics, root=root_text, base=base):
+                print(line)
+            print(summary(result), file=sys.stdout if result.valid else sys.stderr)
         return Exit.OK if result.valid else Exit.ERROR
     for diagnostic in result.diagnostics:
         print(diagnostic.render())
     print(summary(result), file=sys.stdout if result.valid else sys.stderr)
     return Exit.OK if result.valid else Exit.ERROR
+
+
+def workspace_base(root: Path, workspace: str | None) -> str:
+    """The repo's path as annotations name it: relative to ``workspace`` when given and
+    the repo lies inside it, else as given on the command line (``/`` separators)."""
+    if workspace:
+        try:
+            relative = os.path.relpath(os.path.abspath(root), os.path.abspath(workspace))
+        except ValueError:  # another drive (Windows)
+            return root.as_posix()
+        if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
+            return Path(relative).as_posix()
+    return root.as_posix()
 
 
 def summary(result: LoadResult) -> str:
