@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "reconciler.commands.validate",
     "reconciler.commands.plan",
     "reconciler.commands.show",
+    "reconciler.commands.comment",
     "reconciler.commands.apply",
     "reconciler.commands.watch",
     "reconciler.commands.sandbox",

@@ -1,0 +1,442 @@
+"""``reconcile comment PLANFILE``: one living plan comment per pull request.
+
+Renders a saved plan as Markdown and keeps exactly **one comment set** per PR per
+desired-state path (the *key*): part k of n is one comment whose first line is the hidden
+marker ``<!-- reconcile:plan path=KEY part=k/n -->``. A re-run edits those comments in
+place (same ids), posts the parts that are new and deletes the ones left over, so a PR
+never collects a pile of stale plans.
+
+Concurrent runs (two CI jobs on one PR) cannot be prevented from both posting, so every
+run that *posted* something re-lists afterwards and deletes, per part, every copy but the
+one with the lowest comment id. All runs apply the same rule, so they agree on the
+survivor; of any two posts of a part, the later poster's sweep sees both. A run that
+only edited added no copy and needs no sweep.
+
+A comment counts as ours only with the marker on its first line (a quote starts with
+``>``) **and** the right author: ``--author`` if given, else the token's login (``GET
+/user``), else, for an Actions or App installation token (which ``GET /user`` refuses),
+any bot account. So a person pasting the marker cannot get their comment edited or
+deleted.
+
+Where things come from (flag > GitHub Actions environment): ``--api-url`` >
+``GITHUB_API_URL`` > ``https://api.github.com`` (GitHub Enterprise:
+``https://HOST/api/v3``); ``--repo`` > ``GITHUB_REPOSITORY``; ``--pr`` > the event at
+``GITHUB_EVENT_PATH`` > ``GITHUB_REF`` (``refs/pull/N/merge``); the token only from the
+environment (``GITHUB_TOKEN``, or ``--token-env NAME``), never a flag, never printed.
+``--dry-run`` needs no token: it lists what it can and prints what it would post, edit and
+delete, and every body.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import quote
+
+from reconciler.commands import output
+from reconciler.core.plans import Plan
+from reconciler.core.sanitize import safe
+from reconciler.exitcodes import Exit
+from reconciler.failures import EngineError
+from reconciler.render import markdown
+
+if TYPE_CHECKING:  # the HTTP stack (githubkit) loads only when the command runs
+    from reconciler.shell.github import Comment, CommentsClient
+
+BODY_LIMIT = 65_536  # GitHub's maximum comment body, in characters
+SLACK = 16  # room left under the limit besides the marker line
+_MARKER = re.compile(r"<!-- reconcile:plan path=(\S+) part=(\d{1,4})/(\d{1,4}) -->")
+_REF_PR = re.compile(r"refs/pull/(\d+)/")
+
+
+# -- rendering --------------------------------------------------------------------------
+
+
+def render_parts(plan: Plan, *, budget: int, plan_file: str | None = None) -> list[str]:
+    """The plan's Markdown as parts each within ``budget`` characters.
+
+    Uses ``render.markdown.render_parts`` when the renderer has it (split into
+    "part k/n", nothing dropped); otherwise the single budgeted ``render`` (which leaves
+    whole sections out past the budget and says so). ``plan_file`` (named in the comment's
+    apply command) is passed only to a renderer that takes it.
+    """
+    split: Callable[..., Sequence[str]] | None = getattr(markdown, "render_parts", None)
+    render: Callable[..., str] = markdown.render
+    extra: dict[str, Any] = {}
+    if plan_file is not None and "plan_file" in inspect.signature(split or render).parameters:
+        extra["plan_file"] = plan_file
+    if split is None:
+        return [render(plan, budget=budget, **extra)]
+    return [str(part) for part in split(plan, budget=budget, **extra)]
+
+
+def default_key(plan: Plan) -> str:
+    """The desired-state path as the repository sees it: relative to the git work tree
+    (the same on every runner), else as recorded, else ``.``."""
+    if plan.repo_path and plan.repo_root:
+        rel = os.path.relpath(plan.repo_path, plan.repo_root)
+        if not rel.startswith(".."):
+            return Path(rel).as_posix()
+    return plan.repo_path or "."
+
+
+def marker(key: str, part: int, total: int) -> str:
+    # Quoted: no space, no ">" (which could end the comment early), no newline.
+    return f"<!-- reconcile:plan path={quote(key, safe='/._-~')} part={part}/{total} -->"
+
+
+def bodies_for(parts: Sequence[str], key: str) -> list[str]:
+    total = len(parts)
+    return [f"{marker(key, k, total)}\n{part}" for k, part in enumerate(parts, 1)]
+
+
+def render_bodies(plan: Plan, key: str, limit: int = BODY_LIMIT,
+                  plan_file: str | None = None) -> list[str]:
+    room = limit - len(marker(key, 9999, 9999)) - 1 - SLACK
+    if room < 1024:
+        raise EngineError(f"the comment key is too long ({len(key)} characters)", Exit.USAGE)
+    bodies = bodies_for(render_parts(plan, budget=room, plan_file=plan_file), key)
+    for k, body in enumerate(bodies, 1):
+        if len(body) > limit:
+            raise EngineError(f"part {k}/{len(bodies)} of the comment has {len(body):,} "
+                              f"characters, over GitHub's {limit:,}")
+    return bodies
+
+
+# -- which comments are ours, and what to do with them ------------------------------------
+
+
+@dataclass(frozen=True)
+class Owned:
+    comment: Comment
+    part: int
+    total: int
+
+
+def parse_marker(body: str, key: str) -> tuple[int, int] | None:
+    first = body.split("\n", 1)[0].rstrip("\r")
+    match = _MARKER.fullmatch(first)
+    if match is None or match.group(1) != quote(key, safe="/._-~"):
+        return None
+    part, total = int(match.group(2)), int(match.group(3))
+    return (part, total) if 1 <= part <= total else None
+
+
+def owned(comments: Sequence[Comment], key: str,
+          is_ours: Callable[[Comment], bool]) -> tuple[list[Owned], list[Comment]]:
+    """Our comments for ``key`` (ascending id), and marker comments by someone else."""
+    ours: list[Owned] = []
+    foreign: list[Comment] = []
+    for comment in sorted(comments, key=lambda c: c.id):
+        parsed = parse_marker(comment.body, key)
+        if parsed is None:
+            continue
+        if is_ours(comment):
+            ours.append(Owned(comment, *parsed))
+        else:
+            foreign.append(comment)
+    return ours, foreign
+
+
+Verb = Literal["post", "edit", "keep", "delete"]
+
+
+@dataclass(frozen=True)
+class Step:
+    verb: Verb
+    part: int
+    total: int
+    comment_id: int | None = None
+    body: str = ""
+    why: str = ""
+
+
+def plan_sync(existing: Sequence[Owned], bodies: Sequence[str]) -> list[Step]:
+    """What turns ``existing`` into exactly ``bodies``, in thread order. Pure.
+
+    Part k reuses the lowest-id comment marked part k while those ids keep increasing
+    with k; after a gap (a part missing, or out of order) the rest are posted anew, so
+    the parts read in order in the thread. Everything not reused is deleted.
+    """
+    lowest: dict[int, Owned] = {}
+    for item in sorted(existing, key=lambda o: o.comment.id):
+        lowest.setdefault(item.part, item)
+    total = len(bodies)
+    steps: list[Step] = []
+    reused: set[int] = set()
+    previous, in_order = 0, True
+    for k, body in enumerate(bodies, 1):
+        slot = lowest.get(k)
+        if slot is not None and in_order and slot.comment.id > previous:
+            reused.add(slot.comment.id)
+            previous = slot.comment.id
+            verb: Verb = "keep" if slot.comment.body == body else "edit"
+            steps.append(Step(verb, k, total, slot.comment.id, body))
+        else:
+            in_order = False
+            steps.append(Step("post", k, total, None, body))
+    for item in existing:
+        if item.comment.id in reused:
+            continue
+        why = (f"duplicate of part {item.part}" if lowest.get(item.part) is not item
+               else f"leftover part {item.part}/{item.total}")
+        steps.append(Step("delete", item.part, item.total, item.comment.id, why=why))
+    return steps
+
+
+def sweep_steps(existing: Sequence[Owned], total: int) -> list[Step]:
+    """After posting: delete every copy of a part but the lowest id, and parts past
+    ``total``. Every concurrent run computes the same survivors. Pure."""
+    seen: set[int] = set()
+    steps: list[Step] = []
+    for item in sorted(existing, key=lambda o: o.comment.id):
+        if item.part > total:
+            steps.append(Step("delete", item.part, item.total, item.comment.id,
+                              why=f"leftover part {item.part}/{item.total}"))
+        elif item.part in seen:
+            steps.append(Step("delete", item.part, item.total, item.comment.id,
+                              why=f"duplicate of part {item.part} (a concurrent run's)"))
+        else:
+            seen.add(item.part)
+    return steps
+
+
+# -- the command ----------------------------------------------------------------------------
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "comment", help="post a saved plan on a GitHub pull request (one living comment)",
+        description="Post the plan's Markdown on a pull request, editing this desired-state "
+        "path's earlier comment in place (split into parts past 65,536 characters). Defaults "
+        "come from the GitHub Actions environment; the token from GITHUB_TOKEN.")
+    parser.add_argument("planfile", help="a plan saved with `reconcile plan --out`")
+    parser.add_argument("--repo", metavar="OWNER/NAME", help="default: GITHUB_REPOSITORY")
+    parser.add_argument("--pr", metavar="N", type=int,
+                        help="pull request number (default: from GITHUB_EVENT_PATH)")
+    parser.add_argument("--api-url", metavar="URL",
+                        help="GitHub API base, e.g. https://ghe.example/api/v3 "
+                        "(default: GITHUB_API_URL, else https://api.github.com)")
+    parser.add_argument("--key", metavar="PATH",
+                        help="which comment set to keep (default: the plan's desired-state "
+                        "path, relative to its repository)")
+    parser.add_argument("--author", metavar="LOGIN",
+                        help="only comments by this account are ours (default: the token's)")
+    parser.add_argument("--token-env", metavar="NAME", default="GITHUB_TOKEN",
+                        help="environment variable holding the token (default GITHUB_TOKEN)")
+    parser.add_argument("--max-wait", metavar="SECONDS", type=float, default=120.0,
+                        help="total time to wait out GitHub rate limits (default 120)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print what would be posted, edited and deleted; write nothing")
+    parser.set_defaults(handler=run)
+
+
+@dataclass(frozen=True)
+class Target:
+    api_url: str
+    repo: str | None
+    pr: int | None
+
+
+def resolve_target(args: argparse.Namespace, env: dict[str, str] | os._Environ[str]) -> Target:
+    api_url = args.api_url or env.get("GITHUB_API_URL") or "https://api.github.com"
+    repo = args.repo or env.get("GITHUB_REPOSITORY") or None
+    pr: int | None = args.pr
+    if pr is None and env.get("GITHUB_EVENT_PATH"):
+        pr = _pr_from_event_file(Path(env["GITHUB_EVENT_PATH"]))
+    if pr is None and (match := _REF_PR.match(env.get("GITHUB_REF", ""))):
+        pr = int(match.group(1))
+    if pr is not None and pr < 1:
+        raise EngineError(f"--pr must be a positive number, got {pr}", Exit.USAGE)
+    return Target(api_url, repo, pr)
+
+
+def _pr_from_event_file(path: Path) -> int | None:
+    from reconciler.shell.github import pr_from_event
+
+    try:
+        event: Any = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return pr_from_event(event)
+
+
+def read_token(name: str) -> str | None:
+    token = os.environ.get(name, "").strip()
+    if not token:
+        return None
+    if not token.isascii() or not token.isprintable() or any(c.isspace() for c in token):
+        # Checked here so that no HTTP library ever echoes a malformed header value.
+        raise EngineError(f"{name} does not hold a token (whitespace or non-ASCII inside)",
+                          Exit.USAGE)
+    return token
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except EngineError as exc:
+        return output.report_error(exc)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from reconciler.shell.github import CommentsClient, GitHubError
+
+    plan = output.load_plan(Path(args.planfile))
+    key = args.key or default_key(plan)
+    if not key.strip() or "\n" in key:
+        raise EngineError("--key must be a non-empty single line", Exit.USAGE)
+    target = resolve_target(args, os.environ)
+    token = read_token(args.token_env)
+    bodies = render_bodies(plan, key, plan_file=args.planfile)
+    if not args.dry_run:
+        missing = [what for what, value in (("--repo (or GITHUB_REPOSITORY)", target.repo),
+                                            ("--pr (or a pull_request event)", target.pr),
+                                            (args.token_env, token)) if not value]
+        if missing:
+            raise EngineError("reconcile comment needs " + ", ".join(missing), Exit.USAGE)
+    if args.max_wait < 0:
+        raise EngineError("--max-wait must be 0 or more", Exit.USAGE)
+
+    def waiting(seconds: float, why: str) -> None:
+        print(f"github: {why}; waiting {seconds:g}s", file=sys.stderr, flush=True)
+
+    try:
+        if target.repo is None or target.pr is None:
+            return _dry_run(None, None, target, key, bodies, args.author)
+        client = CommentsClient(target.api_url, target.repo, token,
+                                wait_budget=args.max_wait, on_wait=waiting)
+        with client:
+            if args.dry_run:
+                return _dry_run(client, target.pr, target, key, bodies, args.author)
+            return _sync(client, target.pr, plan, key, bodies, args.author, args.planfile)
+    except GitHubError as exc:
+        raise EngineError(str(exc)) from None
+
+
+def _ownership(client: CommentsClient | None, author: str | None,
+               token: bool) -> tuple[Callable[[Comment], bool], str]:
+    if author:
+        wanted = author.lower()
+        return (lambda c: c.author.lower() == wanted), f"comments by {author}"
+    login = client.identity() if client is not None and token else None
+    if login:
+        mine = login.lower()
+        return (lambda c: c.author.lower() == mine), f"comments by {login}"
+    if token:
+        return (lambda c: c.author_is_bot), "comments by a bot account (installation token)"
+    return (lambda c: True), "comments by anyone (no token to tell whose)"
+
+
+def _sync(client: CommentsClient, pr: int, plan: Plan, key: str, bodies: list[str],
+          author: str | None, plan_file: str) -> int:
+    from reconciler.shell.github import GitHubError
+
+    is_ours, _ = _ownership(client, author, client.authenticated)
+    limit = BODY_LIMIT
+    for attempt in range(4):
+        try:
+            return _write(client, pr, key, bodies, is_ours)
+        except GitHubError as exc:
+            if not exc.body_too_long or attempt == 3 or not hasattr(markdown, "render_parts"):
+                if exc.body_too_long:
+                    raise GitHubError(f"{exc} (a part was {max(map(len, bodies)):,} characters;"
+                                      " GitHub would not take it)", exc.status) from None
+                raise
+            limit = int(limit * 0.7)  # GitHub counted more than we did: split smaller
+            print(f"github: a part was too long for GitHub; splitting within {limit:,}",
+                  file=sys.stderr)
+            bodies = render_bodies(plan, key, limit, plan_file)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _write(client: CommentsClient, pr: int, key: str, bodies: list[str],
+           is_ours: Callable[[Comment], bool]) -> int:
+    from reconciler.shell.github import GitHubError
+
+    ours, foreign = owned(client.list_comments(pr), key, is_ours)
+    target = f"{safe(client.owner)}/{safe(client.name)}#{pr}"
+    if foreign:
+        print(f"note: {len(foreign)} comment(s) carry this marker but are not ours; "
+              "left alone", file=sys.stderr)
+    steps = plan_sync(ours, bodies)
+    urls = {item.comment.id: item.comment.url for item in ours}
+    posted = False
+    first_url = ""
+    for step in steps:
+        if step.verb == "keep":
+            first_url = first_url or urls.get(step.comment_id or 0, "")
+            print(f"unchanged part {step.part}/{step.total}: comment {step.comment_id}")
+        elif step.verb == "edit":
+            assert step.comment_id is not None
+            try:
+                reply = client.update(step.comment_id, step.body)
+                print(f"edited part {step.part}/{step.total}: comment {reply.id}")
+            except GitHubError as exc:
+                if exc.status != 404:
+                    raise
+                reply = client.create(pr, step.body)  # deleted meanwhile (a concurrent sweep)
+                posted = True
+                print(f"posted part {step.part}/{step.total}: comment {reply.id}")
+            first_url = first_url or reply.url
+        elif step.verb == "post":
+            reply = client.create(pr, step.body)
+            posted = True
+            first_url = first_url or reply.url
+            print(f"posted part {step.part}/{step.total}: comment {reply.id}")
+    for step in steps:
+        if step.verb == "delete" and step.comment_id is not None:
+            client.delete(step.comment_id)
+            print(f"deleted comment {step.comment_id} ({step.why})")
+    if posted:
+        ours_now, _ = owned(client.list_comments(pr), key, is_ours)
+        for step in sweep_steps(ours_now, len(bodies)):
+            if step.comment_id is not None and client.delete(step.comment_id):
+                print(f"deleted comment {step.comment_id} ({step.why})")
+    where = f" at {safe(first_url)}" if first_url else ""
+    print(f"comment on {target}: {len(bodies)} part(s) for {safe(key)}{where}")
+    return int(Exit.OK)
+
+
+def _dry_run(client: CommentsClient | None, pr: int | None, target: Target, key: str,
+             bodies: list[str], author: str | None) -> int:
+    from reconciler.shell.github import GitHubError
+
+    where = (f"{safe(target.repo)}#{pr} via {safe(target.api_url)}" if client is not None
+             else "(no repository or pull request known)")
+    print(f"dry run: comment set {safe(key)} on {where}; nothing is written")
+    ours: list[Owned] = []
+    if client is not None and pr is not None:
+        try:
+            is_ours, whose = _ownership(client, author, client.authenticated)
+            ours, foreign = owned(client.list_comments(pr), key, is_ours)
+            print(f"found {len(ours)} existing part(s) ({whose})"
+                  + (f"; {len(foreign)} with the marker by others, left alone" if foreign else ""))
+        except GitHubError as exc:
+            print(f"could not list the existing comments ({exc}); all parts would be new")
+    else:
+        print("could not list existing comments; all parts would be new")
+    steps = plan_sync(ours, bodies)
+    for step in steps:
+        size = f"{len(step.body):,} characters"
+        if step.verb == "post":
+            print(f"would post part {step.part}/{step.total} ({size})")
+        elif step.verb == "edit":
+            print(f"would edit comment {step.comment_id}: part {step.part}/{step.total} ({size})")
+        elif step.verb == "keep":
+            print(f"would keep comment {step.comment_id}: part {step.part}/{step.total} "
+                  "(unchanged)")
+        else:
+            print(f"would delete comment {step.comment_id} ({step.why})")
+    for k, body in enumerate(bodies, 1):
+        print(f"----- part {k}/{len(bodies)} ({len(body):,} characters) -----")
+        print(body)
+    return int(Exit.OK)

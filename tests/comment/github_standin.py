@@ -1,0 +1,332 @@
+"""A stand-in for GitHub's issue-comment REST endpoints: real HTTP on 127.0.0.1.
+
+Implements the documented shapes (docs.github.com/rest/issues/comments) that
+``reconcile comment`` uses:
+
+- ``GET  {prefix}/repos/{o}/{r}/issues/{n}/comments?per_page=&page=``: ascending id,
+  ``per_page`` default 30, max 100; a ``Link`` header with ``next``/``last``/``prev``/
+  ``first`` as GitHub writes it (absolute URLs over ``/repositories/{id}/…``, which is
+  served too); ``ETag`` and ``Cache-Control: private, max-age=60, s-maxage=60``.
+- ``POST {prefix}/repos/{o}/{r}/issues/{n}/comments`` ``{"body": …}`` → 201.
+- ``PATCH``/``DELETE {prefix}/repos/{o}/{r}/issues/comments/{id}`` → 200 / 204.
+- ``GET {prefix}/user`` → the token's user; 403 for an installation token.
+- Errors as ``{"message", "documentation_url"[, "errors"]}``: 401 ``Bad credentials``
+  (or ``Requires authentication`` for a write without a token), 403 for editing someone
+  else's comment, 404 for an unknown repo/PR/comment, 422 for a body over 65,536
+  characters, and a secondary rate limit (403 + ``Retry-After``) on demand.
+
+``prefix`` is ``""`` (github.com) or ``"/api/v3"`` (GitHub Enterprise Server). Every request
+is logged with its arrival time, so tests can check that a retry came after the wait.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+DOCS = "https://docs.github.com/rest/issues/comments"
+LIMIT = 65_536
+REPO_ID = 4242
+
+
+@dataclass
+class User:
+    login: str
+    id: int
+    type: str = "User"  # "Bot" for github-actions[bot] and App installations
+    installation: bool = False  # GET /user → 403 "Resource not accessible by integration"
+
+
+@dataclass
+class Logged:
+    method: str
+    path: str
+    at: float
+    status: int = 0
+    authorization: str | None = None
+
+
+@dataclass
+class State:
+    owner: str = "acme"
+    repo: str = "fleet"
+    pulls: set[int] = field(default_factory=lambda: {7})
+    tokens: dict[str, User] = field(default_factory=dict)
+    comments: dict[int, dict[str, Any]] = field(default_factory=dict)
+    next_id: int = 1000
+    log: list[Logged] = field(default_factory=list)
+    # (method, seconds): the next request with that method gets a secondary rate limit.
+    rate_limits: list[tuple[str, int]] = field(default_factory=list)
+    rate_limited_at: list[tuple[str, float, int]] = field(default_factory=list)
+    # Hold the first ``parties`` list requests until all have arrived (forces two runs to
+    # see the same comments before either writes); later lists pass straight through.
+    list_barrier: threading.Barrier | None = None
+    barrier_uses: int = 0
+    limit: int = LIMIT  # a server that counts differently (or a lower Enterprise limit)
+
+
+class StandIn:
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix.rstrip("/")
+        self.state = State()
+        self.lock = threading.RLock()
+        handler = type("Handler", (_Handler,), {"standin": self})
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def api_url(self) -> str:
+        return self.base + self.prefix
+
+    def start(self) -> StandIn:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    # -- test helpers -------------------------------------------------------------------
+
+    def add_user(self, token: str, login: str, *, bot: bool = False,
+                 installation: bool = False) -> User:
+        user = User(login, 500 + len(self.state.tokens), "Bot" if bot else "User",
+                    installation)
+        self.state.tokens[token] = user
+        return user
+
+    def seed(self, pr: int, body: str, login: str, *, bot: bool = False) -> int:
+        with self.lock:
+            user = next((u for u in self.state.tokens.values() if u.login == login),
+                        User(login, 900, "Bot" if bot else "User"))
+            return self._create(pr, body, user)["id"]
+
+    def comments_on(self, pr: int) -> list[dict[str, Any]]:
+        with self.lock:
+            return sorted((dict(c) for c in self.state.comments.values()
+                           if c["_pr"] == pr), key=lambda c: c["id"])
+
+    def requests(self, method: str | None = None) -> list[Logged]:
+        with self.lock:
+            return [e for e in self.state.log if method is None or e.method == method]
+
+    # -- the model ------------------------------------------------------------------------
+
+    def _create(self, pr: int, body: str, user: User) -> dict[str, Any]:
+        self.state.next_id += 1
+        cid = self.state.next_id
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        o, r = self.state.owner, self.state.repo
+        comment = {
+            "id": cid, "node_id": f"IC_{cid}",
+            "url": f"{self.api_url}/repos/{o}/{r}/issues/comments/{cid}",
+            "html_url": f"https://github.example/{o}/{r}/pull/{pr}#issuecomment-{cid}",
+            "issue_url": f"{self.api_url}/repos/{o}/{r}/issues/{pr}",
+            "body": body,
+            "user": {"login": user.login, "id": user.id, "type": user.type,
+                     "node_id": f"U_{user.id}", "site_admin": False},
+            "created_at": now, "updated_at": now,
+            "author_association": "NONE" if user.type == "Bot" else "MEMBER",
+            "_pr": pr,
+        }
+        self.state.comments[cid] = comment
+        return comment
+
+
+def public(comment: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in comment.items() if not k.startswith("_")}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    standin: StandIn
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _reply(self, status: int, payload: Any = None,
+               headers: dict[str, str] | None = None) -> None:
+        data = b"" if payload is None else json.dumps(payload).encode()
+        self.send_response(status)
+        if payload is not None:
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("X-GitHub-Media-Type", "github.v3; format=json")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+        self._entry.status = status
+
+    def _error(self, status: int, message: str, **extra: Any) -> None:
+        headers = extra.pop("headers", None)
+        self._reply(status, {"message": message, "documentation_url": DOCS,
+                             "status": str(status), **extra}, headers)
+
+    def _handle(self, method: str) -> None:
+        s = self.standin
+        split = urlsplit(self.path)
+        self._entry = Logged(method, self.path, time.monotonic(),
+                             authorization=self.headers.get("Authorization"))
+        with s.lock:
+            s.state.log.append(self._entry)
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if not split.path.startswith(s.prefix + "/"):
+            return self._error(404, "Not Found")
+        path = split.path[len(s.prefix):]
+        query = {k: v[-1] for k, v in parse_qs(split.query).items()}
+
+        with s.lock:
+            for i, (m, seconds) in enumerate(s.state.rate_limits):
+                if m == method:
+                    del s.state.rate_limits[i]
+                    s.state.rate_limited_at.append((method, time.monotonic(), seconds))
+                    return self._error(
+                        403, "You have exceeded a secondary rate limit. Please wait a few "
+                        "minutes before you try again.",
+                        headers={"Retry-After": str(seconds)})
+
+        user = self._user()
+        if user is False:
+            return self._error(401, "Bad credentials")
+        parts = path.strip("/").split("/")
+        o, r = s.state.owner, s.state.repo
+
+        if parts == ["user"] and method == "GET":
+            if user is None:
+                return self._error(401, "Requires authentication")
+            if user.installation:
+                return self._error(403, "Resource not accessible by integration")
+            return self._reply(200, {"login": user.login, "id": user.id, "type": user.type})
+
+        number: int | None = None
+        if (len(parts) == 6 and parts[:3] == ["repos", o, r] and parts[3] == "issues"
+                and parts[5] == "comments"):
+            number = int(parts[4]) if parts[4].isdigit() else None
+        elif (len(parts) == 5 and parts[:2] == ["repositories", str(REPO_ID)]
+              and parts[2] == "issues" and parts[4] == "comments" and method == "GET"):
+            number = int(parts[3]) if parts[3].isdigit() else None
+        if number is not None:
+            if number not in s.state.pulls:
+                return self._error(404, "Not Found")
+            if method == "GET":
+                return self._list(number, query)
+            if method == "POST":
+                if user is None:
+                    return self._error(401, "Requires authentication")
+                body = self._body(raw)
+                if body is None:
+                    return None
+                with s.lock:
+                    created = s._create(number, body, user)
+                return self._reply(201, public(created), {"Location": created["url"]})
+            return self._error(404, "Not Found")
+
+        if (len(parts) == 6 and parts[:3] == ["repos", o, r]
+                and parts[3:5] == ["issues", "comments"] and parts[5].isdigit()):
+            cid = int(parts[5])
+            with s.lock:
+                comment = s.state.comments.get(cid)
+            if comment is None:
+                return self._error(404, "Not Found")
+            if method == "GET":
+                return self._reply(200, public(comment))
+            if user is None:
+                return self._error(401, "Requires authentication")
+            if comment["user"]["login"] != user.login:
+                return self._error(403, "Resource not accessible by integration")
+            if method == "PATCH":
+                body = self._body(raw)
+                if body is None:
+                    return None
+                with s.lock:
+                    comment["body"] = body
+                    comment["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                return self._reply(200, public(comment))
+            if method == "DELETE":
+                with s.lock:
+                    s.state.comments.pop(cid, None)
+                return self._reply(204)
+        return self._error(404, "Not Found")
+
+    def _user(self) -> User | bool | None:
+        header = self.headers.get("Authorization")
+        if header is None:
+            return None
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() not in ("token", "bearer"):
+            return False
+        return self.standin.state.tokens.get(token.strip(), False)
+
+    def _body(self, raw: bytes) -> str | None:
+        try:
+            data = json.loads(raw or b"null")
+        except ValueError:
+            self._error(400, "Problems parsing JSON")
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("body"), str):
+            self._error(422, "Invalid request.\n\n\"body\" wasn't supplied.")
+            return None
+        body: str = data["body"]
+        if len(body) > self.standin.state.limit:
+            self._error(422, "Validation Failed", errors=[{
+                "resource": "IssueComment", "code": "custom", "field": "body",
+                "message": f"body is too long (maximum is {LIMIT} characters)"}])
+            return None
+        return body
+
+    def _list(self, number: int, query: dict[str, str]) -> None:
+        s = self.standin
+        with s.lock:
+            barrier = s.state.list_barrier
+            if barrier is not None and s.state.barrier_uses < barrier.parties:
+                s.state.barrier_uses += 1
+            else:
+                barrier = None
+        if barrier is not None:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait(timeout=10)
+        per_page = max(1, min(100, int(query.get("per_page", "30"))))
+        page = max(1, int(query.get("page", "1")))
+        items = [public(c) for c in s.comments_on(number)]
+        last = max(1, -(-len(items) // per_page))
+        chunk = items[(page - 1) * per_page: page * per_page]
+        link = f"{s.api_url}/repositories/{REPO_ID}/issues/{number}/comments?per_page={per_page}"
+        rels = []
+        if page < last:
+            rels += [f'<{link}&page={page + 1}>; rel="next"', f'<{link}&page={last}>; rel="last"']
+        if page > 1:
+            rels += [f'<{link}&page={page - 1}>; rel="prev"', f'<{link}&page=1>; rel="first"']
+        headers = {"Cache-Control": "private, max-age=60, s-maxage=60",
+                   "ETag": f'W/"{hash(json.dumps(chunk)) & 0xffffffff:08x}"',
+                   "Vary": "Accept, Authorization, Cookie, X-GitHub-OTP"}
+        if rels:
+            headers["Link"] = ", ".join(rels)
+        self._reply(200, chunk, headers)
