@@ -43,16 +43,32 @@ VERDICT_LINE = {
 
 
 def _sanitize(value: Any) -> Any:
+    """``value`` with every string made safe; the very same object when nothing changed
+    (the models are frozen, so sharing an unchanged part is safe), which keeps a clean
+    10,000-service plan from being copied model by model."""
     # Exact ``str`` only: enum members (codes, actions, kinds) are vocabulary, not data.
     if type(value) is str:
-        return safe(value, VALUE_LIMIT)
+        made = safe(value, VALUE_LIMIT)
+        return value if made == value else made
     if isinstance(value, tuple | list):
-        return type(value)(_sanitize(v) for v in value)
+        items = [_sanitize(v) for v in value]
+        if all(new is old for new, old in zip(items, value, strict=True)):
+            return value
+        return type(value)(items)
     if isinstance(value, dict):
-        return {_sanitize(k): _sanitize(v) for k, v in value.items()}
+        pairs = [(_sanitize(k), _sanitize(v)) for k, v in value.items()]
+        if all(k2 is k and v2 is v for (k2, v2), (k, v) in zip(pairs, value.items(),
+                                                               strict=True)):
+            return value
+        return dict(pairs)
     if isinstance(value, BaseModel):
-        return value.model_copy(update={name: _sanitize(getattr(value, name))
-                                        for name in type(value).model_fields})
+        update = {}
+        for name in type(value).model_fields:
+            old = getattr(value, name)
+            new = _sanitize(old)
+            if new is not old:
+                update[name] = new
+        return value.model_copy(update=update) if update else value
     return value
 
 

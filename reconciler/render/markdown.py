@@ -1,31 +1,92 @@
-"""The Markdown rendering of a plan, made for a PR comment.
+"""The Markdown rendering of a plan, made for a PR comment a reviewer approves from.
 
-Owns the comment layout: a one-line verdict, counts, a section per service with its
-changes and its per-cluster evidence (in ``<details>``), blockers and drift, and a hard
-size budget. GitHub rejects comments over 65,536 characters, so sections that do not fit
-are left out whole and a closing note names how many and which; nothing is cut mid-table.
+Owns the comment layout, in reading order:
+
+1. the first line: the verdict and what the plan (with ``plan --base``: what *this PR*)
+   does, in words ("promotes `checkout` `v2.3.0` → `v2.4.0` on `sn1`–`sn3`; revokes all
+   2 egress destinations of `search` ⚠️"); a PR that changes nothing managed says so;
+2. the environment (control-plane host only, no credentials or path; gateway; clusters;
+   base..head commits or the commit) and the counts;
+3. **Why NO-GO**, root causes first and once: a cluster no address answered as is one
+   line naming it, why (its message carries the address), and the services it blocks;
+   each blocked service's section only points back to it;
+4. **This PR** (with a review): changes introduced, already pending, removed; the base's
+   verdict; blockers introduced and cleared;
+5. **Destructive changes** (⚠️): an egress revoke-all or any egress destination revoked,
+   a capability removed, a rollback; each is flagged again in its service's section;
+6. **Apply**: the exact command (``reconcile apply FILE`` when the caller names the saved
+   file, else how to save one) and the saved plan's content digest;
+7. the services: with a review, "Introduced by this PR" (full sections), blocked services
+   the PR does not touch, "Removed by this PR", "Already pending on the base" and "Not
+   touched by this PR" (both collapsed, one line per service); without one, every service
+   with a change, a blocker, drift or no proof of convergence gets a section (changes,
+   destructive flags, what the judge does not prove, evidence table in ``<details>``) and
+   the services proven converged collapse to one line each.
+
+**Parts.** GitHub rejects a comment over 65,536 characters, so ``render_parts`` splits
+past ``budget`` into parts rather than dropping anything: part 1 carries the head above
+and as many sections as fit; each further part starts with "## reconcile plan · part
+k/N" and re-opens the group it continues. Each part is valid Markdown on its own: a
+section, a table or a ``<details>`` is never cut; a section larger than a whole part is
+split at entry (row) boundaries, the ``<details>`` closed and re-opened and the table
+header repeated; as a last resort an entry too large for any part is replaced by a note
+saying so (the saved JSON plan has it). Every part is at most ``budget`` characters.
+
+``render`` returns one string: the whole comment when it fits the budget, else part 1
+with an honest "**Truncated:**" note naming how many service sections (and which) are
+in the later parts and the saved JSON plan. It is what ``plan --format markdown`` and
+``show --format markdown`` print, so a terminal never receives an over-long comment;
+``reconcile comment`` posts ``render_parts``.
 
 Every string taken from the plan is untrusted (a server's words, or a hand-edited saved
-plan): ``render`` reads only ``common.untrusted(plan)`` (controls escaped, length
-bounded) and embeds each such string as an inline code span (``code``/``cell``). Inside
-a code span GitHub renders no HTML, no emphasis, no links or autolinks (``https://…``,
-``www.``, e-mail), no ``@org/team`` mentions and no ``#123`` / ``GH-123`` / repository
-autolink references, so a server string can neither ping anyone, link anywhere, open a
-tag nor break a table (``|`` is escaped in cells). Only this module's own words are plain
+plan): rendering reads only ``common.untrusted(plan)`` (controls escaped, length bounded)
+and embeds each such string as an inline code span (``code``/``cell``), never inside an
+HTML block (``<summary>`` holds only this module's words and numbers). Inside a code
+span GitHub renders no HTML, no emphasis, no links or autolinks (``https://…``, ``www.``,
+e-mail), no ``@org/team`` mentions and no ``#123`` / ``GH-123`` / repository autolink
+references, so a server string can neither ping anyone, link anywhere, open a tag nor
+break a table (``|`` is escaped in cells). Only this module's own words are plain
 Markdown. Pure.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
-from reconciler.core.plans import VERBS, Plan
+from reconciler.core.codes import BlockerCode, ReasonCode
+from reconciler.core.evidence import ServiceProof
+from reconciler.core.live import EgressRule, ObservationKind
+from reconciler.core.plans import (
+    VERBS,
+    Action,
+    Blocker,
+    Change,
+    Plan,
+    ReleaseRef,
+    ServiceEvidence,
+    Verdict,
+)
+from reconciler.core.review import Origin, Review
 from reconciler.core.sanitize import safe
-from reconciler.render import common
+from reconciler.render import common, jsonplan
 
 BUDGET = 65_536
+#: The smallest budget a part can honour (the head, one section title and one entry).
+MIN_BUDGET = 8_000
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#+!|~])")
 _BACKTICKS = re.compile(r"`+")
+_URL_HOST = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/?#]*@)?([^/?#]*)")
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+_TITLE_WORDS = 240  # the first line details each change only while it stays this short
+_LIST_MAX = 25  # names or entries listed in a summary line before "and N more"
+_EVIDENCE_HEADER = ("| cluster | address | status | runs | state | replicas r/o/h/v/f | note |\n"
+                    "|---|---|---|---|---|---|---|\n")
+_WORST_PART = "999999"  # reserve room for any "part k/N" in a heading
+_VERDICT_WORDS = {v.value: words for v, words in common.VERDICT_LINE.items()}
+_ACTIONS = frozenset(a.value for a in Action)
 
 
 def esc(text: object, limit: int = 300) -> str:
@@ -53,104 +114,776 @@ def cell(text: object, limit: int = 300) -> str:
     return code(text, limit).replace("|", "\\|")
 
 
+# -- words ---------------------------------------------------------------------------
+
+
+def _n(count: int, one: str, many: str | None = None) -> str:
+    return f"{count:,} {one if count == 1 else many or one + 's'}"
+
+
+def _names(names: Sequence[str], limit: int = _LIST_MAX, where: str = "") -> str:
+    shown = ", ".join(code(n, 64) for n in names[:limit])
+    more = len(names) - limit
+    return shown + (f" and {more:,} more{where}" if more > 0 else "")
+
+
+def _host(url: str) -> str:
+    """The control plane's host[:port]: never its credentials, path or query."""
+    match = _URL_HOST.match(url)
+    if match:
+        return match.group(1)
+    return re.split(r"[/?#]", url, maxsplit=1)[0].rsplit("@", 1)[-1]
+
+
+def _clusters(names: Sequence[str]) -> str:
+    """``sn1``–``sn3`` for a numbered run, a short list, or a count."""
+    if not names:
+        return "no cluster"
+    matches = [_NUMBERED.match(n) for n in names]
+    numbered = [(m.group(1), int(m.group(2)), n) for m, n in zip(matches, names, strict=True)
+                if m is not None]
+    if len(names) >= 3 and len(numbered) == len(names) \
+            and len({p for p, _, _ in numbered}) == 1:
+        ordered = sorted(numbered, key=lambda t: t[1])
+        numbers = [num for _, num, _ in ordered]
+        if numbers == list(range(numbers[0], numbers[0] + len(numbers))):
+            return f"{code(ordered[0][2], 64)}–{code(ordered[-1][2], 64)}"
+    if len(names) <= 3:
+        return ", ".join(code(n, 64) for n in names)
+    return _n(len(names), "cluster")
+
+
+def _version(ref: ReleaseRef | None) -> str:
+    if ref is None or ref.digest is None:
+        return "nothing"
+    return code(ref.tags[0], 64) if ref.tags else code(common.short(ref.digest))
+
+
+def _rules(rules: Iterable[EgressRule]) -> str:
+    return ", ".join(code(f"{r.host}:{r.port}", 120) for r in rules)
+
+
+def _caps(caps: Sequence[str]) -> str:
+    return ", ".join(code(c, 64) for c in caps)
+
+
 def _reason(reason: str) -> str:
     sentence = common.REASONS.get(reason)
     return f"{code(reason)}: {sentence}" if sentence else code(reason)
 
 
-def _service_section(plan: Plan, name: str) -> str:
-    lines: list[str] = []
-    changes = [c for c in plan.changes if c.service == name]
-    blockers = [b for b in plan.blockers if b.service == name]
-    drift = [d for d in plan.drift if d.service == name]
-    mark = "❌" if blockers else "🔁" if changes else "⚠️" if drift else "✅"
-    lines.append(f"### {mark} {code(name)}")
-    lines.append("")
-    for change in changes:
-        lines.append(f"- **{VERBS[change.action]}** — {code(change.summary)}  ")
-        lines.append(f"  _reason:_ {_reason(change.reason)}  ")
-        for detail in common.change_detail(change):
-            lines.append(f"  {code(detail.strip())}  ")
-        lines.append(f"  _planned against:_ {code(common.preconditions_text(change))}")
-    proof = plan.proof_of(name)
-    if name in plan.converging and proof is not None:
-        lines.append("- **not proven converged** — nothing to send; apply gates it until every "
-                     "cluster proves it:")
-        lines.extend(f"  - {code(reason, 300)}" for reason in proof.reasons()[:6])
-    if not changes and not blockers and name not in plan.converging:
-        lines.append("- no changes")
-    for blocker in blockers:
-        lines.append(f"- ❌ {code(blocker.code)} {code(blocker.message, 1000)}")
-    for item in drift:
-        lines.append(f"- ⚠️ drift {code(item.code)} {code(item.message, 1000)}")
-    ev = next((e for e in plan.evidence if e.service == name), None)
-    if ev is not None:
-        rows = common.evidence_rows(ev)
-        silent = sum(1 for r in rows if r.status == "SILENT")
-        lines.append("")
-        lines.append(f"<details><summary>Evidence: {len(rows) - silent}/{len(rows)} clusters "
-                     f"answered</summary>")
-        lines.append("")
-        lines.append("| cluster | address | status | runs | state | replicas r/o/h/v/f | note |")
-        lines.append("|---|---|---|---|---|---|---|")
-        for r in rows:
-            # status and replicas are this program's words and numbers (common._row).
-            lines.append(f"| {cell(r.cluster)} | {cell(r.address)} | {esc(r.status)} | "
-                         f"{cell(r.runs)} | {cell(r.state)} | {esc(r.replicas)} | "
-                         f"{cell(r.note)} |")
-        lines.append("")
-        lines.append("</details>")
-    lines.append("")
-    return "\n".join(lines) + "\n"
+def destructive(change: Change) -> str | None:
+    """What a change takes away, in words, or None: an egress revoke-all or any egress
+    destination revoked, a capability removed, a rollback."""
+    if change.reason == ReasonCode.EGRESS_REVOKE_ALL:
+        return "revokes every egress destination" + (
+            f" ({_rules(change.egress_removed)})" if change.egress_removed else "")
+    if change.egress_removed:
+        return f"revokes egress to {_rules(change.egress_removed)}"
+    if change.capabilities_removed:
+        return f"{code(change.user_id or '?', 64)} loses {_caps(change.capabilities_removed)}"
+    if change.action is Action.ROLLBACK:
+        return (f"rolls back {_version(change.release_before)} → "
+                f"{_version(change.release_after)}")
+    return None
 
 
-def render(plan: Plan, *, budget: int = BUDGET) -> str:
-    plan = common.untrusted(plan)
-    counts = plan.counts()
+def _phrase(change: Change, clusters: Sequence[str]) -> str:
+    """One change as the first line says it."""
+    svc = code(change.service, 64)
+    warn = " ⚠️" if destructive(change) else ""
+    if change.action is Action.PROMOTE:
+        return (f"promotes {svc} {_version(change.release_before)} → "
+                f"{_version(change.release_after)} on {_clusters(clusters)}")
+    if change.action is Action.ROLLBACK:
+        return (f"rolls {svc} back {_version(change.release_before)} → "
+                f"{_version(change.release_after)} on {_clusters(clusters)}{warn}")
+    if change.action is Action.SET_EGRESS:
+        added, removed = len(change.egress_added), len(change.egress_removed)
+        if change.reason == ReasonCode.EGRESS_REVOKE_ALL:
+            return (f"revokes all {_n(removed, 'egress destination')} of {svc}{warn}"
+                    if removed else f"declares no egress for {svc}")
+        if added and removed:
+            return f"opens {added} and revokes {_n(removed, 'egress destination')} of {svc}{warn}"
+        if removed:
+            return f"revokes {_n(removed, 'egress destination')} of {svc}{warn}"
+        if added == 1:
+            return f"opens egress to {_rules(change.egress_added)} for {svc}"
+        if added:
+            return f"opens {_n(added, 'egress destination')} for {svc}"
+        return f"sets the egress of {svc}"
+    user = code(change.user_id or "?", 64)
+    gained, lost = change.capabilities_added, change.capabilities_removed
+    if gained and lost:
+        return f"changes the grant of {user} on {svc} (+{len(gained)}, −{len(lost)}){warn}"
+    if lost:
+        caps = _caps(lost) if len(lost) <= 2 else _n(len(lost), "capability", "capabilities")
+        return f"{user} loses {caps} on {svc}{warn}"
+    if gained:
+        caps = _caps(gained) if len(gained) <= 2 else _n(len(gained), "capability",
+                                                           "capabilities")
+        return f"{user} gains {caps} on {svc}"
+    return f"sets the grant of {user} on {svc}"
+
+
+def _aggregate(action: Action, changes: Sequence[Change], named: bool) -> str:
+    """Changes of one kind as the first line says them: naming the services (``named``)
+    or counting them."""
+    taking = sum(1 for c in changes if destructive(c))
+    services = sorted({c.service for c in changes})
+    who = ", ".join(code(s, 64) for s in services) if named else _n(len(services), "service")
+    if action is Action.PROMOTE:
+        return f"promotes {who}"
+    if action is Action.ROLLBACK:
+        return f"rolls back {who} ⚠️"
+    if action is Action.SET_EGRESS:
+        return f"changes the egress of {who}" + (f" ({taking:,} revoking ⚠️)" if taking else "")
+    grants = who if named else _n(len(changes), "grant")
+    return f"changes {'the grants on ' if named else ''}{grants}" + (
+        f" ({taking:,} removing capabilities ⚠️)" if taking else "")
+
+
+def _does(plan: Plan, changes: Sequence[Change], room: int = _TITLE_WORDS) -> str:
+    """What ``changes`` do, in words: each one with its versions and clusters while that
+    fits ``room`` characters, else the services named by kind, else counted by kind."""
+    clusters = {e.service: e.expected_clusters for e in plan.evidence}
+    kinds = [[c for c in changes if c.action is action] for action in
+             (Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS, Action.SET_GRANT)]
+    if len(changes) <= 6:
+        detailed = "; ".join(_phrase(c, clusters.get(c.service, plan.expected_clusters))
+                             for items in kinds for c in items)
+        if len(detailed) <= room:
+            return detailed
+    if len({c.service for c in changes}) <= 8:
+        named = "; ".join(_aggregate(items[0].action, items, True) for items in kinds if items)
+        if len(named) <= room:
+            return named
+    return "; ".join(_aggregate(items[0].action, items, False) for items in kinds if items)
+
+
+def _blocker_name(blocker: Blocker) -> str:
+    if blocker.code is BlockerCode.CLUSTER_UNREACHABLE and blocker.cluster:
+        return f"cluster {code(blocker.cluster, 64)} unreachable"
+    if blocker.code is BlockerCode.CLUSTER_SILENT and blocker.cluster and blocker.service:
+        return f"cluster {code(blocker.cluster, 64)} silent for {code(blocker.service, 64)}"
+    if blocker.service:
+        return f"{code(blocker.code)} on {code(blocker.service, 64)}"
+    if blocker.cluster:
+        return f"{code(blocker.code)} on cluster {code(blocker.cluster, 64)}"
+    return code(blocker.code)
+
+
+def _cause(plan: Plan) -> str:
+    shared = [b for b in plan.blockers if b.services]
+    first = shared[0] if shared else plan.blockers[0]
+    words = _blocker_name(first)
+    if first.services:
+        words += f", blocking {_n(len(first.services), 'service')}"
+    rest = len(plan.blockers) - 1
+    return words + (f" (+{_n(rest, 'more blocker')})" if rest else "")
+
+
+def _introduced(plan: Plan, review: Review) -> list[Change]:
+    return [c for c in plan.changes if review.origin(c.idempotency_key) is Origin.INTRODUCED]
+
+
+def _title_words(plan: Plan) -> str:
+    review = plan.review
+    if review is not None:
+        if review.changes_nothing_managed:
+            what = "this PR changes nothing reconcile manages" + (
+                f" ({_n(len(plan.changes), 'change')} already pending on the base)"
+                if plan.changes else "")
+        else:
+            bits = []
+            introduced = _introduced(plan, review)
+            if introduced:
+                bits.append(_does(plan, introduced))
+            if review.removed:
+                bits.append(f"drops {_n(len(review.removed), 'change')} pending on the base")
+            if review.blockers_introduced:
+                bits.append(f"adds {_n(len(review.blockers_introduced), 'blocker')}")
+            if review.blockers_cleared:
+                bits.append(f"clears {_n(len(review.blockers_cleared), 'blocker')}")
+            if not bits:
+                edited = (_names(review.touched, 3) if review.touched
+                          else "the Settings document")
+                bits.append(f"edits {edited} with no change to send")
+            what = "this PR " + "; ".join(bits)
+    elif plan.changes:
+        what = _does(plan, plan.changes)
+    elif plan.verdict is Verdict.NO_CHANGES:
+        what = "nothing to change: every service is proven converged on every expected cluster"
+        if plan.drift:
+            what += f" ({_n(len(plan.drift), 'drift finding')} below)"
+    elif plan.converging:
+        what = (f"nothing to send; {_n(len(plan.converging), 'service')} not proven "
+                "converged (apply waits for them)")
+    else:
+        what = "nothing to send"
+    if not plan.blockers:
+        return what
+    if review is None and plan.changes:
+        return f"{_cause(plan)} · planned: {_does(plan, plan.changes, _TITLE_WORDS - 40)}"
+    return f"{_cause(plan)} · {what}"
+
+
+# -- the head: title, environment, counts ---------------------------------------------
+
+
+def _title(plan: Plan, part: str = "") -> str:
     verdict = common.VERDICT_LINE[plan.verdict]
-    head = [
-        f"## reconcile plan: **{verdict}**",
-        "",
-        f"{counts['promote']} promote · {counts['rollback']} rollback · "
-        f"{counts['set_egress']} egress · {counts['set_grant']} grant · "
-        f"{counts['blockers']} blocker(s) · {counts['drift']} drift · "
-        f"commit {code(plan.commit[:12]) if plan.commit else 'none'}"
-        + (" (dirty)" if plan.dirty else "")
-        + f" · clusters {', '.join(code(c, 64) for c in plan.expected_clusters) or 'none'}",
-        "",
-    ]
-    general = [b for b in plan.blockers if b.service is None]
-    if general:
-        head.append("**Blockers**")
-        head.append("")
-        head.extend(f"- ❌ {code(b.code)} {code(b.message, 1000)}" for b in general)
-        head.append("")
-    general_drift = [d for d in plan.drift if d.service is None]
-    if general_drift:
-        head.append("**Drift**")
-        head.extend(f"- ⚠️ {code(d.code)} {code(d.message, 1000)}" for d in general_drift)
-        head.append("")
-    text = "\n".join(head) + "\n"
-    # Services that need attention first, so a truncation drops the quiet ones.
-    names = plan.services()
-    loud = {c.service for c in plan.changes} | {b.service for b in plan.blockers if b.service} \
-        | {d.service for d in plan.drift if d.service} | set(plan.converging)
-    ordered = [n for n in names if n in loud] + [n for n in names if n not in loud]
-    reserve = 1_500  # room for the truncation note and the footer
-    omitted: list[str] = []
-    for name in ordered:
-        section = _service_section(plan, name)
-        if omitted or len(text) + len(section) > budget - reserve:
-            omitted.append(name)
+    return f"## reconcile plan: **{verdict}** — {_title_words(plan)}{part}\n\n"
+
+
+def _environment(plan: Plan) -> str:
+    clusters = _names(plan.expected_clusters, 20) or "none"
+    bits = [f"control plane {code(_host(plan.control_plane_url), 120)}",
+            f"gateway {code(plan.gateway, 120)}", f"clusters {clusters}"]
+    review = plan.review
+    if review is not None:
+        base, head = (review.base_commit or "?")[:12], (review.head_commit or "?")[:12]
+        bits.append(f"commits {code(base)}..{code(head)} (base {code(review.base_ref, 80)})")
+    else:
+        bits.append(f"commit {code(plan.commit[:12])}" if plan.commit else "no commit")
+    line = "**Where:** " + " · ".join(bits) + (" (dirty)" if plan.dirty else "") + "  \n"
+    counts = plan.counts()
+    line += (f"**Plan:** {counts['promote']} promote · {counts['rollback']} rollback · "
+             f"{counts['set_egress']} egress · {counts['set_grant']} grant · "
+             f"{counts['blockers']} blocker(s) · {counts['drift']} drift")
+    if plan.converging:
+        line += f" · {len(plan.converging):,} not proven converged"
+    line += "\n\n"
+    if plan.untracked:
+        line += (f"⚠️ Not desired state (in no commit, never read): "
+                 f"{_names(plan.untracked, 10)}\n\n")
+    return line
+
+
+# -- sections --------------------------------------------------------------------------
+
+
+@dataclass
+class _Seg:
+    """Entries that may be split between parts, wrapped by ``open`` and ``close``.
+
+    Each entry is one or more whole lines ending in a newline (a list item, a table
+    row). After a split the next part re-opens with ``reopen`` (the ``<details>`` and
+    the table header again). ``too_large`` stands in for an entry no part can hold.
+    """
+
+    lines: list[str]
+    open: str = ""
+    close: str = "\n"
+    reopen: str | None = None
+    too_large: str = "- _(an entry of {size:,} characters is too large for one comment part " \
+        "and is left out here; the saved JSON plan has it)_\n"
+
+    def text(self) -> str:
+        return self.open + "".join(self.lines) + self.close
+
+
+@dataclass
+class _Section:
+    group: str  # the ### heading it sits under
+    title: str = ""  # its own first line(s)
+    segs: list[_Seg] = field(default_factory=list)
+    again: str = ""  # its title when continued in a later part
+    names: tuple[str, ...] = ()  # the services it shows in full
+
+    def text(self) -> str:
+        return self.title + "".join(s.text() for s in self.segs)
+
+
+def _details(summary: str, lines: list[str], header: str = "") -> _Seg:
+    """A collapsed block; ``summary`` is this module's words only (HTML is not escaped)."""
+    return _Seg(lines=lines, open=f"<details><summary>{summary}</summary>\n\n{header}",
+                close="\n</details>\n\n",
+                reopen=f"<details><summary>{summary} (continued)</summary>\n\n{header}")
+
+
+def _evidence(ev: ServiceEvidence) -> _Seg:
+    rows = common.evidence_rows(ev)
+    answered = sum(1 for r in rows if r.status != "SILENT")
+    # status and replicas are this program's words and numbers (common._row).
+    lines = [f"| {cell(r.cluster)} | {cell(r.address)} | {esc(r.status)} | {cell(r.runs)} | "
+             f"{cell(r.state)} | {esc(r.replicas)} | {cell(r.note)} |\n" for r in rows]
+    seg = _details(f"Evidence: {answered}/{len(rows)} clusters answered", lines,
+                   _EVIDENCE_HEADER)
+    seg.too_large = ("| _(a row of {size:,} characters is too large for one comment part "
+                     "and is left out here; the saved JSON plan has it)_ | | | | | | |\n")
+    return seg
+
+
+def _agreement(ev: ServiceEvidence | None) -> str:
+    if ev is None:
+        return "no evidence"
+    answered = [o for o in ev.observations if o.kind is ObservationKind.ANSWERED and o.runtime]
+    digests = {o.runtime.resolved_digest for o in answered if o.runtime}
+    total = len(ev.expected_clusters)
+    if len(answered) == total and digests == {ev.current_digest}:
+        return f"{total}/{total} clusters run {code(common.short(ev.current_digest))}"
+    return f"{len(answered)}/{total} clusters answered"
+
+
+def _change_item(change: Change, review: Review | None) -> str:
+    origin = ""
+    if review is not None:
+        origin = (" · _introduced by this PR_"
+                  if review.origin(change.idempotency_key) is Origin.INTRODUCED
+                  else " · _already pending on the base_")
+    lines = [f"- **{VERBS[change.action]}** — {code(change.summary)}{origin}"]
+    taken = destructive(change)
+    if taken:
+        lines.append(f"  ⚠️ **destructive:** {taken}")
+    lines.append(f"  _reason:_ {_reason(change.reason)}")
+    lines.extend(f"  {code(detail.strip())}" for detail in common.change_detail(change))
+    lines.append(f"  _planned against:_ {code(common.preconditions_text(change))}")
+    return "  \n".join(lines) + "\n"
+
+
+@dataclass
+class _Index:
+    """The plan grouped by service, once (a 10,000-service plan is rendered in one pass)."""
+
+    plan: Plan
+    changes: dict[str, list[Change]] = field(default_factory=dict)
+    blockers: dict[str, list[Blocker]] = field(default_factory=dict)
+    causes: dict[str, list[Blocker]] = field(default_factory=dict)
+    drift: dict[str, list[str]] = field(default_factory=dict)
+    evidence: dict[str, ServiceEvidence] = field(default_factory=dict)
+    converging: set[str] = field(default_factory=set)
+    proofs: dict[str, ServiceProof] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        plan = self.plan
+        self.proofs = {p.service: p for p in plan.proofs}
+        for change in plan.changes:
+            self.changes.setdefault(change.service, []).append(change)
+        for blocker in plan.blockers:
+            if blocker.service:
+                self.blockers.setdefault(blocker.service, []).append(blocker)
+            for name in blocker.services:
+                self.causes.setdefault(name, []).append(blocker)
+        for item in plan.drift:
+            if item.service:
+                self.drift.setdefault(item.service, []).append(
+                    f"⚠️ drift {code(item.code)} {code(item.message, 1000)}")
+        self.evidence = {e.service: e for e in plan.evidence}
+        self.converging = set(plan.converging)
+
+    def loud(self, name: str) -> bool:
+        return bool(name in self.changes or name in self.blockers or name in self.causes
+                    or name in self.drift or name in self.converging)
+
+
+def _service(index: _Index, name: str, group: str) -> _Section:
+    review = index.plan.review
+    changes = index.changes.get(name, [])
+    blockers = index.blockers.get(name, [])
+    causes = index.causes.get(name, [])
+    drift = index.drift.get(name, [])
+    taking = sum(1 for c in changes if destructive(c))
+    mark = "❌" if blockers or causes else "🔁" if changes else \
+        "⚠️" if drift or name in index.converging else "✅"
+    bits = [_n(len(changes), "change")] if changes else []
+    if taking:
+        bits.append(f"{taking} destructive ⚠️")
+    if blockers or causes:
+        bits.append("blocked")
+    elif name in index.converging:
+        bits.append("not proven converged")
+    if drift:
+        bits.append(_n(len(drift), "drift finding"))
+    label = f"**{mark} {code(name, 120)}**"
+    items = [_change_item(c, review) for c in changes]
+    items.extend(f"- ⛔ blocked by {_blocker_name(b)} (root cause, above)\n" for b in causes)
+    items.extend(f"- ❌ {code(b.code)} {code(b.message, 1000)}\n" for b in blockers)
+    proof = index.proofs.get(name)
+    if name in index.converging and proof is not None:
+        # One entry per reason: a service unproven on hundreds of clusters still splits.
+        items.append("- **not proven converged** — nothing to send; apply gates it until "
+                     "every cluster proves it:\n")
+        items.extend(f"  - {code(r)}\n" for r in proof.reasons())
+    items.extend(f"- {line}\n" for line in drift)
+    if not items:
+        items.append("- no changes\n")
+    segs = [_Seg(items)]
+    ev = index.evidence.get(name)
+    if ev is not None:
+        segs.append(_evidence(ev))
+    title = label + (" · " + " · ".join(bits) if bits else "") + "\n\n"
+    return _Section(group, title, segs, again=f"{label} (continued)\n\n", names=(name,))
+
+
+def _one_line(index: _Index, name: str) -> str:
+    """A service collapsed to one line: what the judge says, and any drift."""
+    bits = [_agreement(index.evidence.get(name))]
+    proof = index.proofs.get(name)
+    mark = "✅"
+    if name in index.converging and proof is not None:
+        mark = "⚠️"
+        bits.append("not proven converged: " + "; ".join(code(r, 200) for r in proof.reasons()))
+    if name in index.drift:
+        mark = "⚠️"
+        bits.extend(index.drift[name])
+    return f"- {mark} {code(name, 120)} — " + " · ".join(bits) + "\n"
+
+
+def _why_no_go(index: _Index) -> list[_Section]:
+    plan = index.plan
+    if not plan.blockers:
+        return []
+    lines = []
+    for blocker in plan.blockers:
+        if not blocker.services:
             continue
-        text += section
-    if omitted:
-        shown = ", ".join(code(n, 40) for n in omitted[:10])
-        more = f" and {len(omitted) - 10} more" if len(omitted) > 10 else ""
-        text += (f"> **Truncated:** {len(omitted)} of {len(names)} service section(s) left out "
-                 f"to stay under GitHub's {budget:,}-character limit: {shown}{more}. "
-                 f"The counts above cover the whole plan; the saved JSON plan has every "
-                 f"section.\n\n")
-    text += (f"<sub>{esc(common.summary_line(plan))} · "
-             f"fingerprint {code(plan.fingerprint[:16])}</sub>\n")
-    return text
+        message = blocker.message
+        listed = f" ({', '.join(blocker.services)})"
+        if message.endswith(listed):
+            message = message[:-len(listed)]
+        lines.append(f"- **{_blocker_name(blocker)}** — {code(message, 600)}  \n"
+                     f"  blocks {_n(len(blocker.services), 'service')}: "
+                     f"{_names(blocker.services, where=' (each marked ⛔ below)')}\n")
+    lines.extend(f"- ❌ {_blocker_name(b)}: {code(b.message, 1000)}\n"
+                 for b in plan.blockers if not b.services and not b.service)
+    own = sorted(index.blockers)
+    count = sum(len(v) for v in index.blockers.values())
+    if own and count <= _LIST_MAX:
+        lines.extend(f"- ❌ {_blocker_name(b)}: {code(b.message, 1000)}\n"
+                     for n in own for b in index.blockers[n])
+    elif own:
+        shown = ", ".join(f"{code(n, 64)} ({', '.join(code(b.code) for b in index.blockers[n])})"
+                          for n in own[:_LIST_MAX])
+        more = f" and {len(own) - _LIST_MAX:,} more" if len(own) > _LIST_MAX else ""
+        lines.append(f"- {_n(len(own), 'service')} blocked on {'its' if len(own) == 1 else 'their'}"
+                     f" own: {shown}{more} — the messages are in their sections (❌)\n")
+    return [_Section("❌ Why NO-GO", segs=[_Seg(lines)])]
+
+
+def _this_pr(index: _Index) -> list[_Section]:
+    plan, review = index.plan, index.plan.review
+    if review is None:
+        return []
+    introduced = _introduced(plan, review)
+    pending = len(plan.changes) - len(introduced)
+    if review.changes_nothing_managed:
+        title = ("This PR changes nothing reconcile manages"
+                 + (f"; the {_n(pending, 'change')} below were already pending on the base "
+                    "and apply makes them too" if pending else "") + ".\n\n")
+    else:
+        bits = [f"Introduces {_n(len(introduced), 'change')}"]
+        if pending:
+            bits.append(f"{pending:,} already pending on the base (apply makes them too)")
+        if review.removed:
+            bits.append(f"removes {_n(len(review.removed), 'change')} pending on the base")
+        if review.touched:
+            bits.append(f"edits {_n(len(review.touched), 'service')}")
+        title = " · ".join(bits)
+        if review.base_verdict != plan.verdict.value:
+            base = _VERDICT_WORDS.get(review.base_verdict) or code(review.base_verdict, 40)
+            title += (f" · verdict on the base: {base} → with this PR: "
+                      f"**{common.VERDICT_LINE[plan.verdict]}**")
+        title += ".\n\n"
+    lines = [f"- ❌ adds blocker {code(b.code)} {code(b.message, 1000)}\n"
+             for b in review.blockers_introduced]
+    lines.extend(f"- ✅ clears blocker {code(b.code)} {code(b.message, 1000)}\n"
+                 for b in review.blockers_cleared)
+    if review.settings_changed:
+        lines.append("- edits the Settings document (it may change every service's plan)\n")
+    return [_Section("This PR", title, [_Seg(lines)] if lines else [])]
+
+
+def _destructive_section(index: _Index) -> list[_Section]:
+    plan, review = index.plan, index.plan.review
+    flagged = [(c, t) for c in plan.changes if (t := destructive(c))]
+    if not flagged:
+        return []
+    if review is not None:  # what the PR introduces first
+        flagged.sort(key=lambda ct: review.origin(ct[0].idempotency_key) is not Origin.INTRODUCED)
+    lines = []
+    for change, taken in flagged[:_LIST_MAX]:
+        origin = ""
+        if review is not None:
+            origin = (" · _introduced by this PR_"
+                      if review.origin(change.idempotency_key) is Origin.INTRODUCED
+                      else " · _already pending on the base_")
+        lines.append(f"- ⚠️ {code(change.service, 120)} — {taken}{origin}\n")
+    if len(flagged) > _LIST_MAX:
+        lines.append(f"- … and {len(flagged) - _LIST_MAX:,} more, each flagged ⚠️ "
+                     "**destructive** in its section\n")
+    return [_Section("⚠️ Destructive changes", segs=[_Seg(lines)])]
+
+
+def _apply_section(plan: Plan, plan_file: str | None, digest: str | None) -> _Section:
+    lines = []
+    command = f"reconcile apply {shlex.quote(plan_file)}" if plan_file else None
+    if plan.verdict is Verdict.NO_GO:
+        lines.append("- ⛔ Nothing to apply: `reconcile apply` refuses a NO-GO plan. Clear the "
+                     "causes above and plan again.\n")
+    elif plan.verdict is Verdict.NO_CHANGES:
+        lines.append("- Nothing to apply.\n")
+    elif command:
+        lines.append(f"- Apply exactly this plan: {code(command, 600)}\n")
+    else:
+        lines.append("- Save it with `reconcile plan --out plan.json`, then apply it with "
+                     "`reconcile apply plan.json`.\n")
+    if digest:
+        lines.append(f"- Saved plan: {code(plan_file, 300) if plan_file else 'content'} "
+                     f"digest {code(digest, 100)}; apply refuses a file edited after it was "
+                     "saved.\n")
+    if plan.verdict is Verdict.GO:
+        if plan.review is not None and plan.changes:
+            introduced = len(_introduced(plan, plan.review))
+            lines.append(f"- Apply makes every change of this plan: the {introduced:,} "
+                         f"introduced by this PR and the {len(plan.changes) - introduced:,} "
+                         "already pending on the base.\n")
+        lines.append("- Apply re-checks every precondition against the live world before the "
+                     "first write and refuses if anything moved"
+                     + (f"; it then waits until every cluster proves "
+                        f"{_n(len(plan.converging), 'service')} with nothing to send"
+                        if plan.converging else "") + ".\n")
+    return _Section("Apply", segs=[_Seg(lines)])
+
+
+def _general_drift(plan: Plan) -> list[_Section]:
+    lines = [f"- ⚠️ {code(d.code)} {code(d.message, 1000)}\n"
+             for d in plan.drift if d.service is None]
+    return [_Section("⚠️ Drift", segs=[_Seg(lines)])] if lines else []
+
+
+def _services(index: _Index) -> list[_Section]:
+    plan, review = index.plan, index.plan.review
+    names = plan.services()
+    if review is None:
+        sections = [_service(index, n, "Services") for n in names if index.loud(n)]
+        quiet = [_one_line(index, n) for n in names if not index.loud(n)]
+        if quiet:
+            sections.append(_Section("Services", segs=[_details(
+                f"✅ {_n(len(quiet), 'service')} with no changes, each proven converged on "
+                "every expected cluster (one line each)", quiet)], names=()))
+        return sections
+    introduced = {c.service for c in _introduced(plan, review)}
+    touched = set(review.touched) | introduced
+    sections = [_service(index, n, "Introduced by this PR") for n in names if n in touched]
+    sections += [_service(index, n, "Blocked, not touched by this PR") for n in names
+                 if n not in touched and n in index.blockers]
+    if review.removed:
+        lines = []
+        for removed in review.removed:
+            verb = f"**{VERBS[Action(removed.action)]}**" if removed.action in _ACTIONS \
+                else code(removed.action, 40)
+            lines.append(f"- ↩️ {verb} {code(removed.service, 120)} — "
+                         f"{code(removed.summary)} · pending on the base, no longer with this "
+                         "PR\n")
+        sections.append(_Section("Removed by this PR", segs=[_Seg(lines)]))
+    rest = [n for n in names if n not in touched and n not in index.blockers]
+    pending = [n for n in rest if n in index.changes]
+    if pending:
+        lines = []
+        for name in pending:
+            changes = index.changes[name]
+            flag = " ⚠️" if any(destructive(c) for c in changes) else ""
+            lines.append(f"- 🔁 {code(name, 120)}{flag} — "
+                         + "; ".join(code(c.summary, 200) for c in changes) + "\n")
+        count = sum(len(index.changes[n]) for n in pending)
+        sections.append(_Section("Already pending on the base", segs=[_details(
+            f"{_n(count, 'change')} in {_n(len(pending), 'service')} this PR does not touch "
+            "(apply makes them anyway; one line per service)", lines)]))
+    untouched = [_one_line(index, n) for n in rest if n not in index.changes]
+    if untouched:
+        sections.append(_Section("Not touched by this PR", segs=[_details(
+            f"{_n(len(untouched), 'service')} with no change (one line each)", untouched)]))
+    return sections
+
+
+def _footer(plan: Plan) -> str:
+    return (f"<sub>{esc(common.summary_line(plan))} · "
+            f"fingerprint {code(plan.fingerprint[:16])}</sub>\n")
+
+
+# -- parts -----------------------------------------------------------------------------
+
+
+@dataclass
+class _Layout:
+    title: str  # without the part marker
+    environment: str
+    sections: list[_Section]
+    footer: str
+    services: list[str]
+    verdict: str
+
+
+def _layout(plan: Plan, plan_file: str | None, content_digest: str | None) -> _Layout:
+    if content_digest is None and plan_file is not None:
+        content_digest = str(jsonplan.to_wire(plan)["content_digest"])
+    safe_plan = common.untrusted(plan)
+    index = _Index(safe_plan)
+    sections = [*_why_no_go(index), *_general_drift(safe_plan), *_this_pr(index),
+                *_destructive_section(index),
+                _apply_section(safe_plan, plan_file, content_digest), *_services(index)]
+    return _Layout(_title(safe_plan).removesuffix("\n\n"), _environment(safe_plan), sections,
+                   _footer(safe_plan), safe_plan.services(),
+                   common.VERDICT_LINE[safe_plan.verdict])
+
+
+@dataclass
+class _Part:
+    chunks: list[str] = field(default_factory=list)
+    size: int = 0
+    complete: set[str] = field(default_factory=set)  # services whose section is whole here
+
+    def add(self, text: str) -> None:
+        self.chunks.append(text)
+        self.size += len(text)
+
+
+def _heading(group: str, seen: set[str]) -> str:
+    return f"### {group}" + (" (continued)" if group in seen else "") + "\n\n"
+
+
+def _pack(sections: list[_Section], first: int, rest: int) -> list[_Part]:
+    """Sections into parts of at most ``first`` (part 1) and ``rest`` characters."""
+    parts = [_Part()]
+    limit = first
+    group: str | None = None
+    seen: set[str] = set()  # groups opened in an earlier part
+
+    def new_part() -> None:
+        nonlocal limit, group
+        parts.append(_Part())
+        limit = rest
+        if group is not None:
+            seen.add(group)
+        group = None
+
+    def open_group(name: str) -> None:
+        nonlocal group
+        if group != name:
+            parts[-1].add(_heading(name, seen))
+            group = name
+
+    for section in sections:
+        whole = section.text()
+        heading = len(_heading(section.group, seen)) if group != section.group else 0
+        if parts[-1].size + heading + len(whole) > limit and parts[-1].chunks \
+                and len(_heading(section.group, seen | {section.group})) + len(whole) <= rest:
+            new_part()
+        heading = len(_heading(section.group, seen)) if group != section.group else 0
+        if parts[-1].size + heading + len(whole) <= limit:
+            open_group(section.group)
+            parts[-1].add(whole)
+            parts[-1].complete.update(section.names)
+            continue
+        # Larger than a whole part: split between entries, re-opening what was open.
+        if parts[-1].chunks and limit - parts[-1].size < 2_000:
+            new_part()
+        open_group(section.group)
+        parts[-1].add(section.title)
+        for seg in section.segs:
+            opener, started = seg.open, False
+            again = len(_heading(section.group, {section.group})) + len(section.again)
+            room_for_one = rest - again - len(seg.reopen or seg.open) - len(seg.close)
+            for entry in seg.lines:
+                if len(entry) > room_for_one:
+                    entry = seg.too_large.format(size=len(entry))
+                need = (0 if started else len(opener)) + len(entry) + len(seg.close)
+                if parts[-1].size + need > limit:
+                    if started:
+                        parts[-1].add(seg.close)
+                    new_part()
+                    open_group(section.group)
+                    parts[-1].add(section.again)
+                    opener, started = seg.reopen or seg.open, False
+                if not started:
+                    parts[-1].add(opener)
+                    started = True
+                parts[-1].add(entry)
+            if started:
+                parts[-1].add(seg.close)
+    return parts
+
+
+def _paginate(layout: _Layout, budget: int) -> tuple[list[str], list[_Part]]:
+    if budget < MIN_BUDGET:
+        raise ValueError(f"a comment budget under {MIN_BUDGET:,} characters cannot hold a part")
+    head = layout.title + "\n\n" + layout.environment
+    groups: set[str] = set()
+    body = []
+    for section in layout.sections:
+        if section.group not in groups:
+            body.append(_heading(section.group, set()))
+            groups.add(section.group)
+        body.append(section.text())
+    whole = head + "".join(body) + layout.footer
+    if len(whole) <= budget:
+        single = _Part(chunks=[whole], size=len(whole), complete=set(layout.services))
+        return [whole], [single]
+    # The last part ends with the footer, the others with "continued"; ``render`` ends
+    # part 1 with the truncation note (up to ten names) and the footer.
+    tail = len(layout.footer) + len(_truncated(layout, [], budget, _WORST_PART)) + 10 * 80
+    first_head = layout.title + _part_marker(_WORST_PART, _WORST_PART) + "\n\n" \
+        + layout.environment
+    later_head = _later_heading(layout, _WORST_PART, _WORST_PART)
+    parts = _pack(layout.sections, budget - len(first_head) - tail,
+                  budget - len(later_head) - tail)
+    total = str(len(parts))
+    texts = []
+    for number, part in enumerate(parts, start=1):
+        if number == 1:
+            text = layout.title + _part_marker("1", total) + "\n\n" + layout.environment
+        else:
+            text = _later_heading(layout, str(number), total)
+        text += "".join(part.chunks)
+        text += layout.footer if number == len(parts) else _continued(str(number + 1), total)
+        texts.append(text)
+    return texts, parts
+
+
+def _part_marker(number: str, total: str) -> str:
+    return f" · part {number}/{total}"
+
+
+def _later_heading(layout: _Layout, number: str, total: str) -> str:
+    return (f"## reconcile plan · part {number}/{total}: **{layout.verdict}** — continued\n\n"
+            f"<sub>One plan in {total} comments; part 1 has the verdict, the root causes and "
+            "the apply command.</sub>\n\n")
+
+
+def _continued(number: str, total: str) -> str:
+    return f"_Continued in part {number}/{total}._\n"
+
+
+def _truncated(layout: _Layout, left_out: list[str], budget: int, total: str) -> str:
+    shown = _names(left_out, 10)
+    return (f"> **Truncated:** {len(left_out):,} of {len(layout.services):,} service "
+            f"section(s) left out of this comment to stay under GitHub's {budget:,}-character "
+            f"limit: {shown}. They are in parts 2–{total} of the comment `reconcile comment` "
+            "posts; the counts above cover the whole plan; the saved JSON plan has every "
+            "section.\n\n")
+
+
+def render_parts(plan: Plan, *, budget: int = BUDGET, plan_file: str | None = None,
+                 content_digest: str | None = None) -> list[str]:
+    """The comment as parts of at most ``budget`` characters each (one part when it fits).
+
+    ``plan_file``: the saved plan's path as the reviewer should type it (the apply command
+    names it). ``content_digest``: the saved plan's ``content_digest``; computed from the
+    plan when ``plan_file`` is given without it.
+    """
+    texts, _ = _paginate(_layout(plan, plan_file, content_digest), budget)
+    return texts
+
+
+def render(plan: Plan, *, budget: int = BUDGET, plan_file: str | None = None,
+           content_digest: str | None = None) -> str:
+    """The whole comment when it fits ``budget``; else part 1 with a note naming the
+    service sections left out (they are in ``render_parts``' later parts)."""
+    layout = _layout(plan, plan_file, content_digest)
+    texts, parts = _paginate(layout, budget)
+    if len(texts) == 1:
+        return texts[0]
+    first = texts[0].removesuffix(_continued("2", str(len(texts))))
+    left_out = [n for n in layout.services if n not in parts[0].complete]
+    return first + _truncated(layout, left_out, budget, str(len(texts))) + layout.footer
