@@ -18,6 +18,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("plan: 2,000 services × 3 clusters, 20 ms replies", ["benchmarks.plan_bench"]),
     ("apply: 200 promotions × 3 clusters", ["benchmarks.apply_bench"]),
     ("watch: save → plan printed, 1,000 services", ["benchmarks.watch_bench"]),
+    ("PR comment: a 10,000-service plan into parts", ["benchmarks.comment_bench"]),
 ]
 
 

@@ -30,7 +30,6 @@ delete, and every body.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import re
@@ -46,7 +45,7 @@ from reconciler.core.plans import Plan
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.render import markdown
+from reconciler.render import jsonplan, markdown
 
 if TYPE_CHECKING:  # the HTTP stack (githubkit) loads only when the command runs
     from reconciler.shell.github import Comment, CommentsClient
@@ -61,21 +60,12 @@ _REF_PR = re.compile(r"refs/pull/(\d+)/")
 
 
 def render_parts(plan: Plan, *, budget: int, plan_file: str | None = None) -> list[str]:
-    """The plan's Markdown as parts each within ``budget`` characters.
-
-    Uses ``render.markdown.render_parts`` when the renderer has it (split into
-    "part k/n", nothing dropped); otherwise the single budgeted ``render`` (which leaves
-    whole sections out past the budget and says so). ``plan_file`` (named in the comment's
-    apply command) is passed only to a renderer that takes it.
-    """
-    split: Callable[..., Sequence[str]] | None = getattr(markdown, "render_parts", None)
-    render: Callable[..., str] = markdown.render
-    extra: dict[str, Any] = {}
-    if plan_file is not None and "plan_file" in inspect.signature(split or render).parameters:
-        extra["plan_file"] = plan_file
-    if split is None:
-        return [render(plan, budget=budget, **extra)]
-    return [str(part) for part in split(plan, budget=budget, **extra)]
+    """The plan's Markdown as "part k/n" comments, each within ``budget`` characters,
+    nothing dropped; the apply command names ``plan_file`` and the plan's content digest
+    (computed once here: the renderer would otherwise compute it again)."""
+    digest = jsonplan.to_wire(plan)["content_digest"]
+    return markdown.render_parts(plan, budget=budget, plan_file=plan_file,
+                                 content_digest=str(digest))
 
 
 def default_key(plan: Plan) -> str:

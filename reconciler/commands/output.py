@@ -32,11 +32,13 @@ def use_color(stream: TextIO) -> bool:
     return stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
 
 
-def render(plan: Plan, fmt: str, stream: TextIO) -> str:
+def render(plan: Plan, fmt: str, stream: TextIO, *, plan_file: str | None = None) -> str:
+    """``plan_file``: where the plan is saved, so the Markdown names the exact apply
+    command (and the digest of that file)."""
     if fmt == "json":
         return common.terminal_json(jsonplan.dumps(plan))
     if fmt == "markdown":
-        return markdown.render(plan)
+        return markdown.render(plan, plan_file=plan_file)
     return text.render(plan, color=use_color(stream))
 
 

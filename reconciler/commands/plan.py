@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             output.save_plan(Path(args.out), result)
     except EngineError as exc:
         return output.report_error(exc)
-    output.write(output.render(result, args.format, sys.stdout))
+    output.write(output.render(result, args.format, sys.stdout, plan_file=args.out))
     if args.out:
         print(f"saved plan to {args.out}; apply it with: reconcile apply {args.out}",
               file=sys.stderr)
