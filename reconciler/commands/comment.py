@@ -336,7 +336,7 @@ def _sync(client: CommentsClient, pr: int, plan: Plan, key: str, bodies: list[st
         try:
             return _write(client, pr, key, bodies, is_ours)
         except GitHubError as exc:
-            if not exc.body_too_long or attempt == 3 or not hasattr(markdown, "render_parts"):
+            if not exc.body_too_long or attempt == 3:
                 if exc.body_too_long:
                     raise GitHubError(f"{exc} (a part was {max(map(len, bodies)):,} characters;"
                                       " GitHub would not take it)", exc.status) from None

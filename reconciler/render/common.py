@@ -12,6 +12,7 @@ bounded there too; each embedding may bound it further. Pure; no styling here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +95,17 @@ def reason_text(code: str) -> str:
 
 def short(digest: str | None) -> str:
     return digest[:19] if digest else "<none>"
+
+
+def agreement(ev: ServiceEvidence, digest: Callable[[str], str] = lambda d: d) -> str:
+    """"3/3 clusters run <digest>" when every expected cluster answered with the current
+    digest, else "k/n clusters answered" (counts over *expected* clusters)."""
+    answered = [o for o in ev.observations if o.kind is ObservationKind.ANSWERED and o.runtime]
+    digests = {o.runtime.resolved_digest for o in answered if o.runtime}
+    total = len(ev.expected_clusters)
+    if len(answered) == total and digests == {ev.current_digest}:
+        return f"{total}/{total} clusters run {digest(short(ev.current_digest))}"
+    return f"{len(answered)}/{total} clusters answered"
 
 
 def release_text(ref: ReleaseRef | None) -> str:

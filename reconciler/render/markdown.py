@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 
 from reconciler.core.codes import BlockerCode, ReasonCode
 from reconciler.core.evidence import ServiceProof
-from reconciler.core.live import EgressRule, ObservationKind
+from reconciler.core.live import EgressRule
 from reconciler.core.plans import (
     VERBS,
     Action,
@@ -416,14 +416,7 @@ def _evidence(ev: ServiceEvidence) -> _Seg:
 
 
 def _agreement(ev: ServiceEvidence | None) -> str:
-    if ev is None:
-        return "no evidence"
-    answered = [o for o in ev.observations if o.kind is ObservationKind.ANSWERED and o.runtime]
-    digests = {o.runtime.resolved_digest for o in answered if o.runtime}
-    total = len(ev.expected_clusters)
-    if len(answered) == total and digests == {ev.current_digest}:
-        return f"{total}/{total} clusters run {code(common.short(ev.current_digest))}"
-    return f"{len(answered)}/{total} clusters answered"
+    return "no evidence" if ev is None else common.agreement(ev, code)
 
 
 def _change_item(change: Change, review: Review | None) -> str:

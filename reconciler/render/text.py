@@ -10,8 +10,7 @@ through ``safe`` whatever field it comes from. Pure.
 
 from __future__ import annotations
 
-from reconciler.core.live import ObservationKind
-from reconciler.core.plans import VERBS, Plan, ServiceEvidence
+from reconciler.core.plans import VERBS, Plan
 from reconciler.core.review import Origin
 from reconciler.core.sanitize import safe
 from reconciler.render import common
@@ -126,11 +125,11 @@ def render(plan: Plan, *, color: bool = False) -> str:
         if not indices and not service_blockers and ev is not None \
                 and name not in plan.converging:
             if service_drift:
-                out.append(style(f"! {name}", "yellow") + f"  no changes · {_agreement(ev)} · "
-                           "drift below")
+                out.append(style(f"! {name}", "yellow")
+                           + f"  no changes · {common.agreement(ev)} · drift below")
             else:
                 out.append(style(f"= {name}", "dim") + style(
-                    f"  no changes · {_agreement(ev)}", "dim"))
+                    f"  no changes · {common.agreement(ev)}", "dim"))
             continue
         out.append(style(f"● {name}", "bold"))
         for index in indices:
@@ -168,10 +167,3 @@ def render(plan: Plan, *, color: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
-def _agreement(ev: ServiceEvidence) -> str:
-    answered = [o for o in ev.observations if o.kind is ObservationKind.ANSWERED and o.runtime]
-    digests = {o.runtime.resolved_digest for o in answered if o.runtime}
-    total = len(ev.expected_clusters)
-    if len(answered) == total and digests == {ev.current_digest}:
-        return f"{total}/{total} clusters run {common.short(ev.current_digest)}"
-    return f"{len(answered)}/{total} clusters answered"

@@ -94,17 +94,17 @@ def run(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
 
 @pytest.fixture
 def split_into(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
-    """Make the renderer split into ``n`` parts (synthetic; each honours the budget), so
-    part syncing is tested whether or not ``render_parts`` exists yet."""
+    """Make the renderer split into exactly ``n`` parts (synthetic; each honours the
+    budget), so part syncing is tested independently of how a plan happens to split."""
 
     def apply(n: int) -> None:
-        def render_parts(the_plan: object, *, budget: int) -> list[str]:
+        def render_parts(the_plan: object, *, budget: int, **_: object) -> list[str]:
             full = markdown.render(the_plan, budget=budget)  # type: ignore[arg-type]
             assert n == 1 or budget > 200
             return [f"### Plan (part {k}/{n})\n\n" + full[: max(0, budget - 100)]
                     if n > 1 else full for k in range(1, n + 1)]
 
-        monkeypatch.setattr(markdown, "render_parts", render_parts, raising=False)
+        monkeypatch.setattr(markdown, "render_parts", render_parts)
 
     return apply
 

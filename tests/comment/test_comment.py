@@ -202,16 +202,16 @@ def test_body_too_long_for_the_server_is_split_smaller(standin: StandIn, actions
     assert all(len(str(c["body"])) <= 50_000 for c in ours(standin))
 
 
-def test_body_too_long_without_a_splitter_is_a_clear_error(standin: StandIn, actions_env: object,
-                                                          run: Run, planfile: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(markdown, "render_parts", raising=False)
-    monkeypatch.setattr(markdown, "render", lambda plan, budget=65_536: "x" * budget)
+def test_a_body_that_stays_too_long_is_a_clear_error(standin: StandIn, actions_env: object,
+                                                     run: Run, planfile: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # A renderer that ignores the shrinking budget: after bounded retries, a clear error.
+    monkeypatch.setattr(markdown, "render_parts", lambda plan, **_: ["x" * 60_000])
     standin.state.limit = 50_000
     result = run(str(planfile))
     assert result.code == Exit.ERROR
-    assert "GitHub answered 422" in result.err and "body is too long" in result.err
-    assert "GitHub would not take it" in result.err
+    assert "a part was too long for GitHub; splitting within" in result.err
+    assert "part 1/1 of the comment has 60,0" in result.err and "over GitHub's" in result.err
 
 
 def test_enterprise_base_url(ghe_standin: StandIn, actions_env: Callable[..., None], run: Run,

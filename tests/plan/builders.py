@@ -175,3 +175,25 @@ def reference_live(**overrides: Any) -> LiveSnapshot:
         observations=observations)
     values.update(overrides)
     return LiveSnapshot(**values)
+
+
+def sn2_down_live() -> LiveSnapshot:
+    """The reference snapshot with sn2 (127.0.0.3) refusing connections: its address
+    names no cluster and every app's row for sn2 is silent."""
+    live = reference_live()
+    down = ADDRESSES["sn2"]
+    resolved = tuple(Endpoint(address=a, cluster_id=None if c == "sn2" else c,
+                              error="health: connection refused" if c == "sn2" else None)
+                     for c, a in ADDRESSES.items())
+    unnamed = Observation(cluster_id=down, address=down, kind=ObservationKind.SILENT,
+                          reason="health: connection refused")
+    silent = {app: (*(
+        Observation(cluster_id=o.cluster_id, kind=ObservationKind.SILENT,
+                    reason="no resolved address answered as this cluster")
+        if o.cluster_id == "sn2" else o for o in rows), unnamed)
+        for app, rows in live.observations.items()}
+    return live.model_copy(update={
+        "mesh": MeshView(gateway=live.mesh.gateway, resolved=resolved,
+                         settings_clusters=CLUSTERS, expected_clusters=CLUSTERS,
+                         unnamed_addresses=(down,)),
+        "observations": silent})

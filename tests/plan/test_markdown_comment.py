@@ -16,7 +16,7 @@ import pytest
 
 from benchmarks.comment_bench import fleet_plan
 from reconciler.core.desired import DesiredState, Service
-from reconciler.core.live import Endpoint, MeshView, Observation, ObservationKind
+from reconciler.core.live import ObservationKind
 from reconciler.core.planning import Provenance, plan
 from reconciler.core.plans import Plan
 from reconciler.core.review import review
@@ -81,22 +81,7 @@ def _reference() -> Plan:
 
 def _unreachable() -> Plan:
     """sn2 at 127.0.0.3 refuses connections: one root cause blocking every service."""
-    live = b.reference_live()
-    resolved = tuple(Endpoint(address=a, cluster_id=c if c != "sn2" else None,
-                              error=None if c != "sn2" else "health: connection refused")
-                     for c, a in b.ADDRESSES.items())
-    unnamed = Observation(cluster_id=b.ADDRESSES["sn2"], address=b.ADDRESSES["sn2"],
-                          kind=ObservationKind.SILENT, reason="health: connection refused")
-    silent = {app: (*(
-        Observation(cluster_id=o.cluster_id, kind=ObservationKind.SILENT,
-                    reason="no resolved address answered as this cluster")
-        if o.cluster_id == "sn2" else o for o in rows), unnamed)
-        for app, rows in live.observations.items()}
-    live = live.model_copy(update={
-        "mesh": MeshView(gateway=live.mesh.gateway, resolved=resolved,
-                         settings_clusters=b.CLUSTERS, expected_clusters=b.CLUSTERS,
-                         unnamed_addresses=(b.ADDRESSES["sn2"],)),
-        "observations": silent})
+    live = b.sn2_down_live()
     return plan(b.reference_desired(), live, Provenance(commit="2" * 40))
 
 

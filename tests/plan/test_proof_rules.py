@@ -7,11 +7,7 @@ from reconciler.core import evidence
 from reconciler.core.codes import BlockerCode, DriftCode
 from reconciler.core.live import (
     EgressRule,
-    Endpoint,
     LiveSnapshot,
-    MeshView,
-    Observation,
-    ObservationKind,
     ReadFailure,
     ReplicaCounts,
 )
@@ -25,6 +21,7 @@ from tests.plan.builders import (
     reference_desired,
     reference_live,
     runtime,
+    sn2_down_live,
 )
 
 
@@ -108,22 +105,7 @@ def test_a_live_service_that_does_not_require_immutability_is_drift() -> None:
 
 def test_a_down_cluster_is_one_root_cause_naming_its_address_and_what_it_blocks() -> None:
     # Scenario 14: sn2 at 127.0.0.3 refuses connections; its address names no cluster.
-    live = reference_live()
-    resolved = tuple(Endpoint(address=a, cluster_id=c if c != "sn2" else None,
-                              error=None if c != "sn2" else "health: connection refused")
-                     for c, a in ADDRESSES.items())
-    unnamed = Observation(cluster_id=ADDRESSES["sn2"], address=ADDRESSES["sn2"],
-                          kind=ObservationKind.SILENT, reason="health: connection refused")
-    silent = {app: (*(
-        Observation(cluster_id=o.cluster_id, kind=ObservationKind.SILENT,
-                    reason="no resolved address answered as this cluster")
-        if o.cluster_id == "sn2" else o for o in rows), unnamed)
-        for app, rows in live.observations.items()}
-    live = live.model_copy(update={
-        "mesh": MeshView(gateway=live.mesh.gateway, resolved=resolved,
-                         settings_clusters=CLUSTERS, expected_clusters=CLUSTERS,
-                         unnamed_addresses=(ADDRESSES["sn2"],)),
-        "observations": silent})
+    live = sn2_down_live()
     p = plan(reference_desired(), live)
     assert p.verdict is Verdict.NO_GO
     about_sn2 = [b for b in p.blockers if b.cluster in ("sn2", ADDRESSES["sn2"])]

@@ -90,7 +90,11 @@ def test_show_renders_a_saved_plan_without_network(tmp_path: Path,
     saved = tmp_path / "plan.json"
     output.save_plan(saved, p)
     assert cli.main(["show", str(saved), "--format", "markdown"]) == Exit.OK
-    assert capsys.readouterr().out == markdown.render(p)
+    shown = capsys.readouterr().out
+    # The saved file is named in the exact apply command, with its content digest.
+    assert shown == markdown.render(p, plan_file=str(saved))
+    assert f"reconcile apply {saved}" in shown
+    assert json.loads(saved.read_text())["content_digest"][:19] in shown
 
 
 @pytest.mark.parametrize("content, message", [
