@@ -1,7 +1,9 @@
 """``reconcile watch``: follow a checked-out config repo and reconcile continuously.
 
 Stops cleanly on SIGINT/SIGTERM (exit 0); an apply in flight is abandoned safely (its
-sent keys are in the journal). Usage errors exit 64.
+sent keys are in the journal). Usage errors exit 64. With ``--metrics-port`` one
+loopback port (``--metrics-addr`` to change) serves ``/metrics``, ``/healthz`` and
+``/readyz``. ``--only a,b`` plans and applies only those services.
 """
 
 from __future__ import annotations
@@ -11,11 +13,24 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from reconciler.commands import options, output
+from reconciler.commands import options, output, selection
+from reconciler.core.desired import DesiredState
+from reconciler.core.events import Hook
+from reconciler.core.live import LiveSnapshot
+from reconciler.core.planning import Provenance
 from reconciler.core.plans import Plan
 from reconciler.exitcodes import Exit
+from reconciler.failures import EngineError
+
+if TYPE_CHECKING:
+    from reconciler.engine import ApplyRun, WatchSteps
+    from reconciler.shell.endpoints import Overrides
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Follow a checked-out config repo: re-validate and re-plan on each "
         "change, re-read the live side periodically, and (with --apply) apply GO plans "
         "from clean commits.")
-    parser.add_argument("path", nargs="?", default=".")
+    parser.add_argument("path", nargs="?", default=".", metavar="PATH",
+                        help="the checked-out config repo to follow (default: .)")
     parser.add_argument("--apply", action="store_true",
                         help="apply GO plans, only from a clean committed revision")
     parser.add_argument("--resync", type=float, default=30.0, metavar="SECONDS",
@@ -33,36 +49,70 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="quiet time that ends a burst of file events (default 0.3)")
     parser.add_argument("--format", choices=options.FORMATS, default="text",
                         help="how the first plan is shown in full (later: differences)")
-    parser.add_argument("--log-format", choices=("text", "json"), default="text")
+    selection.add_only_flag(parser, help_text="plan and apply only these services: a "
+                            "comma-separated list of names, repeatable (--only checkout,search)"
+                            "; a name no service has is a usage error (64) at start")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text",
+                        help="one event per line: text, or JSON objects with ts (RFC 3339, "
+                        "UTC), level, event and message")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info",
+                        help="write events of this level and above (default info)")
     parser.add_argument("--metrics-port", type=int, metavar="PORT",
-                        help="serve Prometheus metrics on 127.0.0.1:PORT")
+                        help="serve /metrics (Prometheus), /healthz and /readyz on PORT "
+                        "(0: any free port, named in the start event)")
+    parser.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR",
+                        help="address the metrics port listens on (default 127.0.0.1, "
+                        "loopback only; 0.0.0.0 or :: to expose it)")
+    parser.add_argument("--unready-after", type=int, default=2, metavar="N",
+                        help="/readyz answers 503 once N observations of the live side in "
+                        "a row have failed, i.e. within N resyncs (default 2)")
     options.add_connection_flags(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from reconciler.engine import WatchSteps
+    from reconciler.shell.health import Readiness
     from reconciler.shell.watching import Log, Metrics, Watcher
 
-    root = Path(args.path)
-    if not root.is_dir():
-        print(f"error: {root}: not a directory", file=sys.stderr)
-        return int(Exit.ERROR)
+    try:
+        root = selection.desired_root(args.path, command="watch")
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return int(exc.code)
     if args.resync <= 0 or args.debounce < 0:
         print("error: --resync must be > 0 and --debounce >= 0", file=sys.stderr)
         return int(Exit.USAGE)
-    try:
-        metrics = Metrics(args.metrics_port) if args.metrics_port else None
-    except OSError as exc:
-        print(f"error: metrics port {args.metrics_port}: {exc.strerror}", file=sys.stderr)
-        return int(Exit.ERROR)
+    if args.unready_after < 1:
+        print("error: --unready-after must be at least 1", file=sys.stderr)
+        return int(Exit.USAGE)
+
     def render_first(plan: Plan) -> str:
         return output.render(plan, args.format, sys.stdout)
 
-    steps = WatchSteps(root, overrides=options.overrides_from(args), env=os.environ)
-    watcher = Watcher(root=root, steps=steps, log=Log(args.log_format), apply=args.apply,
-                      resync=args.resync,
-                      debounce=args.debounce, metrics=metrics,
+    only = selection.only_from(args)
+    overrides, env = options.overrides_from(args), os.environ
+    steps = only_steps(root, overrides=overrides, env=env, only=only) if only \
+        else WatchSteps(root, overrides=overrides, env=env)
+    if only:
+        loaded = steps.load()  # its blobs are cached: the watcher's first read is cheap
+        if loaded.state is not None:
+            known = [s.name for s in loaded.state.services]
+            unknown = selection.unknown_names(only, known)
+            if unknown:
+                print(f"error: {selection.unknown_message(unknown, known)}", file=sys.stderr)
+                return int(Exit.USAGE)
+    readiness = Readiness(window=args.unready_after)
+    try:
+        metrics = Metrics(args.metrics_port, addr=args.metrics_addr, readiness=readiness) \
+            if args.metrics_port is not None else None
+    except OSError as exc:
+        print(f"error: metrics address {args.metrics_addr}:{args.metrics_port}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return int(Exit.ERROR)
+    watcher = Watcher(root=root, steps=steps, log=Log(args.log_format, level=args.log_level),
+                      apply=args.apply, resync=args.resync, debounce=args.debounce,
+                      metrics=metrics, only=only, readiness=readiness,
                       render_first=render_first if args.log_format == "text" else None)
 
     async def main() -> None:
@@ -72,5 +122,29 @@ def run(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         await watcher.run(stop)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        if metrics is not None:
+            metrics.close()
     return int(Exit.OK)
+
+
+def only_steps(root: Path, *, overrides: Overrides, env: Mapping[str, str],
+               only: frozenset[str]) -> WatchSteps:
+    """The engine's ``WatchSteps`` restricted to ``--only``: the plans the watcher sees,
+    and what its apply may send, are the named services' (mesh-wide blockers stay)."""
+    from reconciler.engine import Reconciler, WatchSteps, load_consistent, restrict
+
+    class OnlySteps(WatchSteps):
+        @staticmethod
+        def plan(desired: DesiredState, snapshot: LiveSnapshot, provenance: Provenance) -> Plan:
+            return restrict(WatchSteps.plan(desired, snapshot, provenance), only)
+
+        async def apply(self, hook: Hook) -> ApplyRun:
+            desired, provenance = load_consistent(self.root)
+            async with Reconciler(self.root, desired, overrides=self.overrides,
+                                  env=self.env) as reconciler:
+                return await reconciler.apply(desired, provenance, hook=hook, only=only)
+
+    return OnlySteps(root, overrides=overrides, env=env)

@@ -14,6 +14,12 @@ prevent. That includes a 0-byte file: the journal is *created with its first lin
 never leaves an empty journal behind, even if it is interrupted or the disk is full; an
 empty file at the journal's path can only be a truncated journal. Only a missing file
 reads as "nothing sent yet". Must not decide what to send; ``shell.applying`` does.
+
+Run records (added later, same version, so older readers skip them): ``run_started``
+(commit, plan fingerprint, verdict, blockers, services, the changes' keys) before an
+apply may send anything, and ``run_finished`` (each change's outcome, the gate's word,
+the duration) after it. ``history`` reads them back, newest first; journals written
+before run records existed still read, their intents and results grouped as they come.
 """
 
 from __future__ import annotations
@@ -22,11 +28,13 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reconciler.core.plans import Change
+from reconciler.core.outcomes import ApplyReport
+from reconciler.core.plans import Change, Plan
 
 VERSION = 1
 
@@ -54,44 +62,62 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def read_entries(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Every checked line of the journal at ``path`` as (line number, entry, without its
+    checksum); nothing for a missing file. Raises ``JournalError`` naming the path and the
+    line for anything that cannot be trusted: it is never skipped."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise JournalError(f"{path}: cannot read the apply journal: {exc.strerror}") from exc
+    if not raw:
+        raise JournalError(
+            f"{path}: the apply journal is corrupt (the file is empty, but a journal is "
+            "never created without its first line, so it was truncated); refusing to "
+            "read it as empty, because it may have held keys already sent -- remove it "
+            "by hand only once you have checked that no apply is in doubt")
+    if not raw.endswith(b"\n"):
+        torn = raw.count(b"\n") + 1
+        raise JournalError(f"{path}:{torn}: the last line of the apply "
+                           "journal is incomplete; inspect it and remove the torn line by "
+                           "hand before rerunning")
+    for number, line in enumerate(raw.splitlines(), start=1):
+        try:
+            entry = json.loads(line)
+            if not isinstance(entry, dict):
+                raise ValueError("not an object")
+            summed = entry.pop("sum")
+            if summed != _checksum(entry) or entry.get("v") != VERSION:
+                raise ValueError("checksum or version mismatch")
+            str(entry["key"])
+            if not isinstance(entry["event"], str):
+                raise ValueError("event is not a string")
+        except (ValueError, KeyError, UnicodeDecodeError) as exc:
+            raise JournalError(
+                f"{path}:{number}: the apply journal is corrupt ({exc}); refusing to read "
+                "it as empty, because it may hold keys already sent") from exc
+        yield number, entry
+
+
+#: Service names listed in a ``run_started`` record (the total is always recorded).
+MAX_SERVICES = 500
+
+
 @dataclass
 class Journal:
     path: Path
     sent: set[str] = field(default_factory=set)  # keys with an intent line
     results: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> last result
+    started: dict[str, float] = field(default_factory=dict)  # run id -> monotonic start
 
     @classmethod
     def open(cls, path: Path) -> Journal:
         journal = cls(path)
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return journal
-        except OSError as exc:
-            raise JournalError(f"{path}: cannot read the apply journal: {exc.strerror}") from exc
-        if not raw:
-            raise JournalError(
-                f"{path}: the apply journal is corrupt (the file is empty, but a journal is "
-                "never created without its first line, so it was truncated); refusing to "
-                "read it as empty, because it may have held keys already sent -- remove it "
-                "by hand only once you have checked that no apply is in doubt")
-        if not raw.endswith(b"\n"):
-            raise JournalError(f"{path}: the last line of the apply journal is incomplete; "
-                               "inspect it and remove the torn line by hand before rerunning")
-        for number, line in enumerate(raw.splitlines(), start=1):
-            try:
-                entry = json.loads(line)
-                if not isinstance(entry, dict):
-                    raise ValueError("not an object")
-                summed = entry.pop("sum")
-                if summed != _checksum(entry) or entry.get("v") != VERSION:
-                    raise ValueError("checksum or version mismatch")
-                key = str(entry["key"])
-                event = entry["event"]
-            except (ValueError, KeyError, UnicodeDecodeError) as exc:
-                raise JournalError(
-                    f"{path}:{number}: the apply journal is corrupt ({exc}); refusing to read "
-                    "it as empty, because it may hold keys already sent") from exc
+        for _, entry in read_entries(path):
+            key = str(entry["key"])
+            event = entry["event"]
             if event == "intent":
                 journal.sent.add(key)
             elif event == "result":
@@ -159,3 +185,172 @@ class Journal:
                 "outcome": outcome, "detail": detail[:500]}
         self._append(body)
         self.results[change.idempotency_key] = body
+
+    # -- run records ------------------------------------------------------------------
+
+    def run_started(self, plan: Plan, *, saved_plan: bool = False) -> str:
+        """Record that an apply of ``plan`` (the fresh plan, already restricted to
+        ``--only``) begins, before it may be refused and before anything is sent; return
+        its run id, for ``run_finished``. A run that never finishes reads back as refused
+        (its plan was NO-GO), nothing to do, interrupted (keys were sent), or ended without
+        sending (refused as stale or mismatched, declined), from this record and the lines
+        after it. Raises ``JournalError`` if it cannot be written."""
+        run = f"run-{int(time.time() * 1000):x}-{os.urandom(4).hex()}"
+        services = plan.services()
+        self._append({
+            "event": "run_started", "key": run, "commit": plan.commit,
+            "fingerprint": plan.fingerprint, "saved_plan": saved_plan,
+            "verdict": plan.verdict.value, "control_plane_url": plan.control_plane_url,
+            "services": services[:MAX_SERVICES], "services_total": len(services),
+            "blockers": [{"code": b.code.value, "message": b.message[:300]}
+                         for b in plan.blockers[:50]],
+            "changes": [{"key": c.idempotency_key, "service": c.service,
+                         "action": c.action.value, "summary": c.summary[:300]}
+                        for c in plan.changes],
+        })
+        self.started[run] = time.monotonic()
+        return run
+
+    def run_finished(self, run: str, report: ApplyReport) -> None:
+        """Record how the run ended: each change's outcome, the gate's word, the time."""
+        began = self.started.pop(run, None)
+        gate = report.gate
+        self._append({
+            "event": "run_finished", "key": run,
+            "duration_seconds": None if began is None else round(time.monotonic() - began, 3),
+            "writes_ok": report.writes_ok,
+            "outcomes": [{"key": r.change.idempotency_key, "service": r.change.service,
+                          "action": r.change.action.value, "outcome": r.outcome.value,
+                          "detail": r.detail[:300], "code": r.code}
+                         for r in report.results],
+            "gate": None if gate is None else {
+                "converged": gate.converged, "attempts": gate.attempts,
+                "waited_seconds": round(gate.waited_seconds, 3),
+                "pending": [{"service": p.service, "reasons": p.reasons()[:10]}
+                            for p in gate.pending()[:50]]},
+        })
+
+
+
+# -- reading it back: ``reconcile history`` ---------------------------------------------
+
+#: Lines of an old journal (no run records) further apart than this start a new group.
+LEGACY_GAP_MS = 60_000
+
+
+@dataclass
+class Run:
+    """One apply as the journal tells it (or, for a journal older than run records, one
+    burst of intents and results)."""
+
+    id: str
+    started_ms: int
+    line: int
+    commit: str | None = None
+    fingerprint: str | None = None
+    verdict: str | None = None
+    saved_plan: bool = False
+    services: list[str] = field(default_factory=list)
+    blockers: list[dict[str, Any]] = field(default_factory=list)
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    sent: list[str] = field(default_factory=list)  # keys with an intent after the start
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> last result
+    finished: dict[str, Any] | None = None
+    finished_ms: int | None = None
+    legacy: bool = False
+
+    @property
+    def status(self) -> str:
+        """converged | not_converged | failed | unproven | refused | nothing_to_do |
+        interrupted | not_finished | legacy"""
+        if self.legacy:
+            return "legacy"
+        done = self.finished
+        if done is not None:
+            if not done.get("writes_ok", False):
+                return "failed"
+            gate = done.get("gate")
+            if gate is None:
+                return "unproven" if done.get("outcomes") else "nothing_to_do"
+            return "converged" if gate.get("converged") else "not_converged"
+        if self.verdict == "no_go":
+            return "refused"
+        if self.sent or self.results:
+            return "interrupted"
+        if self.verdict == "no_changes" and not self.changes:
+            return "nothing_to_do"
+        return "not_finished"
+
+    def outcomes(self) -> list[dict[str, Any]]:
+        """Each change's outcome: from the run's own end record, else from the result
+        lines after its start (``sent`` with no result: in doubt)."""
+        if self.finished is not None:
+            return list(self.finished.get("outcomes") or [])
+        out = []
+        by_key = {c["key"]: c for c in self.changes}
+        keys = list(dict.fromkeys([*self.sent, *self.results]))
+        for key in keys:
+            change = by_key.get(key) or self.results.get(key) or {}
+            result = self.results.get(key)
+            out.append({"key": key, "service": change.get("service") or
+                        change.get("service_id"), "action": change.get("action"),
+                        "outcome": result.get("outcome") if result else "in_doubt",
+                        "detail": (result or {}).get("detail", "")})
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        done = self.finished or {}
+        return {
+            "id": self.id, "status": self.status, "started_ms": self.started_ms,
+            "finished_ms": self.finished_ms, "line": self.line, "commit": self.commit,
+            "plan_fingerprint": self.fingerprint, "verdict": self.verdict,
+            "saved_plan": self.saved_plan, "services": self.services,
+            "blockers": self.blockers,
+            "duration_seconds": done.get("duration_seconds"),
+            "gate": done.get("gate"), "changes": self.outcomes() or [
+                {**c, "outcome": "not_sent"} for c in self.changes],
+        }
+
+
+def history(path: Path) -> list[Run]:
+    """Every run in the journal at ``path``, newest first. A journal that cannot be
+    trusted raises ``JournalError`` (path and line), never a shorter history."""
+    runs: list[Run] = []
+    by_id: dict[str, Run] = {}
+    owner: dict[str, Run] = {}  # change key -> the latest run that planned it
+    legacy: Run | None = None
+    last_ms = 0
+    for number, entry in read_entries(path):
+        event, key = entry["event"], str(entry["key"])
+        ts = int(entry.get("ts") or 0)
+        if event == "run_started":
+            run = Run(id=key, started_ms=ts, line=number, commit=entry.get("commit"),
+                      fingerprint=entry.get("fingerprint"), verdict=entry.get("verdict"),
+                      saved_plan=bool(entry.get("saved_plan")),
+                      services=list(entry.get("services") or []),
+                      blockers=list(entry.get("blockers") or []),
+                      changes=list(entry.get("changes") or []))
+            runs.append(run)
+            by_id[key] = run
+            for change in run.changes:
+                owner[str(change.get("key"))] = run
+            legacy = None
+        elif event == "run_finished":
+            ended = by_id.get(key)
+            if ended is not None:
+                ended.finished, ended.finished_ms = entry, ts
+        elif event in ("intent", "result"):
+            into = owner.get(key)
+            if into is None:
+                if legacy is None or ts - last_ms > LEGACY_GAP_MS:
+                    legacy = Run(id=f"lines-{number}", started_ms=ts, line=number,
+                                 legacy=True)
+                    runs.append(legacy)
+                into = legacy
+            if event == "intent":
+                into.sent.append(key)
+            else:
+                into.results[key] = entry
+            last_ms = ts
+    runs.sort(key=lambda r: (r.started_ms, r.line), reverse=True)
+    return runs

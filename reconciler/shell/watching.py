@@ -8,7 +8,9 @@ SIGINT/SIGTERM. Each plan is diffed against the previous one and only the differ
 reported.
 
 Must not decide what to change (``core.planning``) nor how to apply (``engine``); it
-only decides *when*. Reports go through ``Log``; metrics through ``Metrics``.
+only decides *when*. Reports go through ``Log`` (levels, RFC 3339 UTC timestamps); metrics
+through ``Metrics``; readiness through ``health.Readiness`` (served by ``shell.health``
+beside the metrics, with ``/healthz``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,13 @@ from reconciler.core.outcomes import ApplyReport, Outcome
 from reconciler.core.planning import Provenance
 from reconciler.core.plans import Plan, Verdict
 from reconciler.core.sanitize import safe
+from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
+from reconciler.shell.controlplane import ControlPlaneError
+from reconciler.shell.endpoints import ConfigError
+from reconciler.shell.gitrepo import GitError
+from reconciler.shell.health import Endpoint, Readiness, serve
+from reconciler.shell.journal import JournalError
 
 
 class Loaded(Protocol):
@@ -70,20 +78,50 @@ class Steps(Protocol):
     async def close(self) -> None: ...
 
 
-class Log:
-    """One event per line: human text, or JSON objects with ``--log-format json``."""
+LEVELS: dict[str, int] = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
-    def __init__(self, fmt: str = "text", stream: TextIO | None = None) -> None:
+#: The level of each event unless the caller says otherwise (default: info).
+EVENT_LEVELS: dict[str, str] = {
+    "invalid": "warning", "backoff": "warning", "apply-abandoned": "warning",
+    "only-unknown": "warning", "unready": "warning",
+    "live-unreadable": "error", "apply-failed": "error", "apply-refused": "error",
+}
+
+
+def rfc3339(ts: float) -> str:
+    """UTC, milliseconds, ``Z``: ``2026-11-30T20:41:06.123Z``."""
+    ms = int(ts * 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+
+
+class Log:
+    """One event per line: human text, or JSON objects with ``--log-format json``. Each
+    line has an RFC 3339 UTC timestamp (``ts``) and a level; events below ``level`` are
+    not written."""
+
+    def __init__(self, fmt: str = "text", stream: TextIO | None = None,
+                 level: str = "info", clock: Callable[[], float] = time.time) -> None:
+        if level not in LEVELS:
+            raise ValueError(f"unknown log level {level!r}; one of: {', '.join(LEVELS)}")
         self.fmt = fmt
         self.stream = stream or sys.stdout
+        self.level = level
+        self.clock = clock
 
-    def event(self, event: str, message: str, **fields: object) -> None:
+    def enabled(self, level: str) -> bool:
+        return LEVELS[level] >= LEVELS[self.level]
+
+    def event(self, event: str, message: str, *, level: str | None = None,
+              **fields: object) -> None:
+        level = level or EVENT_LEVELS.get(event, "info")
+        if not self.enabled(level):
+            return
+        ts = rfc3339(self.clock())
         if self.fmt == "json":
-            record = {"ts": round(time.time(), 3), "event": event, "message": message,
-                      **fields}
+            record = {**fields, "ts": ts, "level": level, "event": event, "message": message}
             line = json.dumps(record, sort_keys=True, default=str)
         else:
-            line = f"{time.strftime('%H:%M:%S')} {event}: {message}"
+            line = f"{ts} {level} {event}: {message}"
             extra = fields.get("lines")
             if isinstance(extra, list | tuple):
                 line += "".join(f"\n    {x}" for x in extra)
@@ -91,36 +129,99 @@ class Log:
         self.stream.flush()
 
 
+#: Error kinds counted by ``reconcile_errors_total`` (each starts at 0).
+ERROR_KINDS = ("control_plane", "config", "git", "journal", "invalid_desired_state",
+               "apply_refused", "apply_failed", "other")
+REFUSALS = frozenset({Exit.REFUSED_NO_GO, Exit.REFUSED_STALE, Exit.REFUSED_COMMIT,
+                      Exit.REFUSED_EVIDENCE, Exit.REFUSED_MISMATCH, Exit.DECLINED})
+
+
+def error_kind(exc: BaseException) -> str:
+    """What kind of failure an ``EngineError`` is, from its code and its cause."""
+    if isinstance(exc, EngineError) and exc.code in REFUSALS:
+        return "apply_refused"
+    cause = exc.__cause__
+    for kind, types in (("control_plane", ControlPlaneError), ("config", ConfigError),
+                        ("git", GitError), ("journal", JournalError)):
+        if isinstance(cause, types) or isinstance(exc, types):
+            return kind
+    return "other"
+
+
 class Metrics:
-    """The optional Prometheus endpoint (loopback only)."""
+    """The Prometheus registry, served with ``/healthz`` and ``/readyz`` on one port
+    (loopback unless ``addr`` says otherwise)."""
 
-    def __init__(self, port: int) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+    def __init__(self, port: int, addr: str = "127.0.0.1",
+                 readiness: Readiness | None = None) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge
 
-        self.registry = CollectorRegistry()
-        self.verdict = Gauge("reconcile_plan_verdict", "1 for the last plan's verdict",
-                             ["verdict"], registry=self.registry)
+        self.readiness = readiness or Readiness()
+        self.registry = registry = CollectorRegistry()
+        self.verdict = Gauge("reconcile_plan_verdict", "1 for the last plan's verdict; "
+                             "unknown while the live side cannot be read",
+                             ["verdict"], registry=registry)
         self.changes = Gauge("reconcile_plan_changes", "changes in the last plan",
-                             ["action"], registry=self.registry)
+                             ["action"], registry=registry)
         self.blockers = Gauge("reconcile_plan_blockers", "blockers in the last plan",
-                              registry=self.registry)
+                              registry=registry)
         self.drift = Gauge("reconcile_plan_drift", "drift items in the last plan",
-                           registry=self.registry)
+                           registry=registry)
         self.silent = Gauge("reconcile_silent_clusters",
                             "expected clusters silent for at least one service",
-                            registry=self.registry)
+                            registry=registry)
         self.last_apply = Gauge("reconcile_last_successful_apply_timestamp_seconds",
-                                "when an apply last converged", registry=self.registry)
+                                "when an apply last converged", registry=registry)
         self.unproven = Gauge("reconcile_services_not_proven_converged",
                               "managed services the judge does not prove converged",
-                              registry=self.registry)
+                              registry=registry)
         self.cycles = Counter("reconcile_watch_cycles", "plans made by the watcher",
-                              registry=self.registry)
-        start_http_server(port, addr="127.0.0.1", registry=self.registry)
+                              registry=registry)
+        self.last_observation = Gauge(
+            "reconcile_last_successful_observation_timestamp_seconds",
+            "when the live side was last read successfully (0: never)", registry=registry)
+        age = Gauge("reconcile_last_successful_observation_age_seconds",
+                    "seconds since the live side was last read successfully (+Inf: never)",
+                    registry=registry)
+        age.set_function(self._age)
+        ready = Gauge("reconcile_ready", "1 when /readyz answers 200", registry=registry)
+        ready.set_function(lambda: 1.0 if self.readiness.state()[0] else 0.0)
+        self.errors = Counter("reconcile_errors", "failures by kind", ["kind"],
+                              registry=registry)
+        self.observations = Counter(
+            "reconcile_observations",
+            "per-service observations of each expected cluster, by outcome, at each resync",
+            ["cluster", "outcome"], registry=registry)
+        self.gate = Counter("reconcile_gate_results", "convergence gate results",
+                            ["result"], registry=registry)
+        self.applies = Counter("reconcile_applies", "applies by outcome", ["outcome"],
+                               registry=registry)
+        self.change_outcomes = Counter("reconcile_change_outcomes",
+                                       "changes sent by apply, by outcome", ["outcome"],
+                                       registry=registry)
+        for kind in ERROR_KINDS:
+            self.errors.labels(kind)
+        for result in ("converged", "not_converged", "unproven"):
+            self.gate.labels(result)
+        for outcome in APPLY_OUTCOMES:
+            self.applies.labels(outcome)
+        for change_outcome in Outcome:
+            self.change_outcomes.labels(change_outcome.value)
+        self._set_verdict(None)
+        self.endpoint: Endpoint = serve(addr, port, registry, self.readiness)
 
-    def observe_plan(self, plan: Plan) -> None:
-        for verdict in Verdict:
-            self.verdict.labels(verdict.value).set(1 if plan.verdict is verdict else 0)
+    def _age(self) -> float:
+        last = self.readiness.last_success
+        return float("inf") if last is None else max(0.0, time.time() - last)
+
+    def _set_verdict(self, verdict: Verdict | None) -> None:
+        for value in Verdict:
+            self.verdict.labels(value.value).set(1 if verdict is value else 0)
+        self.verdict.labels("unknown").set(1 if verdict is None else 0)
+
+    def observe_plan(self, plan: Plan, *, fresh: bool = False) -> None:
+        """A new plan; ``fresh``: made from a snapshot just read (count its observations)."""
+        self._set_verdict(plan.verdict)
         for action, count in plan.counts().items():
             if action not in ("blockers", "drift"):
                 self.changes.labels(action).set(count)
@@ -130,6 +231,59 @@ class Metrics:
                              b.code in ("cluster_silent", "cluster_unreachable")}))
         self.unproven.set(len(plan.unconverged()))
         self.cycles.inc()
+        if fresh:
+            counted: dict[tuple[str, str], int] = {}
+            for evidence in plan.evidence:
+                for obs in evidence.observations:
+                    label = (obs.cluster_id, obs.kind.value)
+                    counted[label] = counted.get(label, 0) + 1
+            for (cluster, outcome), count in counted.items():
+                self.observations.labels(cluster, outcome).inc(count)
+
+    def observed(self) -> None:
+        self.last_observation.set(time.time())
+
+    def unreadable(self, kind: str) -> None:
+        """The live side could not be read: the verdict is unknown, not the last one."""
+        self._set_verdict(None)
+        self.errors.labels(kind).inc()
+
+    def error(self, kind: str) -> None:
+        self.errors.labels(kind).inc()
+
+    def applied(self, outcome: str, report: ApplyReport | None) -> None:
+        self.applies.labels(outcome).inc()
+        if report is None:
+            return
+        for result in report.results:
+            self.change_outcomes.labels(result.outcome.value).inc()
+        gate = gate_result(report)
+        if gate is not None:
+            self.gate.labels(gate).inc()
+
+    def close(self) -> None:
+        self.endpoint.close()
+
+
+#: ``reconcile_applies_total`` outcomes.
+APPLY_OUTCOMES = ("converged", "not_converged", "unproven", "failed", "refused", "error",
+                  "nothing_to_do")
+
+
+def gate_result(report: ApplyReport) -> str | None:
+    """converged | not_converged | unproven (changes sent, no judge's word); None when
+    nothing was sent and no gate ran."""
+    if report.gate is not None:
+        if not report.gate.proofs:
+            return "unproven"
+        return "converged" if report.gate.converged else "not_converged"
+    return "unproven" if report.results else None
+
+
+def apply_outcome(report: ApplyReport) -> str:
+    if not report.writes_ok:
+        return "failed"
+    return gate_result(report) or "nothing_to_do"
 
 
 def config_file_filter(root: Path) -> Callable[[Change, str], bool]:
@@ -162,6 +316,8 @@ class Watcher:
     max_backoff: float = 300.0
     metrics: Metrics | None = None
     render_first: Callable[[Plan], str] | None = None  # the first plan in full, then diffs
+    only: frozenset[str] = frozenset()  # --only: the steps restrict; the watcher reports
+    readiness: Readiness = field(default_factory=Readiness)
     desired: DesiredState | None = None
     provenance: Provenance = field(default_factory=Provenance)
     snapshot: LiveSnapshot | None = None
@@ -171,14 +327,21 @@ class Watcher:
     backoff: float = 0.0
     next_apply_at: float = 0.0
     applying: asyncio.Task[None] | None = None
+    was_ready: bool | None = None
+    only_unknown: frozenset[str] = frozenset()
 
     # -- the loop ---------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
         events: asyncio.Queue[set[tuple[Change, str]]] = asyncio.Queue()
         watcher = asyncio.create_task(self._watch_files(events, stop))
+        if self.metrics is not None:
+            self.readiness = self.metrics.readiness
         self.log.event("start", f"watching {self.root} (resync every {self.resync:g}s"
-                       + (", applying GO plans from clean commits)" if self.apply else ")"))
+                       + (", applying GO plans from clean commits" if self.apply else "")
+                       + (f", only {', '.join(sorted(self.only))}" if self.only else "")
+                       + ")", metrics=None if self.metrics is None
+                       else self.metrics.endpoint.address)
         try:
             await self._reload()
             await self._resync()
@@ -266,12 +429,23 @@ class Watcher:
             key = hashlib.sha256("\n".join(rendered).encode()).hexdigest()
             if key != self.broken:
                 self.broken = key
+                if self.metrics is not None:
+                    # No path read: the repo itself (git) failed, not the files in it.
+                    self.metrics.error("git" if loaded.provenance.path is None
+                                       else "invalid_desired_state")
+                self.readiness.waiting("no valid desired state to observe yet")
                 self.log.event("invalid", f"{len(rendered)} problem(s); keeping the last "
                                "good desired state" if self.desired else
                                f"{len(rendered)} problem(s); nothing valid to plan yet",
                                lines=rendered)
             return
         self.broken = None
+        unknown = self.only - {s.name for s in loaded.state.services}
+        if unknown != self.only_unknown:
+            self.only_unknown = frozenset(unknown)
+            if unknown:
+                self.log.event("only-unknown", "--only names no service of this repo: "
+                               + ", ".join(sorted(unknown)))
         known = {s.app_id for s in self.desired.services} if self.desired else set()
         self.desired = loaded.state
         if self.snapshot is not None and {s.app_id for s in loaded.state.services} != known:
@@ -279,16 +453,39 @@ class Watcher:
 
     async def _resync(self) -> None:
         if self.desired is None:
+            self.readiness.waiting("no valid desired state to observe yet")
+            self._report_readiness()
             return
         try:
             self.snapshot = await self.steps.observe(self.desired)
         except EngineError as exc:
-            self.log.event("live-unreadable", f"could not read the live world: {safe(exc)}")
+            kind = error_kind(exc)
+            self.log.event("live-unreadable", f"could not read the live world: {safe(exc)}",
+                           kind=kind)
             self.snapshot = None
+            self.readiness.failed(f"{kind}: {safe(exc, 300)}")
+            if self.metrics is not None:
+                self.metrics.unreadable(kind)
+            self._report_readiness()
             return
-        self._replan("resync")
+        self.readiness.succeeded()
+        if self.metrics is not None:
+            self.metrics.observed()
+        self._report_readiness()
+        self._replan("resync", fresh=True)
 
-    def _replan(self, why: str) -> None:
+    def _report_readiness(self) -> None:
+        """Log each change of ``/readyz``'s answer once."""
+        ready, reason = self.readiness.state()
+        if ready == self.was_ready:
+            return
+        if ready:
+            self.log.event("ready", "the live side was read; ready")
+        elif self.was_ready is not None or self.desired is not None:
+            self.log.event("unready", f"not ready: {reason}")
+        self.was_ready = ready
+
+    def _replan(self, why: str, *, fresh: bool = False) -> None:
         if self.desired is None:
             return
         if self.snapshot is None:
@@ -300,9 +497,9 @@ class Watcher:
         first = self.plan is None
         self.plan = new
         if self.metrics is not None:
-            self.metrics.observe_plan(new)
+            self.metrics.observe_plan(new, fresh=fresh)
         elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
-        if first and self.render_first is not None:
+        if first and self.render_first is not None and self.log.enabled("info"):
             self.log.stream.write(self.render_first(new))
         if delta.empty:
             self.log.event("plan", f"{why}: no difference from the last plan "
@@ -339,10 +536,12 @@ class Watcher:
     async def _apply(self, commit: str) -> None:
         self.log.event("apply", f"applying commit {commit[:12]}")
         ok = False
+        outcome, report = "error", None
         try:
             run = await self.steps.apply(_LogHook(self.log))
             report = run.report
             ok = report.writes_ok and (report.gate is None or report.gate.converged)
+            outcome = apply_outcome(report)
             summary = ", ".join(f"{report.count(o)} {o.value}" for o in Outcome
                                 if report.count(o))
             failed = [] if report.gate is None else [
@@ -351,8 +550,16 @@ class Watcher:
                            f"commit {commit[:12]}: {summary or 'nothing to send'}"
                            + ("" if ok else "; not converged"), lines=failed, commit=commit)
         except EngineError as exc:
+            kind = error_kind(exc)
+            outcome = "refused" if kind == "apply_refused" else "error"
             self.log.event("apply-refused", f"commit {commit[:12]}: {safe(str(exc), 2000)}",
-                           code=int(exc.code), commit=commit)
+                           code=int(exc.code), commit=commit, kind=kind)
+            if self.metrics is not None:
+                self.metrics.error(kind)
+        if self.metrics is not None:
+            if outcome == "failed":
+                self.metrics.error("apply_failed")
+            self.metrics.applied(outcome, report)
         if ok:
             self.failed_commit, self.backoff = None, 0.0
             if self.metrics is not None:
@@ -389,6 +596,6 @@ class _LogHook:
             pending = [f"{p.service}: {x}" for p in event.proofs for x in p.reasons()]
             self.log.event("apply-progress", f"gate {event.attempt}/{event.attempts}: "
                            + (f"waiting on {len(pending)}" if pending else "every cluster "
-                              "converged"), lines=pending[:5])
+                              "converged"), level="debug", lines=pending[:5])
         elif isinstance(event, Finished):
             return

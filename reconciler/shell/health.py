@@ -1,0 +1,139 @@
+"""The watcher's HTTP endpoint: ``/metrics``, ``/healthz`` and ``/readyz`` on one port.
+
+``/healthz`` answers 200 while the process serves at all (liveness). ``/readyz`` answers
+200 only while the live side has been read recently enough to trust what the watcher
+says: at least one of the last N observations succeeded (N=2 by default, so it turns
+503 at the second failed resync in a row and 200 again at the first success), with a
+one-line reason when it is not. ``/metrics`` is Prometheus' text format from the
+watcher's own registry.
+
+Owns the server (a small ``http.server`` on a daemon thread; loopback by default) and
+the readiness state, which the watcher updates and the server thread reads under a lock.
+Decides nothing else; ``shell.watching`` tells it what happened.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+
+@dataclass
+class Readiness:
+    """Whether the last observations of the live side succeeded; thread-safe."""
+
+    window: int = 2  # ready while at least one of the last ``window`` observations succeeded
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _failures: int = 0  # consecutive failed observations since the last success
+    _last_ok: float | None = None  # wall-clock time of the last successful observation
+    _reason: str = "no observation of the live side yet"
+
+    def succeeded(self) -> None:
+        with self._lock:
+            self._failures, self._last_ok, self._reason = 0, time.time(), ""
+
+    def failed(self, reason: str) -> None:
+        with self._lock:
+            self._failures += 1
+            self._reason = reason
+
+    def waiting(self, reason: str) -> None:
+        """Nothing could be observed (no valid desired state yet): not ready, no failure."""
+        with self._lock:
+            if self._last_ok is None:
+                self._reason = reason
+
+    @property
+    def last_success(self) -> float | None:
+        with self._lock:
+            return self._last_ok
+
+    def state(self) -> tuple[bool, str]:
+        with self._lock:
+            if self._last_ok is None:
+                return False, self._reason
+            if self._failures >= self.window:
+                age = time.time() - self._last_ok
+                return False, (f"{self._failures} observation(s) of the live side failed in "
+                               f"a row (last success {age:.0f}s ago): {self._reason}")
+            return True, "ready"
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], registry: CollectorRegistry,
+                 readiness: Readiness) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _Handler)
+        self.registry = registry
+        self.readiness = readiness
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    server_version = "reconcile"
+
+    def do_GET(self) -> None:
+        self._answer(body=True)
+
+    def do_HEAD(self) -> None:
+        self._answer(body=False)
+
+    def _answer(self, *, body: bool) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            status, ctype, data = 200, CONTENT_TYPE_LATEST, generate_latest(self.server.registry)
+        elif path == "/healthz":
+            status, ctype, data = 200, "text/plain; charset=utf-8", b"ok\n"
+        elif path == "/readyz":
+            ready, reason = self.server.readiness.state()
+            status = 200 if ready else 503
+            ctype, data = "text/plain; charset=utf-8", (reason + "\n").encode()
+        else:
+            status, ctype, data = 404, "text/plain; charset=utf-8", \
+                b"not found: /metrics, /healthz, /readyz\n"
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        if body:
+            self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # scrapes and probes are not events
+
+
+@dataclass
+class Endpoint:
+    """The running server; ``address`` is where it listens (port 0 resolved)."""
+
+    server: _Server
+    thread: threading.Thread
+
+    @property
+    def address(self) -> str:
+        host, port = self.server.server_address[:2]
+        host = str(host)
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def serve(addr: str, port: int, registry: CollectorRegistry, readiness: Readiness) -> Endpoint:
+    """Listen on ``addr:port`` (``OSError`` if it cannot) and serve on a daemon thread."""
+    server = _Server((addr, port), registry, readiness)
+    thread = threading.Thread(target=server.serve_forever, name="reconcile-metrics",
+                              daemon=True)
+    thread.start()
+    return Endpoint(server, thread)
