@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reconciler.commands import options, output
+from reconciler.commands import options, output, selection
 from reconciler.core.events import Event
 from reconciler.core.outcomes import ApplyReport, Outcome
 from reconciler.core.plans import Plan
@@ -30,11 +30,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "apply", help="apply a plan and wait until every cluster proves it",
         description="Apply the desired state (PATH) or a saved plan (PLANFILE).")
-    parser.add_argument("target", nargs="?", default=".", metavar="PATH|PLANFILE")
+    parser.add_argument("target", nargs="?", default=".", metavar="PATH|PLANFILE",
+                        help="a plan saved with `reconcile plan --out` (applied exactly), or "
+                        "where the desired state is: its directory or any directory below it "
+                        "(default: the current directory)")
     parser.add_argument("--auto-approve", action="store_true",
                         help="do not ask for confirmation (needed when not on a terminal)")
-    parser.add_argument("--only", action="append", nargs="+", metavar="SERVICE", default=[],
-                        help="apply only the changes of these services")
+    selection.add_only_flag(parser, help_text="apply only these services' changes "
+                            "(comma-separated, repeatable: --only checkout,search); a name no "
+                            "service has is a usage error (64)")
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="progress and result as terminal text, or one JSON object per "
                         "event per line")
@@ -80,14 +84,14 @@ def run(args: argparse.Namespace) -> int:
     from reconciler.engine import apply_async  # the HTTP stack loads only when needed
 
     target = Path(args.target)
-    only = frozenset(name for group in args.only for name in group)
+    only = selection.only_from(args)
     saved = None
     try:
         if target.is_file():
             saved = output.load_plan(target)
             root = Path(args.repo or saved.repo_path or ".")
         else:
-            root = target
+            root = selection.desired_root(args.target, command="apply")
         confirm = _confirm_on_terminal
         if args.auto_approve or saved is not None:
             confirm = _show_plan if args.format == "text" else _accept

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from reconciler.commands import options, output
+from reconciler.commands import options, output, selection
 from reconciler.core.plans import Plan, Verdict
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -25,13 +25,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "plan", help="show what apply would change, and on what evidence",
         description="Read the desired state, read the control plane and every cluster, and "
         "show the difference.")
-    parser.add_argument("path", nargs="?", default=".", help="the desired-state repo (default .)")
+    parser.add_argument("path", nargs="?", default=".", metavar="PATH",
+                        help="where the desired state is: its directory or any directory "
+                        "below it (the nearest one above holding a Settings document is "
+                        "used; default: the current directory)")
     parser.add_argument("--base", metavar="REF",
                         help="also plan the desired state at git REF (e.g. the PR's base) "
                         "against the same live snapshot, and say which changes this branch "
                         "introduces, which were already pending, and which it removes")
     parser.add_argument("--out", metavar="FILE", help="save the plan (JSON) for `reconcile apply`")
-    parser.add_argument("--format", choices=options.FORMATS, default="text")
+    parser.add_argument("--format", choices=options.FORMATS, default="text",
+                        help="text for a terminal, json (the plan file's form), or markdown "
+                        "(a pull-request comment); default text")
+    selection.add_only_flag(parser, help_text="show only these services' part of the plan "
+                            "(comma-separated, repeatable: --only checkout,search); mesh-wide "
+                            "blockers stay; a name no service has is a usage error (64)")
     parser.add_argument("--detailed-exitcode", action="store_true",
                         help="0 no changes and every cluster proven converged, 2 GO with work "
                         "for apply (changes, or a service not proven converged), 3 NO-GO, "
@@ -48,16 +56,28 @@ def detailed_exit(plan_value: Plan) -> Exit:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reconciler.engine import plan, plan_review  # the HTTP stack loads only when needed
+    from reconciler.engine import plan, plan_review, restrict  # HTTP loads only when needed
 
-    root = Path(args.path)
+    only = selection.only_from(args)
+    if only and args.out:
+        print("reconcile plan: --only cannot be combined with --out: a saved plan is the "
+              "whole plan (save it whole, then: reconcile apply FILE --only NAME)",
+              file=sys.stderr)
+        return int(Exit.USAGE)
     try:
+        root = selection.desired_root(args.path, command="plan")
         if args.base:
             result = plan_review(root, args.base, overrides=options.overrides_from(args),
                                  progress=output.progress_for_stderr())
         else:
             result = plan(root, overrides=options.overrides_from(args),
                           progress=output.progress_for_stderr())
+        if only:
+            known = {p.service for p in result.proofs} | set(result.services())
+            unknown = selection.unknown_names(only, known)
+            if unknown:
+                raise EngineError(selection.unknown_message(unknown, known), Exit.USAGE)
+            result = restrict(result, only)
         if args.out:
             output.save_plan(Path(args.out), result)
     except EngineError as exc:
@@ -67,6 +87,3 @@ def run(args: argparse.Namespace) -> int:
         print(f"saved plan to {args.out}; apply it with: reconcile apply {args.out}",
               file=sys.stderr)
     return int(detailed_exit(result)) if args.detailed_exitcode else int(Exit.OK)
-
-
-

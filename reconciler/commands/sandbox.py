@@ -28,52 +28,81 @@ def register(subparsers: Any) -> None:
         description="A real control plane and cluster mesh on loopback, with faults.")
     parser.add_argument("--state", type=Path, default=DEFAULT_STATE,
                         help="state directory (default: .sandbox)")
-    sub = parser.add_subparsers(dest="sandbox_command", metavar="ACTION", required=True)
+    sub = parser.add_subparsers(dest="sandbox_command", metavar="ACTION", required=True,
+                                help="what to do with the sandbox")
 
-    up = sub.add_parser("up", help="start the sandbox")
-    up.add_argument("--state", type=Path, default=argparse.SUPPRESS)
-    up.add_argument("--clusters", type=int, default=3)
-    up.add_argument("--detach", action="store_true", help="return once started")
-    up.add_argument("--port", type=int, default=launcher.DEFAULT_PORT)
-    up.add_argument("--mesh-port", type=int, default=launcher.DEFAULT_MESH_PORT)
-    up.add_argument("--converge-delay-ms", type=int, default=1000)
-    up.add_argument("--seed", type=Path, default=None, help="seed file for a fresh state")
+    state_help = "state directory (default: .sandbox; also accepted before ACTION)"
+    up = sub.add_parser("up", help="start the sandbox",
+                        description="Start a control plane and CLUSTERS clusters on loopback "
+                        "and print what a client needs. With --print-env, stdout carries only "
+                        "`export` lines (everything else goes to stderr) and the sandbox "
+                        "detaches, so `eval \"$(reconcile sandbox up --print-env)\"` works.")
+    up.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
+    up.add_argument("--clusters", type=int, default=3, metavar="N",
+                    help="how many clusters to start, 1 to 200 (default 3)")
+    up.add_argument("--detach", action="store_true",
+                    help="return once started; stop it with `reconcile sandbox down`")
+    up.add_argument("--print-env", action="store_true",
+                    help="print only `export` lines on stdout, for eval (implies --detach)")
+    up.add_argument("--port", type=int, default=launcher.DEFAULT_PORT,
+                    help=f"control-plane port on 127.0.0.1, 0 for a free one "
+                    f"(default {launcher.DEFAULT_PORT})")
+    up.add_argument("--mesh-port", type=int, default=launcher.DEFAULT_MESH_PORT,
+                    help=f"the clusters' port, one address each on 127.0.0.x, 0 for a free "
+                    f"one (default {launcher.DEFAULT_MESH_PORT})")
+    up.add_argument("--converge-delay-ms", type=int, default=1000, metavar="MS",
+                    help="how long a cluster takes to roll out a new digest (default 1000)")
+    up.add_argument("--seed", type=Path, default=None, metavar="FILE",
+                    help="seed file (services, releases, grants) for a fresh state "
+                    "(default: the built-in seed)")
     up.set_defaults(handler=cmd_up)
 
+    env = sub.add_parser("env", help="print `export` lines for a running sandbox (for eval)",
+                         description="Print only `export` lines for the sandbox in --state, "
+                         "so `eval \"$(reconcile sandbox env)\"` points clients at it.")
+    env.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
+    env.set_defaults(handler=cmd_env)
+
     down = sub.add_parser("down", help="stop a detached sandbox")
-    down.add_argument("--state", type=Path, default=argparse.SUPPRESS)
+    down.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
     down.set_defaults(handler=cmd_down)
 
     status = sub.add_parser("status", help="what each cluster runs, per app")
-    status.add_argument("--state", type=Path, default=argparse.SUPPRESS)
+    status.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
     status.set_defaults(handler=cmd_status)
 
     kinds = "; ".join(f"{k}: {v}" for k, v in faults.CLUSTER_KINDS.items())
     fault = sub.add_parser("fault", help="switch a fault on or off",
                            description=f"Cluster faults — {kinds}. Control plane "
                            "(target control-plane): " + ", ".join(faults.CONTROL_PLANE_KINDS))
-    fault.add_argument("--state", type=Path, default=argparse.SUPPRESS)
+    fault.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
     fault.add_argument("target", metavar="CLUSTER", help="a cluster id or control-plane")
-    fault.add_argument("kind", metavar="KIND")
-    fault.add_argument("--off", action="store_true")
-    fault.add_argument("--param", action="append", default=[], metavar="K=V")
+    fault.add_argument("kind", metavar="KIND", help="the fault (listed above)")
+    fault.add_argument("--off", action="store_true", help="switch the fault off")
+    fault.add_argument("--param", action="append", default=[], metavar="K=V",
+                       help="a fault parameter (e.g. ms=500 for latency), repeatable")
     fault.set_defaults(handler=cmd_fault)
 
     push = sub.add_parser("push", help="the registry observes a new digest under a tag")
-    push.add_argument("--state", type=Path, default=argparse.SUPPRESS)
-    push.add_argument("service")
-    push.add_argument("tag")
+    push.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
+    push.add_argument("service", metavar="SERVICE", help="the service (its repository)")
+    push.add_argument("tag", metavar="TAG", help="the tag the new digest is observed under")
     push.set_defaults(handler=cmd_push)
 
     seed = sub.add_parser("seed", help="replace services, releases and grants from a file")
-    seed.add_argument("--state", type=Path, default=argparse.SUPPRESS)
-    seed.add_argument("file", type=Path)
+    seed.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
+    seed.add_argument("file", type=Path, metavar="FILE", help="the seed file (YAML or JSON)")
     seed.set_defaults(handler=cmd_seed)
 
 
 def describe(sb: launcher.Sandbox) -> str:
     """What a client needs, including ``export`` lines (the token itself is not printed)."""
-    lines = [
+    return "\n".join([*human_lines(sb), "", "# for clients:", *export_lines(sb)])
+
+
+def human_lines(sb: launcher.Sandbox) -> list[str]:
+    """Where everything is, for a person to read."""
+    return [
         f"control plane   {sb.control_plane_url}/typedrequest",
         f"gateway         {sb.gateway} port {sb.mesh_port}",
         f"--resolve       {sb.resolve_arg()}",
@@ -83,35 +112,46 @@ def describe(sb: launcher.Sandbox) -> str:
         f"deploy-bot      {sb.deploy_bot_token_file}  (non-admin)",
         f"signer key      {sb.signer_key_file}  (wallet {sb.wallet_address}, "
         f"appId {sb.auth_app_id})",
-        "",
-        "# for clients:",
-        f"export RECONCILE_TOKEN=\"$(cat {shlex.quote(str(sb.token_file))})\"",
     ]
+
+
+def export_lines(sb: launcher.Sandbox) -> list[str]:
+    """Only what ``eval`` takes: ``export NAME=VALUE`` lines, shell-quoted; the token is
+    read from its file when evaluated, so it is never printed."""
+    lines = [f"export RECONCILE_TOKEN=\"$(cat {shlex.quote(str(sb.token_file))})\""]
     for name, value in sb.env().items():
         if name != "RECONCILE_TOKEN":
             lines.append(f"export {name}={shlex.quote(value)}")
-    return "\n".join(lines)
+    return lines
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    detach = args.detach or args.print_env
     try:
         existing = launcher.attach(args.state)
         if any(launcher.alive(pid) for pid in existing._pids.values()):
             print(f"a sandbox is already running in {args.state} "
-                  "(reconcile sandbox down)", file=sys.stderr)
+                  "(reconcile sandbox down; or print its settings: reconcile sandbox env)",
+                  file=sys.stderr)
             return Exit.ERROR
     except launcher.SandboxError:
         pass
     try:
         sb = launcher.start(args.state, clusters=args.clusters, port=args.port,
                             mesh_port=args.mesh_port, converge_delay_ms=args.converge_delay_ms,
-                            seed=args.seed, detach=args.detach)
+                            seed=args.seed, detach=detach)
     except (launcher.SandboxError, OSError) as exc:
         print(f"reconcile sandbox up: {safe(exc, 2000)}", file=sys.stderr)
         return Exit.ERROR
+    stop_hint = f"stop it with: reconcile sandbox down --state {shlex.quote(str(args.state))}"
+    if args.print_env:
+        print("\n".join(human_lines(sb)), file=sys.stderr)
+        print(stop_hint, file=sys.stderr)
+        print("\n".join(export_lines(sb)), flush=True)
+        return Exit.OK
     print(describe(sb))
-    if args.detach:
-        print(f"\nstop it with: reconcile sandbox down --state {shlex.quote(str(args.state))}")
+    if detach:
+        print(f"\n{stop_hint}")
         return Exit.OK
     print("\nrunning; Ctrl-C stops it")
     stop = False
@@ -128,6 +168,20 @@ def cmd_up(args: argparse.Namespace) -> int:
         pass
     finally:
         sb.stop()
+    return Exit.OK
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    try:
+        sb = launcher.attach(args.state)
+    except (launcher.SandboxError, OSError, ValueError, KeyError) as exc:
+        print(f"reconcile sandbox env: {safe(exc, 2000)}", file=sys.stderr)
+        return Exit.ERROR
+    if not any(launcher.alive(pid) for pid in sb._pids.values()):
+        print(f"reconcile sandbox env: the sandbox in {args.state} is not running "
+              "(start one with: reconcile sandbox up --print-env)", file=sys.stderr)
+        return Exit.ERROR
+    print("\n".join(export_lines(sb)))
     return Exit.OK
 
 

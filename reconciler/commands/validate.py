@@ -1,5 +1,14 @@
-"""``reconcile validate [PATH] [--format text|json|github|sarif]``: check a config repo,
-print every problem.
+"""``reconcile validate [PATH] [--format text|json|github|sarif]``: check a config repo
+(or one file of it), print every problem.
+
+PATH a directory: the desired-state root is found from it like git finds its repo
+(``shell.discovery``: the nearest directory at or above PATH holding a Settings file,
+never above the git work tree), and all of it is validated. PATH a file: that file is
+validated (``discovery.check_file``): within its desired state when one is found above
+it (syntax, each document, and the rules between documents, problems of this file
+only), else alone (syntax, each document, duplicates within the file; "exactly one
+Settings" and "granted services are declared" need the directory). Diagnostics of a
+file name it as given.
 
 Owns the command's arguments and output. Loading and checking are
 ``shell.validating.load_repo``'s; this module only renders its result. Exit codes:
@@ -21,6 +30,7 @@ PATH joined with the repo-relative path), so annotations land on the real file.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -31,6 +41,7 @@ from reconciler import __version__
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.render.diagnostics_formats import escape_data, github_annotations, sarif_log
+from reconciler.shell import discovery
 from reconciler.shell.validating import LoadResult, load_repo
 
 FORMAT_VERSION = "1.0"
@@ -45,7 +56,9 @@ def register(subparsers: Any) -> None:
         "rules between them, and print every problem as path:line:col: field: message.",
     )
     parser.add_argument("path", nargs="?", default=".", metavar="PATH",
-                        help="the desired-state repo (default: the current directory)")
+                        help="the desired-state directory or any directory below it (the "
+                        "nearest one above holding a Settings document is used), or one "
+                        "YAML file to check on its own (default: the current directory)")
     parser.add_argument("--format", choices=FORMATS, default="text",
                         help="output format (default: text); github: Actions workflow-command "
                         "annotations; sarif: a SARIF 2.1.0 log")
@@ -53,7 +66,17 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    root = Path(args.path)
+    given = Path(args.path)
+    if given.exists() and not given.is_dir():
+        return run_file(args, given)
+    root = given
+    if given.is_dir():
+        found = discovery.find_root(given)
+        if found.moved:
+            print(f"reconcile validate: using the desired state in {found.root} (the nearest "
+                  f"directory above {args.path} holding a Settings document); paths below "
+                  "are relative to it", file=sys.stderr)
+        root = found.root
     try:
         result = load_repo(root)
     except (OSError, ValueError) as exc:  # load_repo reports bad input itself; this is the machine
@@ -80,6 +103,49 @@ def run(args: argparse.Namespace) -> int:
         print(diagnostic.render())
     print(summary(result), file=sys.stdout if result.valid else sys.stderr)
     return Exit.OK if result.valid else Exit.ERROR
+
+
+def run_file(args: argparse.Namespace, path: Path) -> int:
+    """``validate FILE`` (see the module docstring)."""
+    checked = discovery.check_file(path)
+    where = (f"checked within the desired state in {checked.repo}" if checked.repo is not None
+             else "checked alone: the rules between files need the directory")
+    kinds = [type(d.document).__name__ for d in checked.documents]
+    counts = {"services": kinds.count("Service"), "grants": kinds.count("Grant"),
+              "settings": kinds.count("Settings")}
+    if checked.valid:
+        text = (f"valid: {path.as_posix()}: {_plural(counts['services'], 'service')}, "
+                f"{_plural(counts['grants'], 'grant')}, {counts['settings']} settings ({where})")
+    else:
+        text = (f"invalid: {_plural(len(checked.diagnostics), 'problem')} in "
+                f"{path.as_posix()} ({where})")
+    code = Exit.OK if checked.valid else Exit.ERROR
+    summary_stream = sys.stdout if checked.valid else sys.stderr
+    if args.format in ("github", "sarif"):
+        parent = path.parent
+        base = workspace_base(parent, os.environ.get("GITHUB_WORKSPACE"))
+        if args.format == "sarif":
+            log = sarif_log(checked.diagnostics, version=__version__, root=parent.as_posix(),
+                            base=base)
+            print(json.dumps(log, indent=2, ensure_ascii=False))
+        else:
+            for line in github_annotations(checked.diagnostics, root=parent.as_posix(),
+                                           base=base):
+                print(line)
+            print(text, file=summary_stream)
+        return code
+    named = [dataclasses.replace(d, path=path.as_posix()) for d in checked.diagnostics]
+    if args.format == "json":
+        print(json.dumps({
+            "format_version": FORMAT_VERSION, "valid": checked.valid, "summary": text,
+            "files": 1, "counts": counts,
+            "scope": "file-in-repo" if checked.repo is not None else "file-alone",
+            "diagnostics": [d.to_json() for d in named]}, indent=2, ensure_ascii=False))
+        return code
+    for diagnostic in named:
+        print(diagnostic.render())
+    print(text, file=summary_stream)
+    return code
 
 
 def workspace_base(root: Path, workspace: str | None) -> str:

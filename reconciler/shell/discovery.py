@@ -1,0 +1,180 @@
+"""Where the desired state is, found from where the user stands (as git finds its repo).
+
+Owns the search rule, the one wording of a path a command cannot use, and validating a
+single file. Callers: ``validate``, ``plan``, ``apply`` (``watch`` may use it too).
+
+**The rule.** Start at PATH (default: the current directory) and walk up, PATH itself
+first, to the first directory that *directly* holds a YAML file (``*.yaml``/``*.yml``,
+not hidden, a regular file of at most 1 MiB, parsed as the loader parses it) with a
+document whose ``kind`` is ``Settings``. That directory is the
+desired-state root: everything below it is loaded, any layout. The walk never goes above
+the git work tree holding PATH (the first directory with a ``.git`` entry), nor above
+the filesystem root outside git. When no directory on the way holds a Settings file,
+PATH itself is the root, exactly as given (so a repo whose Settings lives in a
+subdirectory still works when you name its top, and one with no Settings is told so).
+
+Keep the Settings file at the top of the desired-state directory and every command
+finds it from any subdirectory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from reconciler.core import crosscheck
+from reconciler.core.diagnostics import Diagnostic, sorted_diagnostics
+from reconciler.shell import loading, validating
+
+#: Files without this word are not parsed at all.
+_MENTIONS_SETTINGS = re.compile(rb"\bSettings\b")
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """The desired-state root (``root``, relative when the start was) and the git work
+    tree holding it (``repo``, None outside git); ``moved`` when the root is not the
+    start itself."""
+
+    root: Path
+    repo: Path | None
+    moved: bool
+
+
+def holds_settings(directory: Path) -> bool:
+    """Whether ``directory`` directly holds a YAML file with a ``kind: Settings`` document."""
+    try:
+        with os.scandir(directory) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError:
+        return False
+    for entry in entries:
+        if entry.name.startswith(".") or not entry.name.endswith(loading.YAML_SUFFIXES):
+            continue
+        try:
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            if entry.stat(follow_symlinks=False).st_size > loading.MAX_FILE_BYTES:
+                continue
+            with open(entry.path, "rb") as handle:
+                data = handle.read(loading.MAX_FILE_BYTES + 1)
+        except OSError:
+            continue
+        if _MENTIONS_SETTINGS.search(data) and _is_settings_file(data, entry.name):
+            return True
+    return False
+
+
+def _is_settings_file(data: bytes, name: str) -> bool:
+    documents, _ = loading.parse_bytes(data, name)
+    return any(isinstance(d.value, dict) and d.value.get("kind") == "Settings"
+               for d in documents)
+
+
+def find_root(start: Path) -> Found:
+    """The desired-state root for ``start`` (an existing directory), by the module's rule."""
+    here = start.resolve()
+    found: Path | None = None
+    repo: Path | None = None
+    for directory in (here, *here.parents):
+        if found is None and holds_settings(directory):
+            found = directory
+        if os.path.lexists(directory / ".git"):
+            repo = directory
+            break
+    if found is None or found == here:
+        return Found(start, _shown(repo, start), moved=False)
+    return Found(_shown(found, start) or found, _shown(repo, start), moved=True)
+
+
+def _shown(path: Path | None, start: Path) -> Path | None:
+    """``path`` as the user would write it: relative to the current directory when
+    ``start`` was relative, else absolute."""
+    if path is None or start.is_absolute():
+        return path
+    try:
+        return Path(os.path.relpath(path, Path.cwd()))
+    except ValueError:  # another drive (Windows)
+        return path
+
+
+def unusable(path: Path, *, want: str) -> str | None:
+    """The one sentence every command prints for a path it cannot use, or None.
+
+    ``want``: ``"directory"``, ``"file"`` or ``"any"``. Missing: ``PATH: does not exist``.
+    """
+    try:
+        if not path.exists():
+            return f"{path}: does not exist"
+        if want == "directory" and not path.is_dir():
+            return f"{path}: is not a directory (give the desired-state directory)"
+        if want == "file" and path.is_dir():
+            return f"{path}: is a directory, not a file"
+    except OSError as exc:
+        return f"{path}: cannot be read: {exc.strerror or type(exc).__name__}"
+    return None
+
+
+# --------------------------------------------------------------------------- one file
+
+@dataclass(frozen=True, slots=True)
+class FileCheck:
+    """``validate FILE``: the file's own diagnostics (paths: the file's name), the
+    documents that passed their model, and where it was checked: ``repo`` is the
+    desired-state root it was validated within, or None when it was checked alone."""
+
+    diagnostics: tuple[Diagnostic, ...]
+    documents: tuple[crosscheck.Located, ...]
+    repo: Path | None
+
+    @property
+    def valid(self) -> bool:
+        return not self.diagnostics
+
+
+def check_file(path: Path) -> FileCheck:
+    """Validate one file, as far as it can be judged.
+
+    Inside a desired-state root (found from the file's directory by the module's rule)
+    that loads the file, the whole root is validated and the problems *in this file* are
+    kept: its syntax, each document against its kind, and the rules between documents
+    (a duplicate name, a grant naming an undeclared service). Otherwise (no Settings
+    above it, or a file the repo would not load, like a hidden one) it is checked alone:
+    syntax, each document against its kind, and duplicates within the file; the rules
+    that need the rest of the repo (exactly one Settings, granted services declared) are
+    not checked. Never raises for bad input.
+    """
+    root = find_root(path.parent).root
+    if holds_settings(root):
+        try:
+            rel: str | None = path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            rel = None
+        if rel is not None:
+            result = validating.load_repo(root)
+            if rel in result.files:
+                return FileCheck(
+                    _renamed(tuple(d for d in result.diagnostics if d.path == rel), path.name),
+                    tuple(d for d in result.documents if d.path == rel), root)
+    return _alone(path)
+
+
+def _alone(path: Path) -> FileCheck:
+    loaded = loading.load_file(path.parent, path.name)
+    documents: list[crosscheck.Located] = []
+    diagnostics: list[Diagnostic] = list(loaded.diagnostics)
+    for document in loaded.documents:
+        model, problems = validating.validate_document(document)
+        diagnostics.extend(problems)
+        if model is not None:
+            documents.append(crosscheck.Located(
+                model, document.path, document.line, document.column, document.positions))
+    diagnostics.extend(crosscheck.check(documents, complete=False, repo=path.name))
+    return FileCheck(tuple(sorted_diagnostics(diagnostics)), tuple(documents), None)
+
+
+def _renamed(diagnostics: Sequence[Diagnostic], name: str) -> tuple[Diagnostic, ...]:
+    return tuple(replace(d, path=name) for d in diagnostics)

@@ -1,0 +1,177 @@
+"""Repo discovery: from any directory below the desired state, every command finds it
+(``reconciler.shell.discovery``); ``validate FILE``; one wording for a missing path."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reconciler import cli
+from reconciler.exitcodes import Exit
+from reconciler.sandbox.launcher import Sandbox
+from reconciler.shell import discovery
+from tests.e2e_repo import EXAMPLES, Repo, git, make_repo
+
+#: Three depths below the desired-state root: the root itself, one and two levels down.
+DEPTHS = ("", "services", "services/deep")
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    """A committed copy of the reference desired state, with an empty deeper directory."""
+    root = tmp_path / "work" / "config"
+    shutil.copytree(EXAMPLES, root)
+    (root / "services" / "deep").mkdir()
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "desired state")
+    return root
+
+
+@pytest.mark.parametrize("below", DEPTHS)
+def test_find_root_from_three_depths(config: Path, below: str) -> None:
+    found = discovery.find_root(config / below)
+    assert found.root.resolve() == config.resolve()
+    assert found.repo is not None and found.repo.resolve() == config.resolve()
+    assert found.moved == bool(below)
+
+
+def test_relative_start_gives_a_relative_root(config: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(config / "services" / "deep")
+    found = discovery.find_root(Path("."))
+    assert found.root == Path("../..") and found.moved
+
+
+def test_the_walk_stops_at_the_git_work_tree(tmp_path: Path) -> None:
+    """A Settings file above the git work tree belongs to something else."""
+    shutil.copy(EXAMPLES / "settings.yaml", tmp_path / "settings.yaml")
+    inner = tmp_path / "other-repo" / "sub"
+    inner.mkdir(parents=True)
+    git(tmp_path / "other-repo", "init", "-q")
+    found = discovery.find_root(inner)
+    assert found.root == inner and not found.moved
+    assert found.repo == tmp_path / "other-repo"
+
+
+def test_outside_git_the_walk_goes_up(tmp_path: Path) -> None:
+    shutil.copytree(EXAMPLES, tmp_path / "state")
+    start = tmp_path / "state" / "grants"
+    found = discovery.find_root(start)
+    assert found.root == tmp_path / "state" and found.moved and found.repo is None
+
+
+def test_a_settings_file_is_recognised_by_its_top_level_kind(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("kind: Service\nnested:\n  kind: Settings\n")
+    assert not discovery.holds_settings(tmp_path)
+    (tmp_path / ".hidden.yaml").write_text("kind: Settings\n")
+    assert not discovery.holds_settings(tmp_path)
+    (tmp_path / "b.yml").write_text("---\napiVersion: reconcile/v1\nkind: 'Settings'  # x\n")
+    assert discovery.holds_settings(tmp_path)
+
+
+@pytest.mark.parametrize("below", DEPTHS)
+def test_validate_from_three_depths(config: Path, below: str, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(config / below)
+    assert cli.main(["validate"]) == Exit.OK
+    captured = capsys.readouterr()
+    assert captured.out.strip() == "valid: 4 services, 2 grants, 1 settings in 6 files"
+    assert ("using the desired state in" in captured.err) == bool(below)
+
+
+# --- validate FILE ---------------------------------------------------------------------
+
+def test_validate_a_file_within_its_repo_checks_the_rules_between_files(
+        config: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    grant = config / "grants" / "deploy-bot.yaml"
+    grant.write_text(grant.read_text().replace("service: search", "service: serch", 1))
+    checkout = config / "services" / "checkout.yaml"
+    checkout.write_text(checkout.read_text() + "\n---\nkind: Nope\n")  # another file's
+    monkeypatch.chdir(config / "grants")
+    assert cli.main(["validate", "deploy-bot.yaml"]) == Exit.OK  # checkout.yaml is not asked
+    assert "checkout.yaml" not in capsys.readouterr().out
+    checkout.write_text((EXAMPLES / "services" / "checkout.yaml").read_text())
+    assert cli.main(["validate", "deploy-bot.yaml"]) == Exit.ERROR
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert lines and all(line.startswith("deploy-bot.yaml:") for line in lines)
+    assert "serch" in captured.out  # a rule between files: no service of that name
+    assert "checked within the desired state in .." in captured.err
+
+
+def test_validate_a_service_file_alone(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    lone = tmp_path / "checkout.yaml"
+    shutil.copy(EXAMPLES / "services" / "checkout.yaml", lone)
+    assert cli.main(["validate", str(lone)]) == Exit.OK
+    out = capsys.readouterr().out
+    assert "valid:" in out and "1 service" in out and "checked alone" in out
+    assert cli.main(["validate", "--format", "json", str(lone)]) == Exit.OK
+    report = json.loads(capsys.readouterr().out)
+    assert report["valid"] and report["scope"] == "file-alone"
+    assert report["counts"]["services"] == 1
+
+
+def test_validate_a_broken_file_alone_names_it_as_given(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "x.yaml").write_text(
+        "apiVersion: reconcile/v1\nkind: Service\nname: a\n---\n"
+        "apiVersion: reconcile/v1\nkind: Service\nname: a\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["validate", "sub/x.yaml"]) == Exit.ERROR
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert lines and all(line.startswith("sub/x.yaml:") for line in lines)
+    assert any(line.startswith("sub/x.yaml:5:") for line in lines)  # the second document
+    assert "required key" in captured.out  # the model's problems, each named
+    assert "no Settings" not in captured.out  # not judged: the rest of the repo is not here
+    assert "in sub/x.yaml (checked alone" in captured.err
+
+
+# --- missing paths: one wording -----------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["validate"], ["plan"], ["apply", "--auto-approve"],
+                                  ["show"]])
+def test_a_missing_path_is_worded_the_same_everywhere(
+        argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope"
+    assert cli.main([*argv, str(missing)]) == Exit.ERROR
+    captured = capsys.readouterr()
+    assert f"{missing}: does not exist" in captured.out + captured.err
+    assert "Traceback" not in captured.err
+
+
+def test_plan_of_a_file_says_it_wants_the_directory(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["plan", str(EXAMPLES / "settings.yaml")]) == Exit.ERROR
+    assert "settings.yaml: is not a directory" in capsys.readouterr().err
+
+
+# --- plan, live, from a subdirectory ---------------------------------------------------------
+
+def run_in(repo: Repo, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "reconciler", *args], cwd=cwd,
+                          env=repo.env(), capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_plan_from_three_depths(tmp_path: Path, sandbox: Sandbox) -> None:
+    repo = make_repo(tmp_path, sandbox)
+    (repo.path / "services" / "deep").mkdir()
+    plans = []
+    for below in DEPTHS:
+        done = run_in(repo, repo.path / below, "plan", "--format", "json")
+        assert done.returncode == Exit.OK, done.stderr
+        plan = json.loads(done.stdout)
+        assert Path(plan["repo_path"]) == repo.path.resolve()
+        plans.append(sorted(c["service"] for c in plan["changes"]))
+    assert plans[0] and plans[0] == plans[1] == plans[2]
