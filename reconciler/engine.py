@@ -269,6 +269,11 @@ class Reconciler:
             raise EngineError(str(exc)) from exc
         fresh_all, snapshot = await self.plan(desired, provenance, progress)
         fresh = restrict(fresh_all, only)
+        try:
+            # Before any refusal, so `reconcile history` lists refused applies too.
+            run = journal.run_started(fresh, saved_plan=saved is not None)
+        except JournalError as exc:
+            raise EngineError(str(exc)) from exc
         refuse_no_go(fresh)
         sending = fresh.changes
         if saved is not None:
@@ -299,6 +304,7 @@ class Reconciler:
                   for c in sending]
         if not checks and fresh.verdict is Verdict.NO_CHANGES:
             hook(NothingToDo())
+            journal.run_finished(run, ApplyReport(results=()))
             return ApplyRun(fresh, ApplyReport(results=()))
         if confirm is not None and not confirm(fresh):
             raise EngineError("apply cancelled; nothing was sent", Exit.DECLINED)
@@ -309,6 +315,7 @@ class Reconciler:
         targets = self.gate_targets(desired, fresh, results)
         if targets:
             report = report.model_copy(update={"gate": await self.gate(desired, targets, hook)})
+        journal.run_finished(run, report)
         hook(Finished(report=report))
         return ApplyRun(fresh, report)
 

@@ -3,14 +3,12 @@ a corrupt journal named with its path and line, never skipped.
 
 Most cases write journals through the Journal API (run records, intents, results); one
 end-to-end case runs refused (a down cluster), converged and failed (a stuck cluster)
-applies against the sandbox and reads them back -- it needs the engine to write the run
-records (``Reconciler.apply`` calling ``journal.run_started`` / ``run_finished``) and is
-skipped until it does.
+applies against the sandbox and reads them back (the engine's ``Reconciler.apply``
+writes the run records).
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import subprocess
 import sys
@@ -206,12 +204,6 @@ def test_the_journal_is_found_as_apply_finds_it(
 
 # -- end to end: needs the engine wiring ------------------------------------------------
 
-def _engine_writes_run_records() -> bool:
-    from reconciler.engine import Reconciler
-    source = inspect.getsource(Reconciler.apply)
-    return "run_started(" in source and "run_finished(" in source
-
-
 def _history(repo: Repo) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, "-c", "import sys; from reconciler.commands.history import main; "
@@ -222,8 +214,6 @@ def _history(repo: Repo) -> dict[str, Any]:
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(not _engine_writes_run_records(),
-                    reason="needs Reconciler.apply to call journal.run_started/run_finished")
 def test_history_after_a_refused_a_converged_and_a_failed_apply(
         repo_factory: Callable[..., Repo], sandbox: Sandbox) -> None:
     repo = repo_factory(sandbox, attempts=4)
