@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "reconciler.commands.comment",
     "reconciler.commands.apply",
     "reconciler.commands.watch",
+    "reconciler.commands.history",
     "reconciler.commands.sandbox",
     "reconciler.commands.completion",
 )

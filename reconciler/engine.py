@@ -224,8 +224,8 @@ class Reconciler:
                                                  prober=self.prober, client=self.client,
                                                  progress=progress)
         except ControlPlaneError as exc:
-            raise EngineError(f"control plane {self.connection.control_plane_url}: {exc}") \
-                from exc
+            raise EngineError(f"control plane {self.connection.control_plane_url}: {exc}"
+                              f"{_next_step(exc, self.connection)}") from exc
         except ConfigError as exc:
             raise EngineError(str(exc)) from exc
 
@@ -381,6 +381,21 @@ class Reconciler:
                 return ReadFailure(service_id=service_id, reason=exc.message)
         values = await asyncio.gather(*(one(i) for i in ids))
         return dict(zip(ids, values, strict=True))
+
+
+def _next_step(exc: ControlPlaneError, connection: Connection) -> str:
+    """What to do about a control-plane failure, said where it is reported (the client's
+    wording is shared with the prober, whose next steps differ)."""
+    text = str(exc)
+    if "unreachable" in text:
+        return ("; is it running? start a local one with `reconcile sandbox up --print-env`, "
+                "or pass --control-plane URL")
+    if text.startswith("TLS"):
+        return ("; pass --control-plane-ca PATH (or --ca-file) with the CA that signed its "
+                "certificate, or 'system'")
+    if "nauthorized" in text or "UNAUTHORIZED" in text:
+        return f"; the token in {connection.token_env} was refused: set it to a valid one"
+    return ""
 
 
 def _targets(state: LiveService | ReadFailure) -> tuple[str, ...]:

@@ -180,7 +180,8 @@ def token_from_env(conn: Connection, env: Mapping[str, str]) -> str:
     if not value:
         raise ConfigError(
             f"the control-plane token is missing: environment variable {conn.token_env} "
-            "is unset or empty (controlPlane.tokenEnv names it)")
+            "is unset or empty (controlPlane.tokenEnv names it); set it to a machine user's "
+            'token (for the sandbox: eval "$(reconcile sandbox env)")')
     return value
 
 

@@ -53,7 +53,8 @@ def signer_key_path(conn: Connection, env: Mapping[str, str]) -> Path:
     if not value:
         raise ConfigError(
             f"the cluster signer key is missing: environment variable {conn.signer_key_env} "
-            "is unset or empty (mesh.signer.keyFileEnv names it)")
+            "is unset or empty (mesh.signer.keyFileEnv names it); set it to the path of the "
+            'cluster signer key (for the sandbox: eval "$(reconcile sandbox env)")')
     path = Path(value).expanduser()
     if not path.is_file():
         raise ConfigError(

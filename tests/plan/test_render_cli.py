@@ -143,7 +143,7 @@ def test_usage_errors_exit_64(argv: list[str], capsys: pytest.CaptureFixture[str
 def test_plan_of_a_missing_or_invalid_repo_exits_1(tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["plan", str(tmp_path / "nope")]) == Exit.ERROR
-    assert "nope: not a directory" in capsys.readouterr().err
+    assert "nope: does not exist" in capsys.readouterr().err
     (tmp_path / "bad.yaml").write_text("apiVersion: reconcile/v1\nkind: Service\nname: [x\n")
     assert cli.main(["plan", str(tmp_path), "--detailed-exitcode"]) == Exit.ERROR
     err = capsys.readouterr().err

@@ -102,9 +102,9 @@ def test_a_path_that_does_not_exist(tmp_path: Path, validate: Callable[..., Run]
     assert "Traceback" not in run.out + run.err
 
 
-def test_a_file_instead_of_a_directory(validate: Callable[..., Run]) -> None:
+def test_a_file_is_validated_within_its_desired_state(validate: Callable[..., Run]) -> None:
     run = validate(str(EXAMPLES / "settings.yaml"))
-    assert run.code == 1 and "is not a directory" in run.out
+    assert run.code == 0 and "checked within the desired state" in run.out, run.out
 
 
 def test_an_unreadable_file_is_a_diagnostic_not_a_traceback(
