@@ -1,13 +1,14 @@
-"""Flags shared by the commands that reach the live world (plan, apply, watch).
+"""Flags shared by the commands that reach the live world (plan, apply, watch, config).
 
-Owns the connection-override flags and their precedence: a flag wins over its
-environment variable, which wins over the settings document.
+Owns the connection-override flags. Their precedence (flag > environment > settings,
+each layer able to unset) is ``shell.endpoints``'s; this module only names the flags.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 
 from reconciler.shell.endpoints import Overrides
 
@@ -15,18 +16,42 @@ FORMATS = ("text", "json", "markdown")
 
 
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("live-world overrides (flag > environment > settings)")
+    group = parser.add_argument_group(
+        "live-world overrides",
+        "flag > environment > settings; an empty value unsets the setting ('' or the "
+        "keyword shown) so the default applies. `reconcile config` shows the result.")
     group.add_argument("--control-plane", metavar="URL", dest="control_plane_url",
-                       help="control-plane URL (env RECONCILE_CONTROL_PLANE_URL)")
+                       help="control-plane URL, https:// or http:// "
+                       "(env RECONCILE_CONTROL_PLANE_URL; settings controlPlane.url)")
+    group.add_argument("--control-plane-ca", metavar="PATH|system",
+                       help="CA bundle (PEM) for the control plane's TLS, or 'system' for the "
+                       "system trust store; unused for http:// "
+                       "(env RECONCILE_CONTROL_PLANE_CA; settings controlPlane.caFile)")
+    group.add_argument("--mesh-ca", metavar="PATH|system",
+                       help="CA bundle (PEM) for the clusters' TLS, or 'system' "
+                       "(env RECONCILE_MESH_CA; settings mesh.caFile)")
+    group.add_argument("--ca-file", metavar="PATH|system",
+                       help="one CA for both the control plane and the mesh; in the same "
+                       "layer --control-plane-ca/--mesh-ca win over it (env RECONCILE_CA_FILE)")
     group.add_argument("--gateway", metavar="HOST",
-                       help="gateway hostname (env RECONCILE_GATEWAY)")
-    group.add_argument("--resolve", metavar="HOST:PORT:ADDR[,ADDR...]",
-                       help="static gateway addresses, like curl --resolve (env RECONCILE_RESOLVE)")
-    group.add_argument("--ca-file", metavar="PATH",
-                       help="CA bundle for the control plane and the mesh (env RECONCILE_CA_FILE)")
+                       help="the mesh gateway hostname: TLS SNI and HTTP Host "
+                       "(env RECONCILE_GATEWAY; settings mesh.gateway)")
+    group.add_argument("--mesh-port", metavar="PORT|default",
+                       help="the port dialled on every cluster address; 'default' = 443 "
+                       "(env RECONCILE_MESH_PORT; settings mesh.port)")
+    group.add_argument("--resolve", metavar="HOST:PORT:ADDR[,ADDR...]|none",
+                       help="dial these addresses for the gateway HOST instead of asking DNS; "
+                       "'none' uses DNS even when the settings list addresses. Curl's syntax, "
+                       "but PORT is the port dialled (as if given with --mesh-port at this "
+                       "layer) (env RECONCILE_RESOLVE; settings mesh.resolve + mesh.port)")
 
 
-def overrides_from(args: argparse.Namespace) -> Overrides:
-    flags = Overrides(control_plane_url=args.control_plane_url, ca_file=args.ca_file,
-                      gateway=args.gateway, resolve=args.resolve)
-    return flags.over(Overrides.from_env(os.environ))
+def overrides_from(args: argparse.Namespace,
+                   env: Mapping[str, str] | None = None) -> Overrides:
+    """The flags over the environment (``os.environ`` unless ``env`` is given)."""
+    flags = Overrides.from_flags(
+        control_plane_url=args.control_plane_url, ca_file=args.ca_file,
+        control_plane_ca=getattr(args, "control_plane_ca", None),
+        mesh_ca=getattr(args, "mesh_ca", None), gateway=args.gateway,
+        mesh_port=getattr(args, "mesh_port", None), resolve=args.resolve)
+    return flags.over(Overrides.from_env(os.environ if env is None else env))

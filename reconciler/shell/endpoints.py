@@ -1,9 +1,33 @@
 """Where the live world is: settings, environment and flags folded into one ``Connection``.
 
-Owns the precedence rule (flags win over the environment, the environment wins over the
-settings document), the curl-style ``--resolve`` syntax, the resolution of relative CA
-paths, and the TLS context every client of the live world uses. It is the only module
-that reads the ``RECONCILE_*`` override variables.
+Owns the precedence rule, the ``--resolve`` syntax, the resolution of relative CA paths,
+the TLS context every client of the live world uses, and the record of where each
+effective value came from (``explain``, shown by ``reconcile config``). It is the only
+module that reads the ``RECONCILE_*`` override variables.
+
+Layers, lowest first: the settings document < the environment < flags. A layer that does
+not mention a setting leaves the lower layer's value; a layer that gives it an *empty*
+value (``RECONCILE_RESOLVE=``, ``--resolve ''``) or its "unset" keyword **unsets** it,
+whatever the lower layers said, and the built-in default applies:
+
+- control-plane URL: ``--control-plane`` / ``RECONCILE_CONTROL_PLANE_URL`` (no default:
+  an empty value means "not given");
+- control-plane CA: ``--control-plane-ca`` / ``RECONCILE_CONTROL_PLANE_CA``, mesh CA:
+  ``--mesh-ca`` / ``RECONCILE_MESH_CA``, both: ``--ca-file`` / ``RECONCILE_CA_FILE``; a
+  PEM path or ``system``; unset = ``system``, the system trust store;
+- gateway: ``--gateway`` / ``RECONCILE_GATEWAY`` (no default: empty = "not given");
+- mesh port: ``--mesh-port`` / ``RECONCILE_MESH_PORT``; unset (or ``default``) = 443;
+- static addresses: ``--resolve`` / ``RECONCILE_RESOLVE``; unset (or ``none``) = DNS.
+
+Within one layer the specific CA (``--control-plane-ca``/``--mesh-ca``) wins over the
+"both" one (``--ca-file``); across layers the higher layer wins. An ``http://`` control
+plane uses no CA, so none is looked for.
+
+``--resolve HOST:PORT:ADDR[,ADDR...]``: HOST must be the gateway; ADDR are the addresses
+dialled instead of asking DNS; PORT is the mesh port dialled -- unlike curl, where PORT
+only selects which connections the entry applies to. So PORT counts as a mesh-port value
+at the layer that gave ``--resolve``: a higher layer's ``--mesh-port`` wins over it, and
+``--mesh-port`` and ``--resolve`` of the *same* layer must agree.
 
 It must not open a socket, read a secret, or print: the token and the signer key are
 read by their users (``controlplane.token_from_env``, ``observing``) and never stored
@@ -20,7 +44,7 @@ constructor checks too), and every message that shows a URL given by the user pa
 (a lone user part, which may itself be a token, becomes ``***``).
 
 Callers: ``observing`` (the snapshot), the apply engine (writes and the convergence
-gate) and the CLI commands that build a ``Connection`` once per run.
+gate), ``reconcile config`` and the CLI commands that build a ``Connection`` once per run.
 """
 
 from __future__ import annotations
@@ -28,8 +52,9 @@ from __future__ import annotations
 import ipaddress
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any, Literal
 
 from reconciler.core.desired import Settings
 from reconciler.core.sanitize import safe
@@ -39,8 +64,30 @@ TYPEDREQUEST_PATH = "/typedrequest"
 
 ENV_CONTROL_PLANE_URL = "RECONCILE_CONTROL_PLANE_URL"
 ENV_CA_FILE = "RECONCILE_CA_FILE"
+ENV_CONTROL_PLANE_CA = "RECONCILE_CONTROL_PLANE_CA"
+ENV_MESH_CA = "RECONCILE_MESH_CA"
 ENV_GATEWAY = "RECONCILE_GATEWAY"
+ENV_MESH_PORT = "RECONCILE_MESH_PORT"
 ENV_RESOLVE = "RECONCILE_RESOLVE"
+
+#: ``Overrides`` field -> (flag, environment variable).
+OVERRIDE_NAMES: Mapping[str, tuple[str, str]] = {
+    "control_plane_url": ("--control-plane", ENV_CONTROL_PLANE_URL),
+    "ca_file": ("--ca-file", ENV_CA_FILE),
+    "control_plane_ca": ("--control-plane-ca", ENV_CONTROL_PLANE_CA),
+    "mesh_ca": ("--mesh-ca", ENV_MESH_CA),
+    "gateway": ("--gateway", ENV_GATEWAY),
+    "mesh_port": ("--mesh-port", ENV_MESH_PORT),
+    "resolve": ("--resolve", ENV_RESOLVE),
+}
+
+#: Values with no built-in default: an empty value means "not given" at that layer.
+_REQUIRED = frozenset({"control_plane_url", "gateway"})
+
+SYSTEM_CA = "system"
+DNS = "none"
+DEFAULT_PORT_WORD = "default"
+DEFAULT_MESH_PORT = 443
 
 
 class ConfigError(ValueError):
@@ -50,47 +97,126 @@ class ConfigError(ValueError):
     """
 
 
+SourceKind = Literal["flag", "env", "settings", "default"]
+_RANK: Mapping[str, int] = {"default": -1, "settings": 0, "env": 1, "flag": 2}
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one effective value came from: a flag, a variable, a settings field, or the
+    built-in default. ``name`` is the flag, the variable, or the settings path
+    (``mesh.port``); ``unset`` says the layer unset the value (empty or keyword)."""
+
+    kind: SourceKind
+    name: str = ""
+    unset: bool = False
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self.kind]
+
+    def __str__(self) -> str:
+        where = {"flag": f"flag {self.name}", "env": f"env {self.name}",
+                 "settings": f"settings {self.name}", "default": "built-in default"}[self.kind]
+        if self.kind == "default" and self.name:
+            where += f" ({self.name})"
+        return where + (" (unset: the default applies)" if self.unset else "")
+
+
 @dataclass(frozen=True)
 class Overrides:
     """Values that replace the settings document's, from flags or the environment.
 
-    Precedence: ``flags.over(Overrides.from_env(os.environ))`` -- flags win over env,
-    env wins over settings (applied in ``Connection.build``).
+    ``None`` = this layer says nothing; ``""`` or the setting's keyword (``system``,
+    ``none``, ``default``) = this layer unsets it. Precedence:
+    ``flags.over(Overrides.from_env(os.environ))`` -- flags win over env, env wins over
+    settings (applied in ``Connection.build``). ``sources`` remembers, per field, which
+    flag or variable gave it (fields missing there count as flags).
     """
 
     control_plane_url: str | None = None
-    ca_file: str | None = None  # applies to the control plane AND the mesh (one CA)
+    ca_file: str | None = None  # the control plane AND the mesh, unless a specific one is set
+    control_plane_ca: str | None = None
+    mesh_ca: str | None = None
     gateway: str | None = None
-    resolve: str | None = None  # curl style "HOST:PORT:ADDR[,ADDR...]"
+    mesh_port: str | None = None
+    resolve: str | None = None  # "HOST:PORT:ADDR[,ADDR...]" (PORT is dialled), or "none"
+    sources: Mapping[str, Source] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Overrides:
-        """Read the ``RECONCILE_*`` override variables; empty values count as unset."""
+        """Read the ``RECONCILE_*`` override variables.
 
-        def pick(name: str) -> str | None:
-            value = env.get(name, "").strip()
-            return value or None
+        A variable that is set but empty unsets its setting (see the module docstring);
+        for the control-plane URL and the gateway, which have no default, it is ignored.
+        """
+        values: dict[str, Any] = {}
+        sources: dict[str, Source] = {}
+        for name, (_, variable) in OVERRIDE_NAMES.items():
+            raw = env.get(variable)
+            if raw is None:
+                continue
+            value = raw.strip()
+            if not value and name in _REQUIRED:
+                continue
+            values[name] = value
+            sources[name] = Source("env", variable, unset=_is_unset(name, value))
+        return cls(**values, sources=sources)
 
-        return cls(
-            control_plane_url=pick(ENV_CONTROL_PLANE_URL),
-            ca_file=pick(ENV_CA_FILE),
-            gateway=pick(ENV_GATEWAY),
-            resolve=pick(ENV_RESOLVE),
-        )
+    @classmethod
+    def from_flags(cls, **values: str | int | None) -> Overrides:
+        """Flag values (``None`` = flag not given), remembering each flag's name."""
+        given: dict[str, Any] = {}
+        sources: dict[str, Source] = {}
+        for name, value in values.items():
+            if name not in OVERRIDE_NAMES:
+                raise TypeError(f"unknown override {name!r}")
+            if value is None:
+                continue
+            text = str(value).strip()
+            if not text and name in _REQUIRED:
+                continue
+            given[name] = text
+            sources[name] = Source("flag", OVERRIDE_NAMES[name][0],
+                                   unset=_is_unset(name, text))
+        return cls(**given, sources=sources)
+
+    def source(self, name: str) -> Source:
+        found = self.sources.get(name)
+        if found is not None:
+            return found
+        value = getattr(self, name)
+        return Source("flag", OVERRIDE_NAMES[name][0],
+                      unset=value is not None and _is_unset(name, value))
 
     def over(self, lower: Overrides) -> Overrides:
         """A copy where this object's set fields win and ``lower`` fills the rest."""
-        updates = {
-            f.name: getattr(self, f.name)
-            for f in fields(self)
-            if getattr(self, f.name) is not None
-        }
-        return replace(lower, **updates)
+        updates: dict[str, Any] = {}
+        sources = dict(lower.sources)
+        for f in fields(self):
+            if f.name == "sources" or getattr(self, f.name) is None:
+                continue
+            updates[f.name] = getattr(self, f.name)
+            sources[f.name] = self.source(f.name)
+        return replace(lower, **updates, sources=sources)
+
+
+def _is_unset(name: str, value: str) -> bool:
+    word = value.strip().lower()
+    if not word:
+        return True
+    if name in ("ca_file", "control_plane_ca", "mesh_ca"):
+        return word == SYSTEM_CA
+    if name == "resolve":
+        return word == DNS
+    if name == "mesh_port":
+        return word == DEFAULT_PORT_WORD
+    return False
 
 
 @dataclass(frozen=True)
 class ResolveEntry:
-    """A parsed ``HOST:PORT:ADDR[,ADDR...]`` (curl's ``--resolve``)."""
+    """A parsed ``HOST:PORT:ADDR[,ADDR...]``."""
 
     host: str
     port: int
@@ -138,28 +264,34 @@ def display_url(url: str, limit: int = 160) -> str:
 
 
 def parse_resolve(text: str, *, source: str = ENV_RESOLVE) -> ResolveEntry:
-    """Parse curl's ``--resolve`` syntax; IPv6 addresses may be bracketed (``[::1]``).
+    """Parse ``HOST:PORT:ADDR[,ADDR...]``; IPv6 addresses may be bracketed (``[::1]``).
 
-    Unlike curl, where the port only selects which connections the entry applies to,
-    here the port is also the port dialled: a user pointing ``reconcile`` at a sandbox
-    on another port writes it once, in one place.
+    The syntax is curl's, the meaning of PORT is not: here it is the mesh port dialled
+    (curl only applies the entry to connections to that port). ``Connection.build``
+    weighs it against ``--mesh-port`` by layer.
     """
     host, sep1, rest = text.strip().partition(":")
     port_text, sep2, addr_text = rest.partition(":")
     if not (sep1 and sep2 and host and port_text and addr_text):
         raise ConfigError(
-            f"{source}: expected HOST:PORT:ADDR[,ADDR...], got {safe(text, 120)!r}")
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ConfigError(f"{source}: port {safe(port_text, 20)!r} is not a number") from None
-    if not 1 <= port <= 65535:
-        raise ConfigError(f"{source}: port {port} is outside 1-65535")
+            f"{source}: expected HOST:PORT:ADDR[,ADDR...] (or 'none' for DNS), "
+            f"got {safe(text, 120)!r}")
+    port = parse_port(port_text, source=source)
     addresses: list[str] = []
     for raw in addr_text.split(","):
         candidate = raw.strip().removeprefix("[").removesuffix("]")
         addresses.append(_check_address(candidate, source))
-    return ResolveEntry(host=host.lower(), port=port, addresses=_dedupe(addresses))
+    return ResolveEntry(host=host.lower().rstrip("."), port=port, addresses=_dedupe(addresses))
+
+
+def parse_port(text: str, *, source: str) -> int:
+    try:
+        port = int(text.strip())
+    except ValueError:
+        raise ConfigError(f"{source}: port {safe(text, 20)!r} is not a number") from None
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"{source}: port {port} is outside 1-65535")
+    return port
 
 
 def _check_address(candidate: str, source: str) -> str:
@@ -175,11 +307,31 @@ def _dedupe(items: list[str]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class Effective:
+    """One effective connection value, where it came from, and a note (e.g. "not used")."""
+
+    value: object
+    source: Source
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """``Connection.explain``: every effective value with its source, and the problems
+    that stop a ``Connection`` being built (empty when ``connection`` is not None)."""
+
+    values: Mapping[str, Effective]
+    problems: tuple[str, ...]
+    connection: Connection | None
+
+
+@dataclass(frozen=True)
 class Connection:
     """Everything needed to talk to the live world, resolved from settings + overrides.
 
     Holds no secret: ``token_env`` and ``signer_key_env`` are variable *names*.
     ``static_addresses`` is ``None`` when the system resolver must be asked (once per run).
+    A CA of ``None`` means the system trust store (``ssl_context``).
     """
 
     control_plane_url: str
@@ -210,60 +362,204 @@ class Connection:
     @classmethod
     def build(cls, settings: Settings, *, repo_root: Path, overrides: Overrides) -> Connection:
         """Fold ``overrides`` over ``settings``; relative CA paths in the settings resolve
-        against ``repo_root``, relative override paths against the working directory."""
-        cp = settings.control_plane
-        mesh = settings.mesh
+        against ``repo_root``, relative override paths against the working directory.
+        Every problem found is in the one ``ConfigError``."""
+        explained = cls.explain(settings, repo_root=repo_root, overrides=overrides)
+        if explained.connection is None:
+            raise ConfigError("; ".join(explained.problems))
+        return explained.connection
 
-        url = overrides.control_plane_url or cp.url
-        source = (f"{ENV_CONTROL_PLANE_URL} or --control-plane"
-                  if overrides.control_plane_url else "controlPlane.url")
+    @classmethod
+    def explain(cls, settings: Settings, *, repo_root: Path,
+                overrides: Overrides) -> Explanation:
+        """Every effective value and where it came from; never raises for bad values."""
+        return _Folder(settings, repo_root, overrides).fold()
+
+
+class _Folder:
+    """The one implementation of the precedence rule (``Connection.explain``)."""
+
+    def __init__(self, settings: Settings, repo_root: Path, overrides: Overrides) -> None:
+        self.settings = settings
+        self.repo_root = repo_root
+        self.ov = overrides
+        self.values: dict[str, Effective] = {}
+        self.problems: list[str] = []
+        self._resolve_port: tuple[int, Source] | None = None
+
+    def given(self, name: str) -> tuple[str, Source] | None:
+        value = getattr(self.ov, name)
+        return None if value is None else (value, self.ov.source(name))
+
+    def fold(self) -> Explanation:
+        cp = self.settings.control_plane
+        mesh = self.settings.mesh
+        url = self.url()
+        plain_http = url.startswith("http://")
+        cp_ca = self.ca("control_plane_ca", cp.ca_file, "controlPlane.caFile",
+                        unused="not used: the control plane URL is http://" if plain_http
+                        else "")
+        mesh_ca = self.ca("mesh_ca", mesh.ca_file, "mesh.caFile")
+        gateway = self.gateway()
+        static = self.addresses(gateway)
+        port = self.port()
+
+        def from_settings(name: str, value: object, path: str) -> None:
+            self.values[name] = Effective(value, Source("settings", path))
+
+        from_settings("token_env", cp.token_env, "controlPlane.tokenEnv")
+        from_settings("call_timeout", cp.timeout_seconds, "controlPlane.timeoutSeconds")
+        from_settings("settings_clusters", tuple(mesh.clusters), "mesh.clusters")
+        from_settings("concurrency", mesh.concurrency, "mesh.concurrency")
+        from_settings("probe_timeout", mesh.timeout_seconds, "mesh.timeoutSeconds")
+        from_settings("wallet_address", mesh.signer.wallet_address, "mesh.signer.walletAddress")
+        from_settings("auth_app_id", mesh.signer.app_id, "mesh.signer.appId")
+        from_settings("signer_key_env", mesh.signer.key_file_env, "mesh.signer.keyFileEnv")
+
+        connection: Connection | None = None
+        if not self.problems:
+            connection = Connection(
+                control_plane_url=url,
+                control_plane_ca=None if plain_http else cp_ca,
+                token_env=cp.token_env,
+                call_timeout=cp.timeout_seconds,
+                gateway=gateway,
+                mesh_port=port,
+                mesh_ca=mesh_ca,
+                static_addresses=static,
+                settings_clusters=tuple(mesh.clusters),
+                concurrency=mesh.concurrency,
+                probe_timeout=mesh.timeout_seconds,
+                wallet_address=mesh.signer.wallet_address,
+                auth_app_id=mesh.signer.app_id,
+                signer_key_env=mesh.signer.key_file_env,
+            )
+        return Explanation(self.values, tuple(self.problems), connection)
+
+    def url(self) -> str:
+        given = self.given("control_plane_url")
+        if given is not None:
+            url, source = given
+        else:
+            url, source = self.settings.control_plane.url, Source("settings", "controlPlane.url")
+        self.values["control_plane_url"] = Effective(display_url(url, 200), source)
         if not url.startswith(("https://", "http://")):
-            raise ConfigError(
+            self.problems.append(
                 f"control plane URL must start with https:// or http://, got "
                 f"{display_url(url, 120)!r} (from {source})")
-        if has_userinfo(url):
-            raise ConfigError(_userinfo_refusal(url, source))
+        elif has_userinfo(url):
+            self.problems.append(_userinfo_refusal(url, str(source)))
+        return url
 
-        if overrides.ca_file:
-            override_ca = _existing(Path(overrides.ca_file), f"{ENV_CA_FILE} / --ca-file")
-            cp_ca: Path | None = override_ca
-            mesh_ca: Path | None = override_ca
+    def ca(self, specific: str, setting: str | None, path: str, *, unused: str = "") -> Path | None:
+        """The CA for one side: the highest layer wins; within a layer, the specific
+        variable/flag wins over the "both" one; then the settings; then the system."""
+        candidates = [(source.rank, 1, value, source)
+                      for value, source in filter(None, [self.given(specific)])]
+        candidates += [(source.rank, 0, value, source)
+                       for value, source in filter(None, [self.given("ca_file")])]
+        if candidates:
+            _, _, text, source = max(candidates, key=lambda c: (c[0], c[1]))
+            base = Path.cwd()
+        elif setting is not None:
+            text, source, base = setting, Source("settings", path), self.repo_root
         else:
-            cp_ca = _ca_from_settings(cp.ca_file, repo_root, "controlPlane.caFile")
-            mesh_ca = _ca_from_settings(mesh.ca_file, repo_root, "mesh.caFile")
+            text, source, base = "", Source("default", "system trust store"), self.repo_root
+        if unused:
+            self.values[specific] = Effective(None, source, unused)
+            return None
+        if text.strip() == "" or text.strip().lower() == SYSTEM_CA:
+            self.values[specific] = Effective(SYSTEM_CA, source, "the system trust store")
+            return None
+        candidate = Path(text).expanduser()
+        if not candidate.is_absolute():
+            candidate = base / candidate
+        resolved = candidate.resolve()
+        self.values[specific] = Effective(str(resolved), source)
+        if not resolved.is_file():
+            what = path if source.kind == "settings" else source.name
+            self.problems.append(
+                f"{what}: CA file {str(resolved)!r} does not exist (give a PEM bundle, or "
+                f"'{SYSTEM_CA}' for the system trust store)")
+        return resolved
 
-        gateway = (overrides.gateway or mesh.gateway).strip().lower().rstrip(".")
+    def gateway(self) -> str:
+        given = self.given("gateway")
+        if given is not None:
+            raw, source = given
+        else:
+            raw, source = self.settings.mesh.gateway, Source("settings", "mesh.gateway")
+        gateway = raw.strip().lower().rstrip(".")
+        self.values["gateway"] = Effective(gateway, source)
         if not gateway:
-            raise ConfigError("mesh gateway hostname is empty")
+            self.problems.append(f"mesh gateway hostname is empty (from {source})")
+        return gateway
 
-        port = mesh.port
-        static: tuple[str, ...] | None = None
-        if overrides.resolve:
-            entry = parse_resolve(overrides.resolve)
+    def addresses(self, gateway: str) -> tuple[str, ...] | None:
+        given = self.given("resolve")
+        if given is not None:
+            text, source = given
+            if source.unset:
+                self.values["static_addresses"] = Effective(None, source, "DNS (system resolver)")
+                return None
+            try:
+                entry = parse_resolve(text, source=source.name)
+            except ConfigError as exc:
+                self.values["static_addresses"] = Effective(None, source, "invalid")
+                self.problems.append(str(exc))
+                return None
             if entry.host != gateway:
-                raise ConfigError(
-                    f"{ENV_RESOLVE} / --resolve names host {safe(entry.host, 100)!r}, "
-                    f"but the gateway is {gateway!r}")
-            port, static = entry.port, entry.addresses
-        elif mesh.resolve is not None:
-            static = _dedupe([_check_address(a, "mesh.resolve") for a in mesh.resolve])
+                self.problems.append(
+                    f"{source.name} names host {safe(entry.host, 100)!r}, but the gateway "
+                    f"is {gateway!r} (from {self.values['gateway'].source})")
+            self._resolve_port = (entry.port, source)
+            self.values["static_addresses"] = Effective(entry.addresses, source)
+            return entry.addresses
+        resolve = self.settings.mesh.resolve
+        if resolve is None:
+            self.values["static_addresses"] = Effective(
+                None, Source("default", "mesh.resolve omitted"), "DNS (system resolver)")
+            return None
+        try:
+            static = _dedupe([_check_address(a, "mesh.resolve") for a in resolve])
+        except ConfigError as exc:
+            self.problems.append(str(exc))
+            static = ()
+        self.values["static_addresses"] = Effective(static, Source("settings", "mesh.resolve"))
+        return static
 
-        return cls(
-            control_plane_url=url,
-            control_plane_ca=cp_ca,
-            token_env=cp.token_env,
-            call_timeout=cp.timeout_seconds,
-            gateway=gateway,
-            mesh_port=port,
-            mesh_ca=mesh_ca,
-            static_addresses=static,
-            settings_clusters=tuple(mesh.clusters),
-            concurrency=mesh.concurrency,
-            probe_timeout=mesh.timeout_seconds,
-            wallet_address=mesh.signer.wallet_address,
-            auth_app_id=mesh.signer.app_id,
-            signer_key_env=mesh.signer.key_file_env,
-        )
+    def port(self) -> int:
+        """The highest layer that names a port wins: ``--mesh-port``, or ``--resolve``'s
+        PORT; the two of one layer must agree; else the settings' ``mesh.port``."""
+        candidates: list[tuple[int, Source]] = []
+        given = self.given("mesh_port")
+        if given is not None:
+            text, source = given
+            if source.unset:
+                candidates.append((DEFAULT_MESH_PORT, source))
+            else:
+                try:
+                    candidates.append((parse_port(text, source=source.name), source))
+                except ConfigError as exc:
+                    self.problems.append(str(exc))
+        if self._resolve_port is not None:
+            candidates.append(self._resolve_port)
+        if not candidates:
+            self.values["mesh_port"] = Effective(self.settings.mesh.port,
+                                                 Source("settings", "mesh.port"))
+            return self.settings.mesh.port
+        top = max(source.rank for _, source in candidates)
+        best = [(port, source) for port, source in candidates if source.rank == top]
+        if len({port for port, _ in best}) > 1:
+            self.problems.append(
+                " and ".join(f"{source.name} says port {port}" for port, source in best)
+                + ": the mesh port must be the same in both (--resolve's PORT is the port "
+                "dialled)")
+        port, source = best[0]
+        note = f"from the PORT of {source.name}" if source.name in (
+            "--resolve", ENV_RESOLVE) else ""
+        self.values["mesh_port"] = Effective(port, source, note)
+        return port
 
 
 def _userinfo_refusal(url: str, source: str) -> str:
@@ -273,35 +569,24 @@ def _userinfo_refusal(url: str, source: str) -> str:
             "credentials in the URL")
 
 
-def _ca_from_settings(value: str | None, repo_root: Path, field: str) -> Path | None:
-    if value is None:
-        return None
-    path = Path(value)
-    if not path.is_absolute():
-        path = repo_root / path
-    return _existing(path, field)
-
-
-def _existing(path: Path, what: str) -> Path:
-    resolved = path.expanduser().resolve()
-    if not resolved.is_file():
-        raise ConfigError(f"{what}: CA file {str(resolved)!r} does not exist")
-    return resolved
-
-
 def ssl_context(ca_file: Path | None) -> ssl.SSLContext:
-    """Verification always on: the given CA bundle only, or the system/certifi default.
+    """Verification always on: the given CA bundle only, or the system trust store.
 
-    Built explicitly so that ``SSL_CERT_FILE``/``SSL_CERT_DIR`` are not silently
-    applied (httpx would read them when ``trust_env`` is true; it is false everywhere).
+    The system trust store is OpenSSL's default verify paths (``ssl.create_default_context``;
+    OpenSSL's own ``SSL_CERT_FILE``/``SSL_CERT_DIR`` apply there, as for any OpenSSL
+    client); on a system with no trust store at all, certifi's bundle stands in. httpx's
+    own environment handling stays off (``trust_env`` is false everywhere).
     """
     if ca_file is None:
-        try:
-            import certifi
+        paths = ssl.get_default_verify_paths()
+        if paths.cafile is None and paths.capath is None:
+            try:
+                import certifi
 
-            return ssl.create_default_context(cafile=certifi.where())
-        except ImportError:  # pragma: no cover - certifi ships with httpx
-            return ssl.create_default_context()
+                return ssl.create_default_context(cafile=certifi.where())
+            except ImportError:  # pragma: no cover - certifi ships with httpx
+                pass
+        return ssl.create_default_context()
     try:
         return ssl.create_default_context(cafile=str(ca_file))
     except (OSError, ssl.SSLError) as exc:

@@ -39,7 +39,6 @@ from urllib.parse import quote
 
 import httpx
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
 from reconciler.core.live import (
@@ -52,7 +51,8 @@ from reconciler.core.live import (
 )
 from reconciler.core.sanitize import safe
 from reconciler.shell.controlplane import CONNECT_EVENT, describe_transport_error, parse_egress
-from reconciler.shell.endpoints import ConfigError, Connection, ssl_context
+from reconciler.shell.endpoints import Connection, ssl_context
+from reconciler.shell.keys import load_signer_key
 from reconciler.shell.progress import NullProgress, Progress
 
 HEALTH_PATH: Final = "/api/v3/cluster/health"
@@ -65,23 +65,6 @@ DEFAULT_MAX_FAILURES: Final = 3
 
 #: Resolver seam: ``(host, port) -> addresses``.
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
-
-
-def load_signer_key(source: bytes | Path) -> Ed25519PrivateKey:
-    """An Ed25519 private key from a PEM file, PEM bytes, or the raw 32-byte seed."""
-    try:
-        data = source.read_bytes() if isinstance(source, Path) else source
-    except OSError as exc:
-        raise ConfigError(f"signer key {str(source)!r} cannot be read: {exc.strerror}") from None
-    if len(data) == 32 and not data.startswith(b"-----"):
-        return Ed25519PrivateKey.from_private_bytes(data)
-    try:
-        key = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError):
-        raise ConfigError("signer key is not an unencrypted PEM private key") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise ConfigError("signer key is not an Ed25519 key (the built-in signer is ed25519)")
-    return key
 
 
 async def system_resolver(host: str, port: int) -> Sequence[str]:
@@ -125,7 +108,12 @@ class Prober:
         self._resolver = resolver or system_resolver
         self.deadline = deadline if deadline is not None else max(60.0, 10 * conn.probe_timeout)
         self._max_failures = max_failures
-        host_header = conn.gateway if conn.mesh_port == 443 else f"{conn.gateway}:{conn.mesh_port}"
+        # The gateway name alone, never ``:port``. The virtual host is the gateway's
+        # public name; the mesh port is only where each cluster's ingress is dialled
+        # directly (behind the round robin it is usually 443). RFC 9110 would put a
+        # non-default port in Host, but ingresses route by the name, and a strict one
+        # answers 421 to a ``name:port`` it does not serve. SNI carries the name too.
+        host_header = conn.gateway
         limit = conn.concurrency
         # One connection pool per address (created on first use): a single pool shared
         # by every address, full of idle connections to the others, would close one and

@@ -149,7 +149,7 @@ def test_overrides_flags_win_over_env_and_env_over_settings(tmp_path: Path) -> N
     (tmp_path / "ca.pem").write_text("x")
     (tmp_path / "other.pem").write_text("x")
     env = Overrides.from_env({"RECONCILE_CONTROL_PLANE_URL": "https://env.test",
-                              "RECONCILE_GATEWAY": "gw.env.test", "RECONCILE_RESOLVE": ""})
+                              "RECONCILE_GATEWAY": "gw.env.test"})
     flags = Overrides(control_plane_url="https://flag.test")
     merged = flags.over(env)
     assert merged.control_plane_url == "https://flag.test"

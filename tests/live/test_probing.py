@@ -65,7 +65,7 @@ def test_sni_and_host_are_pinned_to_the_gateway_on_every_request() -> None:
     probe(mesh)
     assert mesh.seen
     for request in mesh.seen:
-        assert request.headers["Host"] == f"{GATEWAY}:{PORT}"
+        assert request.headers["Host"] == GATEWAY  # never with :port (a strict ingress: 421)
         assert request.extensions["sni_hostname"] == GATEWAY
         assert request.url.port == PORT and request.url.scheme == "https"
 
