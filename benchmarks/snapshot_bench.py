@@ -95,7 +95,7 @@ async def same_requests(state: DesiredState, conn: Connection, token: str,
         mesh = await prober.resolve()
         tokens = {e.address: (await prober._token(e.address))[0] for e in mesh.resolved}
     url = conn.typedrequest_url
-    host = f"{conn.gateway}:{conn.mesh_port}"
+    host = conn.gateway  # as the prober sends it: the gateway name, no port
     requests: list[Request] = []
 
     def envelope(method: str, request: dict[str, Any]) -> bytes:

@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "reconciler.commands.validate",
     "reconciler.commands.plan",
     "reconciler.commands.show",
+    "reconciler.commands.config",
     "reconciler.commands.comment",
     "reconciler.commands.apply",
     "reconciler.commands.watch",

@@ -106,7 +106,8 @@ class Signer(_Model):
     app_id: Identifier = Field(alias="appId", description="The auth app id sent in the challenge.")
     key_file_env: EnvName = Field(
         alias="keyFileEnv",
-        description="Name of the environment variable holding the path of the PEM private key.",
+        description="Name of the environment variable holding the path of the Ed25519 private "
+        "key: OpenSSH, PKCS#8 PEM, or a raw/hex seed (docs/cluster-auth.md).",
     )
 
 
@@ -121,8 +122,8 @@ class Mesh(_Model):
         | None
     ) = Field(
         default=None,
-        description="Static addresses for the gateway, like curl --resolve; "
-        "the system resolver is used when omitted.",
+        description="Static addresses for the gateway; the system resolver is used when "
+        "omitted. RECONCILE_RESOLVE= (empty) or --resolve none clears them.",
     )
     clusters: tuple[Identifier, ...] = Field(
         default=(), description="Cluster ids that must answer, whatever DNS says."
