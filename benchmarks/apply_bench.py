@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from benchmarks import fleet
+from reconciler.core.events import ApplyStarted, Event, GateStarted
 from reconciler.core.outcomes import Outcome
 from reconciler.engine import apply_async
 from reconciler.sandbox import launcher
@@ -28,12 +29,17 @@ from reconciler.shell.endpoints import Overrides
 OUT = Path(__file__).resolve().parent / "out" / "apply.json"
 
 
-class _Lines:
-    def __init__(self) -> None:
-        self.lines: list[tuple[float, str]] = []
+class _Events:
+    """Apply's typed events, each with the moment it arrived."""
 
-    def line(self, text: str) -> None:
-        self.lines.append((time.perf_counter(), text))
+    def __init__(self) -> None:
+        self.events: list[tuple[float, Event]] = []
+
+    def __call__(self, event: Event) -> None:
+        self.events.append((time.perf_counter(), event))
+
+    def first(self, kind: type) -> float:
+        return next(t for t, event in self.events if isinstance(event, kind))
 
 
 def main() -> int:
@@ -53,7 +59,7 @@ def main() -> int:
             repo = fleet.write_repo(tmp / "repo", sb, args.services, pin="new",
                                     interval_seconds=0.25, attempts=240)
             env = {**os.environ, **sb.env(), "RECONCILE_STATE_DIR": str(tmp / "state")}
-            hook = _Lines()
+            hook = _Events()
             started = time.perf_counter()
             run = asyncio.run(apply_async(repo, overrides=Overrides.from_env(env), env=env,
                                           hook=hook))
@@ -61,8 +67,8 @@ def main() -> int:
             writes = [a for a in sb.audit() if a["method"] == "promoteServiceImageRelease"]
         finally:
             sb.stop()
-    gate_start = next(t for t, line in hook.lines if line.startswith("Convergence gate"))
-    applying_start = next(t for t, line in hook.lines if line.startswith("Applying"))
+    gate_start = hook.first(GateStarted)
+    applying_start = hook.first(ApplyStarted)
     gate = run.report.gate
     assert gate is not None and gate.converged, "the gate did not converge"
     applied = run.report.count(Outcome.APPLIED)

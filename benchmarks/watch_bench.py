@@ -1,8 +1,9 @@
-"""Benchmark: `reconcile watch`, from a file save to the new plan printed.
+"""Benchmark: `reconcile watch`, from a commit to the new plan printed.
 
 A 1,000-service repo against the sandbox; the watcher has read the live side once and
-keeps that snapshot (``--resync`` far away), so each save is: debounce, re-read only the
-changed file (the rest comes from the cache), re-plan, print the difference. The
+keeps that snapshot (``--resync`` far away), so each commit (an edit, then `git commit`:
+the plan reads the commit, never the working tree) is: debounce, re-read only the changed
+blob (the rest comes from the cache), re-plan, print the difference. The
 watcher is the real CLI process; the clock runs from just before the write to the
 moment its plan line is read from its stdout. Reports p50/p90/max over ``--saves``.
 
@@ -64,6 +65,9 @@ def main() -> int:
                 started = time.perf_counter()
                 target.write_text(base.replace("  - host: api.example.net\n",
                                                f"  - host: api.example.net\n    port: {port}\n"))
+                subprocess.run(["git", "-C", str(repo), "-c", "user.email=bench@example.net",
+                                "-c", "user.name=bench", "commit", "-qam", f"port {port}"],
+                               check=True, capture_output=True)
                 event = next_plan()
                 latencies.append(time.perf_counter() - started)
                 plan_ms.append(float(event["elapsed_ms"]))  # type: ignore[arg-type]
@@ -74,7 +78,7 @@ def main() -> int:
             sb.stop()
     p50 = statistics.median(latencies)
     p90 = sorted(latencies)[int(0.9 * (len(latencies) - 1))]
-    print(f"watch: save → plan printed, {args.services} services, cached snapshot, "
+    print(f"watch: commit → plan printed, {args.services} services, cached snapshot, "
           f"debounce {args.debounce:g}s, {args.saves} saves")
     print(f"  p50 {1000 * p50:.0f} ms   p90 {1000 * p90:.0f} ms   max "
           f"{1000 * max(latencies):.0f} ms   (planning alone: median "

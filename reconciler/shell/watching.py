@@ -357,7 +357,8 @@ class Watcher:
                     await asyncio.to_thread(self._head)
                 # The plan reads the commit: a file event matters only when it moved HEAD
                 # or changed whether tracked files differ from it.
-                moved = _git_state(head) != _git_state(last_head)
+                moved = _git_state(head) != _git_state(last_head) or (
+                    got is not None and head.commit is None)  # outside git: the files are it
                 if moved:
                     await self._reload(head)
                     last_head = head

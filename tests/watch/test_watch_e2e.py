@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -225,3 +226,17 @@ def test_the_file_filter_judges_paths_relative_to_the_repo(tmp_path: Path) -> No
     assert not accept(Change.modified, str(root / ".git" / "x.yaml"))
     assert not accept(Change.modified, str(root / "services" / "a.txt"))
     assert not accept(Change.modified, str(tmp_path / "elsewhere.yaml"))
+
+
+def test_a_directory_outside_git_is_watched_by_its_files(repo: Repo) -> None:
+    # Outside git there is no commit: the files are the desired state, so a save re-plans
+    # (inside git only a commit, or a change of the dirty state, does).
+    shutil.rmtree(repo.path / ".git")
+    with watching(repo, "--resync", "600") as w:
+        first = w.wait_for(is_plan)
+        assert first["commit"] is None
+        search = repo.path / "services" / "search.yaml"
+        search.write_text(search.read_text().replace("egress: []", ""))
+        event = w.wait_for(lambda e: is_plan(e) and "files changed" in e["message"])
+        assert "- set egress: search: egress revokes api.openai.com:443, es.example.net:9200" \
+            in event["lines"]
