@@ -382,7 +382,9 @@ class _Planner:
             current_digest=current, desired_digest=svc.release.digest))
         # The verdict: the judge, against what the repo pins and the egress to be in effect.
         state = self.live.services.get(svc.service_id)
-        self.proofs.append(evidence.judge(target_of(svc, live), state, expected, rows))
+        target = target_of(svc, live)
+        proof = evidence.judge(target, state, expected, rows)
+        self.proofs.append(proof)
         for obs in rows:
             if obs.kind is ObservationKind.SILENT and obs.cluster_id not in self.mesh_blocked:
                 self.blockers.append(Blocker(
@@ -392,10 +394,14 @@ class _Planner:
         if live is None or live.deployment is None or current is None:
             return
         # Drift: the same judge, against what the control plane itself intends now.
-        now = evidence.judge(
-            evidence.Target(service=svc.name, app_id=svc.app_id, digest=current,
-                            egress=live.egress),
-            live, expected, rows)
+        intended = evidence.Target(service=svc.name, app_id=svc.app_id, digest=current,
+                                   egress=live.egress)
+        same = intended.digest == target.digest and (intended.egress is None) == (
+            target.egress is None) and evidence.egress_key(intended.egress or ()) == \
+            evidence.egress_key(target.egress or ())
+        # The same question asked twice has the same answer: judged once when the control
+        # plane already intends exactly what the repo pins (the steady state).
+        now = proof if same else evidence.judge(intended, live, expected, rows)
         status = live.rollout_status
         in_progress = status is not None and status.status in IN_PROGRESS_STATUSES
         for finding in now.pending():
