@@ -108,6 +108,8 @@ def render(plan: Plan, *, color: bool = False) -> str:
     for index, change in enumerate(plan.changes):
         changes_by_service.setdefault(change.service, []).append(index)
     review = plan.review
+    converging = set(plan.converging)  # computed once: a property walking every proof
+    proofs = {p.service: p for p in plan.proofs}
     for name in plan.services():
         ev = evidence.get(name)
         if review is not None and name not in review.touched and not any(
@@ -123,7 +125,7 @@ def render(plan: Plan, *, color: bool = False) -> str:
         service_blockers = [b for b in plan.blockers if b.service == name]
         service_drift = any(d.service == name for d in plan.drift)
         if not indices and not service_blockers and ev is not None \
-                and name not in plan.converging:
+                and name not in converging:
             if service_drift:
                 out.append(style(f"! {name}", "yellow")
                            + f"  no changes · {common.agreement(ev)} · drift below")
@@ -146,8 +148,8 @@ def render(plan: Plan, *, color: bool = False) -> str:
                 out.append(f"      {line}")
             out.append(style(f"      planned against: {common.preconditions_text(change)} · "
                              f"key {change.idempotency_key}", "dim"))
-        proof = plan.proof_of(name)
-        if name in plan.converging and proof is not None:
+        proof = proofs.get(name)
+        if name in converging and proof is not None:
             out.append("  " + style("… not proven converged", "cyan") +
                        "  nothing to send; apply gates it until every cluster proves it:")
             out.extend(f"      {reason}" for reason in proof.reasons()[:6])
