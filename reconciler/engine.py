@@ -9,6 +9,7 @@ through the ``Progress`` hook).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -291,10 +292,12 @@ class Reconciler:
                     "nothing was sent\n" + "\n".join(f"  ✗ {safe(c.detail)}" for c in stale),
                     Exit.REFUSED_STALE)
             fresh_keys = {c.idempotency_key for c in fresh.changes}
+            # A saved change the fresh plan no longer holds is acceptable only when its
+            # result is already live (a rerun after a crash): then nothing is sent for it.
+            # Its key being in the journal proves nothing about its content.
             settled = {c.change.idempotency_key for c in saved_checks
                        if c.change.idempotency_key not in fresh_keys
-                       and c.freshness in (staleness.Freshness.ALREADY_LIVE,
-                                           staleness.Freshness.OURS)}
+                       and c.freshness is staleness.Freshness.ALREADY_LIVE}
             _refuse_mismatch("it is not what a fresh plan says now",
                              binding.changes(saved, fresh, settled))
             # The reviewed changes, each still the fresh plan's (or settled by a rerun).
@@ -303,19 +306,30 @@ class Reconciler:
         checks = [staleness.check(c, snapshot, journaled=journal.in_doubt(c.idempotency_key))
                   for c in sending]
         if not checks and fresh.verdict is Verdict.NO_CHANGES:
-            hook(NothingToDo())
-            journal.run_finished(run, ApplyReport(results=()))
+            hook(NothingToDo(services=tuple(p.service for p in fresh.proofs),
+                             selected=bool(only)))
+            with contextlib.suppress(JournalError):  # nothing was sent: nothing at risk
+                journal.run_finished(run, ApplyReport(results=()))
             return ApplyRun(fresh, ApplyReport(results=()))
         if confirm is not None and not confirm(fresh):
             raise EngineError("apply cancelled; nothing was sent", Exit.DECLINED)
         hook(ApplyStarted(changes=len(checks)))
-        results = await applying.execute(checks, client=self.client, journal=journal,
-                                         hook=hook, concurrency=self.connection.concurrency)
+        try:
+            results = await applying.execute(checks, client=self.client, journal=journal,
+                                             hook=hook, concurrency=self.connection.concurrency)
+        except JournalError as exc:
+            # The journal is what makes a rerun safe: without it, stop sending at once.
+            raise EngineError(f"{exc}; stopped sending: a rerun replays what the journal "
+                              "holds", Exit.APPLY_FAILED) from exc
         report = ApplyReport(results=tuple(results))
         targets = self.gate_targets(desired, fresh, results)
         if targets:
             report = report.model_copy(update={"gate": await self.gate(desired, targets, hook)})
-        journal.run_finished(run, report)
+        try:
+            journal.run_finished(run, report)
+        except JournalError as exc:
+            raise EngineError(f"{exc} (the changes above were sent; `reconcile history` will "
+                              "show this run as interrupted)", Exit.APPLY_FAILED) from exc
         hook(Finished(report=report))
         return ApplyRun(fresh, report)
 
@@ -464,10 +478,12 @@ class WatchSteps:
     Keeps one ``Reconciler`` while the settings stay the same, so the DNS answer and the
     per-cluster tokens survive between resyncs."""
 
-    def __init__(self, root: Path, *, overrides: Overrides, env: Mapping[str, str]) -> None:
+    def __init__(self, root: Path, *, overrides: Overrides, env: Mapping[str, str],
+                 only: frozenset[str] = frozenset()) -> None:
         self.root = root
         self.overrides = overrides
         self.env = env
+        self.only = only
         self.cache = validating.BlobCache()
         self._live: Reconciler | None = None
         self._settings: object = None
@@ -490,18 +506,21 @@ class WatchSteps:
             await self.close()
             self._live = Reconciler(self.root, desired, overrides=self.overrides, env=self.env)
             self._settings = desired.settings
+        # Every resync is a new pass: DNS and the clusters' health are asked again (a
+        # cluster that appeared, or came back, must be seen); tokens are kept.
+        self._live.prober.forget_mesh()
         return await self._live.observe(desired)
 
-    @staticmethod
-    def plan(desired: DesiredState, snapshot: LiveSnapshot, provenance: Provenance) -> Plan:
-        return make_plan(desired, snapshot, provenance)
+    def plan(self, desired: DesiredState, snapshot: LiveSnapshot,
+             provenance: Provenance) -> Plan:
+        return restrict(make_plan(desired, snapshot, provenance), self.only)
 
     async def apply(self, hook: Hook) -> ApplyRun:
         """Apply the commit HEAD is at now: read again, observe fresh, judge, gate."""
         desired, provenance = load_consistent(self.root)
         async with Reconciler(self.root, desired, overrides=self.overrides,
                               env=self.env) as reconciler:
-            return await reconciler.apply(desired, provenance, hook=hook)
+            return await reconciler.apply(desired, provenance, hook=hook, only=self.only)
 
     async def close(self) -> None:
         if self._live is not None:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from reconciler.commands import selection
 from reconciler.core.sanitize import safe, safe_json_text
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -52,9 +53,7 @@ def journal_path(args: argparse.Namespace) -> Path:
         return Path(os.environ["RECONCILE_STATE_DIR"]).expanduser() / "journal.jsonl"
     from reconciler import engine
 
-    root = Path(args.path)
-    if not root.exists():
-        raise EngineError(f"{root}: no such file or directory")
+    root = selection.desired_root(args.path, command="history")  # like plan and apply
     result, _ = engine.read_commit(root)
     if result.state is None:
         raise EngineError(f"{root}: the desired state is invalid ({len(result.diagnostics)} "

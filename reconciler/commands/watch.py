@@ -13,22 +13,15 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reconciler.commands import options, output, selection
-from reconciler.core.desired import DesiredState
-from reconciler.core.events import Hook
-from reconciler.core.live import LiveSnapshot
-from reconciler.core.planning import Provenance
 from reconciler.core.plans import Plan
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 
 if TYPE_CHECKING:
-    from reconciler.engine import ApplyRun, WatchSteps
-    from reconciler.shell.endpoints import Overrides
+    pass
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -92,8 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
     only = selection.only_from(args)
     overrides, env = options.overrides_from(args), os.environ
-    steps = only_steps(root, overrides=overrides, env=env, only=only) if only \
-        else WatchSteps(root, overrides=overrides, env=env)
+    steps = WatchSteps(root, overrides=overrides, env=env, only=only)
     if only:
         loaded = steps.load()  # its blobs are cached: the watcher's first read is cheap
         if loaded.state is not None:
@@ -128,23 +120,3 @@ def run(args: argparse.Namespace) -> int:
         if metrics is not None:
             metrics.close()
     return int(Exit.OK)
-
-
-def only_steps(root: Path, *, overrides: Overrides, env: Mapping[str, str],
-               only: frozenset[str]) -> WatchSteps:
-    """The engine's ``WatchSteps`` restricted to ``--only``: the plans the watcher sees,
-    and what its apply may send, are the named services' (mesh-wide blockers stay)."""
-    from reconciler.engine import Reconciler, WatchSteps, load_consistent, restrict
-
-    class OnlySteps(WatchSteps):
-        @staticmethod
-        def plan(desired: DesiredState, snapshot: LiveSnapshot, provenance: Provenance) -> Plan:
-            return restrict(WatchSteps.plan(desired, snapshot, provenance), only)
-
-        async def apply(self, hook: Hook) -> ApplyRun:
-            desired, provenance = load_consistent(self.root)
-            async with Reconciler(self.root, desired, overrides=self.overrides,
-                                  env=self.env) as reconciler:
-                return await reconciler.apply(desired, provenance, hook=hook, only=only)
-
-    return OnlySteps(root, overrides=overrides, env=env)

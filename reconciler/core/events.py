@@ -18,7 +18,11 @@ from reconciler.core.plans import Change
 
 @dataclass(frozen=True)
 class NothingToDo:
-    """The fresh judge proved every service converged and there is no change."""
+    """The fresh judge proved every service in scope converged and there is no change.
+    ``selected``: the scope is an ``--only`` selection, not the whole repo."""
+
+    services: tuple[str, ...] = ()
+    selected: bool = False
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,8 @@ class Why(StrEnum):
     ROLLOUT_FAILED = "rollout_failed"
 
 
-#: A finished rollout: ``rolled-back`` is how a rollback's rollout succeeds (seed 003).
+#: A finished rollout: ``rolled-back`` is how a rollback's rollout succeeds (seed 003) --
+#: for a rollout whose mode is ``rollback`` only.
 SUCCEEDED_STATUSES = frozenset({"succeeded", "rolled-back"})
 
 #: Whys that are a gap in evidence (unproven) rather than evidence of something else.
@@ -218,7 +219,14 @@ def _judge_rollout(live: LiveService | ReadFailure | None, digest: str) -> tuple
     if status.status in FAILED_STATUSES:
         why = f" ({safe(status.mismatch_reason)})" if status.mismatch_reason else ""
         return Why.ROLLOUT_FAILED, f"rollout {safe(rollout_id)} is {safe(status.status)}{why}"
-    if status.status not in SUCCEEDED_STATUSES:
+    if status.expected_digest != digest:
+        return Why.ROLLOUT_STATUS_UNKNOWN, f"rollout {safe(rollout_id)}'s status is about " \
+            f"{safe(status.expected_digest)}, not {digest}"
+    mode = live.deployment.mode if live.deployment else ""
+    if status.status not in SUCCEEDED_STATUSES or (status.status == "rolled-back"
+                                                   and mode != "rollback"):
+        # `rolled-back` is how a *rollback* succeeds; a promotion that ended rolled-back
+        # was reverted, whatever the clusters still report.
         return Why.ROLLOUT_STATUS_UNKNOWN, f"rollout {safe(rollout_id)} says " \
             f"{safe(status.status)}, not succeeded"
     return None

@@ -22,7 +22,6 @@ from reconciler.core.desired import DesiredState, Service
 from reconciler.core.live import (
     FAILED_STATUSES,
     IN_PROGRESS_STATUSES,
-    ClusterRuntime,
     EgressRule,
     ImageRelease,
     LiveService,
@@ -87,10 +86,6 @@ def _release_ref(release: ImageRelease | None, digest: str | None) -> ReleaseRef
         tags=release.tags,
         reference=f"{release.registry_host}/{release.repository}@{release.digest}",
     )
-
-
-def _last_error(runtime: ClusterRuntime) -> str:
-    return f"; lastError: {safe(runtime.last_error)}" if runtime.last_error else ""
 
 
 def _rules(pairs: Iterable[tuple[str, int]]) -> tuple[EgressRule, ...]:

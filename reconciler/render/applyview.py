@@ -55,6 +55,10 @@ def _pending(proofs: tuple[ServiceProof, ...]) -> list[str]:
 def text(event: Event) -> list[str]:
     """The lines a terminal shows for ``event`` (stdout)."""
     if isinstance(event, NothingToDo):
+        if event.selected:
+            return [f"No changes. Every expected cluster proves the selected service(s) "
+                    f"({', '.join(safe(n) for n in event.services)}) converged; services "
+                    "outside --only were not judged."]
         return ["No changes. Every expected cluster proves every service converged."]
     if isinstance(event, ApplyStarted):
         return [f"Applying {event.changes} change(s):"] if event.changes else \
@@ -113,10 +117,19 @@ def summary(report: ApplyReport) -> tuple[list[str], list[str]]:
                                f"{safe(c.detail)}; should run {safe(proof.digest)} — a cluster "
                                "that gives no proof is one this apply cannot vouch for")
     elif gate is not None:
-        clusters = sorted({c.cluster for p in gate.proofs for c in p.clusters})
-        out.append(f"Converged: every expected cluster ({', '.join(safe(c) for c in clusters)}) "
-                   f"proves the pinned digests and egress of {len(gate.proofs)} service(s) "
-                   f"after {gate.attempts} poll(s), {gate.waited_seconds:.1f}s.")
+        clusters = ", ".join(safe(c) for c in sorted({c.cluster for p in gate.proofs
+                                                      for c in p.clusters}))
+        left_out = sorted({safe(r.change.service) for r in report.results
+                           if r.outcome not in (Outcome.APPLIED, Outcome.ALREADY_APPLIED)})
+        if left_out:
+            # Not "Converged": services whose own write did not go through were not gated.
+            out.append(f"Gate: the {len(gate.proofs)} gated service(s) converged on every "
+                       f"expected cluster ({clusters}) after {gate.attempts} poll(s); not "
+                       f"gated, because their change was not applied: {', '.join(left_out)}.")
+        else:
+            out.append(f"Converged: every expected cluster ({clusters}) proves the pinned "
+                       f"digests and egress of {len(gate.proofs)} service(s) after "
+                       f"{gate.attempts} poll(s), {gate.waited_seconds:.1f}s.")
     return out, err
 
 
@@ -124,7 +137,8 @@ def json_line(event: Event) -> str:
     """One JSON object per event (``apply --format json``), for machines."""
     data: dict[str, Any]
     if isinstance(event, NothingToDo):
-        data = {"event": "no_changes"}
+        data = {"event": "no_changes", "services": list(event.services),
+                "selected": event.selected}
     elif isinstance(event, ApplyStarted):
         data = {"event": "apply_started", "changes": event.changes}
     elif isinstance(event, PreApply):
@@ -145,6 +159,7 @@ def json_line(event: Event) -> str:
                 "proofs": [p.model_dump(mode="json") for p in event.proofs]}
     else:
         assert isinstance(event, Finished)
+        gate = event.report.gate
         data = {"event": "finished", "report": event.report.model_dump(mode="json"),
-                "converged": event.report.gate.converged if event.report.gate else None}
+                "converged": gate.converged and event.report.writes_ok if gate else None}
     return json.dumps(data, sort_keys=True, ensure_ascii=False)

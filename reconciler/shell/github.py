@@ -87,14 +87,19 @@ def redact(text: str, secret: str | None) -> str:
 
 def check_api_url(api_url: str, *, with_token: bool) -> str:
     """The base URL, normalised; a token is never sent in clear text off this machine."""
-    parts = urlsplit(api_url)
-    if parts.scheme not in ("https", "http") or not parts.hostname:
+    try:
+        parts = urlsplit(api_url)
+        host = parts.hostname  # raises for a malformed authority (e.g. "http://[::1")
+    except ValueError:
+        raise GitHubError("the GitHub API URL is malformed: must be http(s)://HOST[/PATH]") \
+            from None
+    if parts.scheme not in ("https", "http") or not host:
         raise GitHubError(f"the GitHub API URL must be http(s)://HOST[/PATH], got {safe(api_url)}")
     if parts.username or parts.password or parts.query or parts.fragment:
         raise GitHubError("the GitHub API URL must carry no credentials, query or fragment")
-    loopback = parts.hostname in ("localhost", "::1") or parts.hostname.startswith("127.")
+    loopback = host in ("localhost", "::1") or host.startswith("127.")
     if parts.scheme == "http" and with_token and not loopback:
-        raise GitHubError(f"refusing to send the token over plain http to {safe(parts.hostname)}"
+        raise GitHubError(f"refusing to send the token over plain http to {safe(host)}"
                           " (use https)")
     return api_url.rstrip("/")
 

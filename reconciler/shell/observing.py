@@ -57,8 +57,10 @@ def signer_key_path(conn: Connection, env: Mapping[str, str]) -> Path:
             'cluster signer key (for the sandbox: eval "$(reconcile sandbox env)")')
     path = Path(value).expanduser()
     if not path.is_file():
+        # Never echo the value: it may be the key itself (a hex seed pasted by mistake).
         raise ConfigError(
-            f"{conn.signer_key_env} names {str(path)!r}, which is not a file")
+            f"{conn.signer_key_env} names no existing file ({len(value)} characters; the "
+            "value is not shown): it must be the PATH of the signer key file, not the key")
     return path
 
 

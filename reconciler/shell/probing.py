@@ -165,6 +165,12 @@ class Prober:
 
     # -- the mesh -----------------------------------------------------------------------
 
+    def forget_mesh(self) -> None:
+        """Start a new pass: the next ``resolve`` asks DNS and every address's health
+        again. (Within one pass -- one plan, one apply and its gate -- the mesh is asked
+        once and the expected clusters only grow.)"""
+        self._mesh = None
+
     async def resolve(self) -> MeshView:
         """Resolve the gateway and name each address; cached for the prober's life."""
         async with self._mesh_lock:

@@ -24,10 +24,12 @@ from typing import Any
 import pytest
 
 from reconciler.exitcodes import Exit
+from reconciler.render import jsonplan
 from reconciler.render.jsonplan import content_digest
 from reconciler.sandbox import cluster as cluster_mod
 from reconciler.sandbox import seeding, store
 from reconciler.sandbox.launcher import Sandbox
+from reconciler.shell.journal import Journal
 from tests.e2e_repo import PROJECT, Repo, git
 from tests.plan.builders import digest
 
@@ -469,3 +471,25 @@ def test_the_loser_of_rival_promotions_is_refused_and_does_not_gate_on_its_diges
     assert ended[loser] - started < attempts * interval / 2, report  # far from the budget
     for cluster, apps in sandbox.cluster_status().items():
         assert apps["checkout"]["resolvedDigest"] == pins[winner], (cluster, report)
+
+
+def test_a_forged_change_keyed_like_an_in_doubt_journal_entry_is_still_refused(
+        repo: Repo, sandbox: Sandbox) -> None:
+    # A key the journal holds as "sent, no answer" proves nothing about a change's content:
+    # a saved change the fresh plan lacks is accepted only when its result is already live.
+    plan_file = repo.path.parent / "plan.json"
+    assert repo.run("plan", str(repo.path), "--out", str(plan_file)).code == Exit.OK
+    data = json.loads(plan_file.read_text())
+    _append_grant(data, sandbox)
+    data["content_digest"] = content_digest(data)
+    plan_file.write_text(json.dumps(data, indent=2))
+    forged = jsonplan.from_wire(data).changes[-1]
+    assert forged.user_id == "mallory"
+    journal = Journal.open(repo.state / "journal.jsonl")
+    journal.intent(forged)  # as if an earlier run had sent this key and crashed
+    assert journal.in_doubt(forged.idempotency_key)
+
+    result = repo.run("apply", str(plan_file))
+    assert result.code == Exit.REFUSED_MISMATCH, result.out + result.err
+    assert "mallory" in result.err
+    assert writes(sandbox) == []

@@ -146,3 +146,24 @@ def test_the_judge_never_calls_an_unfinished_or_statusless_rollout_converged() -
     assert evidence.judge(target_of(svc, base), base, CLUSTERS, rows).converged
     assert digest("notifications", "v0.8.0") == proof.digest
     assert runtime("notifications", "v0.8.0", 1).resolved_digest == proof.digest
+
+
+def test_a_promotion_that_ended_rolled_back_is_not_converged() -> None:
+    # `rolled-back` is how a rollback succeeds, not a promotion: one the control plane
+    # reverted is not converged, whatever the clusters still report.
+    live = reference_live()
+    base = live.services["svc-notifications"]
+    assert not isinstance(base, ReadFailure) and base.rollout_status is not None
+    svc = next(s for s in reference_desired().services if s.name == "notifications")
+    rows = live.observations["notifications"]
+    reverted = base.model_copy(update={"rollout_status": base.rollout_status.model_copy(
+        update={"status": "rolled-back"})})
+    assert not evidence.judge(target_of(svc, reverted), reverted, CLUSTERS, rows).converged
+    assert reverted.deployment is not None
+    rollback = reverted.model_copy(update={"deployment": reverted.deployment.model_copy(
+        update={"mode": "rollback"})})
+    assert evidence.judge(target_of(svc, rollback), rollback, CLUSTERS, rows).converged
+    other = base.model_copy(update={"rollout_status": base.rollout_status.model_copy(
+        update={"expected_digest": digest("notifications", "v9")})})
+    proof = evidence.judge(target_of(svc, other), other, CLUSTERS, rows)
+    assert proof.proof is evidence.Proof.UNPROVEN and "status is about" in proof.rollout_detail

@@ -240,3 +240,16 @@ def test_a_directory_outside_git_is_watched_by_its_files(repo: Repo) -> None:
         event = w.wait_for(lambda e: is_plan(e) and "files changed" in e["message"])
         assert "- set egress: search: egress revokes api.openai.com:443, es.example.net:9200" \
             in event["lines"]
+
+
+def test_each_resync_asks_the_mesh_again_so_a_cluster_that_comes_back_is_seen(
+        repo: Repo) -> None:
+    # The watcher used to resolve the mesh once for its whole life: a cluster down at start
+    # stayed silent (NO-GO) forever, and a cluster that appeared later was never expected.
+    repo.sandbox.fault("sn2", "down")
+    with watching(repo, "--resync", "1") as w:
+        first = w.wait_for(is_plan)
+        assert first["verdict"] == "no_go"
+        repo.sandbox.fault("sn2", "down", on=False)
+        back = w.wait_for(lambda e: is_plan(e) and e.get("verdict") == "go", timeout=60)
+        assert any("cluster_unreachable" in line for line in back["lines"]), back["lines"]
