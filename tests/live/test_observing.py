@@ -135,7 +135,7 @@ def test_signer_key_path_names_the_variable(tmp_path: Path) -> None:
     conn = connection()
     with pytest.raises(ConfigError, match="RECONCILE_SIGNER_KEY"):
         signer_key_path(conn, {})
-    with pytest.raises(ConfigError, match="not a file"):
+    with pytest.raises(ConfigError, match="names no existing file"):
         signer_key_path(conn, {"RECONCILE_SIGNER_KEY": str(tmp_path / "nope")})
     key = tmp_path / "k.pem"
     key.write_bytes(signer_pem())
