@@ -34,7 +34,7 @@ from reconciler.core.live import LiveService, LiveSnapshot, ReadFailure
 from reconciler.core.outcomes import ApplyReport, ChangeResult, GateReport, Outcome
 from reconciler.core.planning import Provenance, target_of
 from reconciler.core.planning import plan as make_plan
-from reconciler.core.plans import Plan, Verdict
+from reconciler.core.plans import Plan, Verdict, restrict
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -438,26 +438,6 @@ async def apply_async(
     async with Reconciler(root, desired, overrides=overrides, env=env) as reconciler:
         return await reconciler.apply(desired, provenance, hook=hook, saved=saved, only=only,
                                       confirm=confirm, progress=progress)
-
-
-def restrict(plan_value: Plan, only: frozenset[str]) -> Plan:
-    """The part of a plan about ``only`` (all of it when empty); mesh-wide blockers stay,
-    and a shared cause keeps only the services in scope."""
-    if not only:
-        return plan_value
-
-    def keep(name: str | None) -> bool:
-        return name is None or name in only
-
-    return plan_value.model_copy(update={
-        "changes": tuple(c for c in plan_value.changes if c.service in only),
-        "blockers": tuple(b.model_copy(update={"services": tuple(s for s in b.services
-                                                                  if s in only)})
-                          for b in plan_value.blockers if keep(b.service)),
-        "drift": tuple(d for d in plan_value.drift if keep(d.service)),
-        "evidence": tuple(e for e in plan_value.evidence if e.service in only),
-        "proofs": tuple(p for p in plan_value.proofs if p.service in only),
-    })
 
 
 # -- the watcher's steps ------------------------------------------------------------------

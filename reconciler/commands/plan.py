@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from reconciler.commands import options, output, selection
-from reconciler.core.plans import Plan, Verdict
+from reconciler.core.plans import Plan, Verdict, restrict
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 
@@ -56,7 +56,7 @@ def detailed_exit(plan_value: Plan) -> Exit:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reconciler.engine import plan, plan_review, restrict  # HTTP loads only when needed
+    from reconciler.engine import plan, plan_review  # HTTP loads only when needed
 
     only = selection.only_from(args)
     if only and args.out:

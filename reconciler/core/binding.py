@@ -39,18 +39,10 @@ def environment(saved: Plan, now: Where) -> list[str]:
         if then != current:
             diffs.append(f"{label}: the plan was made for {then or '<none>'}, "
                          f"this apply would use {current or '<none>'}")
-    if _relative(saved) != _relative_now(now):
+    if _rel(saved.repo_root, saved.repo_path) != _rel(now.repo_root, now.repo_path):
         diffs.append(f"desired-state path: the plan was made from {saved.repo_path or '<none>'}, "
                      f"this apply reads {now.repo_path or '<none>'}")
     return diffs
-
-
-def _relative(plan: Plan) -> str | None:
-    return _rel(plan.repo_root, plan.repo_path)
-
-
-def _relative_now(now: Where) -> str | None:
-    return _rel(now.repo_root, now.repo_path)
 
 
 def _rel(root: str | None, path: str | None) -> str | None:

@@ -1,7 +1,8 @@
 """The plan value: what will change, on what evidence, and what blocks it.
 
 Owns the immutable models ``Plan``, ``Change``, ``Blocker``, ``Drift`` and
-``ServiceEvidence``. ``core.planning`` produces them; renderers read them;
+``ServiceEvidence``, and ``restrict`` (the part of a plan about ``--only``'s services).
+``core.planning`` produces them; renderers read them;
 ``render.jsonplan`` maps them to and from the versioned wire format; apply consumes a
 plan unchanged and never re-decides.
 
@@ -211,3 +212,23 @@ class Plan(_Model):
         names.update(b.service for b in self.blockers if b.service)
         names.update(d.service for d in self.drift if d.service)
         return sorted(names)
+
+
+def restrict(plan: Plan, only: frozenset[str]) -> Plan:
+    """The part of a plan about ``only`` (all of it when empty); mesh-wide blockers stay,
+    and a shared cause keeps only the services in scope."""
+    if not only:
+        return plan
+
+    def keep(name: str | None) -> bool:
+        return name is None or name in only
+
+    return plan.model_copy(update={
+        "changes": tuple(c for c in plan.changes if c.service in only),
+        "blockers": tuple(b.model_copy(update={"services": tuple(s for s in b.services
+                                                                  if s in only)})
+                          for b in plan.blockers if keep(b.service)),
+        "drift": tuple(d for d in plan.drift if keep(d.service)),
+        "evidence": tuple(e for e in plan.evidence if e.service in only),
+        "proofs": tuple(p for p in plan.proofs if p.service in only),
+    })

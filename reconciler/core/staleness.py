@@ -32,12 +32,20 @@ class Check:
     detail: str = ""
 
 
-def _already_live(change: Change, svc: LiveService, live: LiveSnapshot) -> bool:
+def service_shows(change: Change, svc: LiveService) -> bool:
+    """Does the service's own state already hold what a release or egress change wants?
+    (A grant lives apart from the service: ``False`` for it.)"""
     if change.action in (Action.PROMOTE, Action.ROLLBACK):
         return change.release_after is not None and \
             svc.current_digest == change.release_after.digest
     if change.action is Action.SET_EGRESS:
         return egress_key(svc.egress or ()) == egress_key(change.egress_after or ())
+    return False
+
+
+def _already_live(change: Change, svc: LiveService, live: LiveSnapshot) -> bool:
+    if change.action is not Action.SET_GRANT:
+        return service_shows(change, svc)
     caps = _live_caps(change, live)
     return caps is not None and caps == tuple(sorted(change.capabilities_after or ()))
 

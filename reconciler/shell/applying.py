@@ -17,7 +17,7 @@ import os
 import signal
 from collections.abc import Sequence
 
-from reconciler.core import evidence
+from reconciler.core import staleness
 from reconciler.core.events import Hook, PostApply, PreApply
 from reconciler.core.outcomes import ChangeResult, Outcome
 from reconciler.core.plans import Action, Change
@@ -82,10 +82,7 @@ async def _landed(client: ControlPlaneClient, change: Change) -> bool:
         svc = parse_service(await client.get_service(change.service_id), [])
     except ControlPlaneError:
         return False
-    if change.action is Action.SET_EGRESS:
-        return evidence.egress_key(svc.egress or ()) == evidence.egress_key(
-            change.egress_after or ())
-    return change.release_after is not None and svc.current_digest == change.release_after.digest
+    return staleness.service_shows(change, svc)
 
 
 async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
