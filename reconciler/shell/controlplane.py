@@ -229,6 +229,8 @@ class ControlPlaneClient:
         self._redact.add(token)
         self._identity: dict[str, Any] | None = None
         self._identity_lock = asyncio.Lock()
+        self._capabilities: frozenset[str] | None = None
+        self._capabilities_lock = asyncio.Lock()
         self.requests_sent = 0
         self.connections_opened = 0
         limit = max_connections or max(conn.concurrency, 4)
@@ -468,6 +470,30 @@ class ControlPlaneClient:
             method, lambda: self._with_transient_retries(lambda: self._call(method, request)))
 
     # -- typed methods ------------------------------------------------------------------
+
+    async def capabilities(self) -> frozenset[str]:
+        """The method names this control plane answers ([ext] ``getCapabilities``).
+
+        Asked once per client and cached (concurrent callers share the one request). The
+        real upstream has no such method: its "There is no available method" answer
+        means "no extensions" (the empty set), never an error. Any other failure
+        propagates as for every read, so a dead control plane is not mistaken for an
+        upstream without extensions.
+        """
+        async with self._capabilities_lock:
+            if self._capabilities is None:
+                try:
+                    response = await self._read("getCapabilities", {})
+                except UnknownMethod:
+                    self._capabilities = frozenset()
+                else:
+                    methods = response.get("methods")
+                    if not isinstance(methods, list) or not all(
+                            isinstance(m, str) for m in methods):
+                        raise ProtocolError(
+                            "getCapabilities: response.methods is not a list of strings")
+                    self._capabilities = frozenset(safe(m, 120) for m in methods)
+            return self._capabilities
 
     async def get_services(self) -> list[dict[str, Any]]:
         response = await self._read("getServices", {})

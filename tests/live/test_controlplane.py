@@ -403,3 +403,59 @@ def test_parse_grants_rejects_unknown_capabilities() -> None:
     assert ok[0].capabilities[0].value == "deployment:preflight"
     with pytest.raises(ProtocolError):
         parse_grants([{"userId": "u", "serviceId": "s", "capabilities": ["root"]}])
+
+
+def test_capabilities_are_asked_once_per_client_and_cached() -> None:
+    fake = FakeControlPlane(script={"getCapabilities": [
+        {"methods": ["getServices", "getServicesReleases"]}]})
+
+    async def go() -> list[frozenset[str]]:
+        async with client(fake) as c:
+            together = await asyncio.gather(c.capabilities(), c.capabilities())
+            return [*together, await c.capabilities()]
+
+    answers = asyncio.run(go())
+    assert answers == [frozenset({"getServices", "getServicesReleases"})] * 3
+    assert len(fake.calls("getCapabilities")) == 1
+
+
+def test_an_upstream_without_get_capabilities_has_no_extensions() -> None:
+    fake = FakeControlPlane()  # unscripted: "There is no available method ..."
+
+    async def go() -> frozenset[str]:
+        async with client(fake) as c:
+            assert await c.capabilities() == frozenset()
+            return await c.capabilities()
+
+    assert asyncio.run(go()) == frozenset()
+    assert len(fake.calls("getCapabilities")) == 1
+
+
+def test_capabilities_failures_other_than_unknown_method_propagate() -> None:
+    fake = FakeControlPlane(script={"getCapabilities": [error("FORBIDDEN", "nope")]})
+
+    async def go() -> None:
+        async with client(fake) as c:
+            await c.capabilities()
+
+    with pytest.raises(Forbidden):
+        asyncio.run(go())
+    malformed = FakeControlPlane(script={"getCapabilities": [{"methods": "getServices"}]})
+
+    async def go_malformed() -> None:
+        async with client(malformed) as c:
+            await c.capabilities()
+
+    with pytest.raises(ProtocolError, match="getCapabilities"):
+        asyncio.run(go_malformed())
+
+
+def test_capabilities_after_a_dead_control_plane_are_an_error_not_an_empty_set() -> None:
+    fake = FakeControlPlane(script={"getCapabilities": [httpx.Response(503)]})
+
+    async def go() -> None:
+        async with client(fake) as c:
+            await c.capabilities()
+
+    with pytest.raises(TransportError):
+        asyncio.run(go())
