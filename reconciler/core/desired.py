@@ -14,6 +14,7 @@ maps errors back to file, line and column. Rules that span documents live in
 from __future__ import annotations
 
 import posixpath
+from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
@@ -190,6 +191,76 @@ def state_dir_message(state_dir: str) -> str:
             "stateDir out for ~/.local/state/reconcile/<repo>")
 
 
+#: A proposed namespace or Corestore resource name (seed 002 ``namespaceRegex``): a DNS
+#: label, 1 to 63 characters.
+NAMESPACE = names.anchored(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+
+#: A canonical semantic version (seed 002 ``semanticVersionRegex``, semver.org 2.0.0), at
+#: most ``MAX_VERSION_LENGTH`` characters like the seed's request check.
+SEMVER = names.anchored(
+    r"(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)"
+    r"(?:-(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)"
+    r"(?:\.(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*))*)?"
+    r"(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?"
+)
+MAX_VERSION_LENGTH = 100
+
+#: At most this many proposed Corestore resources (seed 002 request check).
+MAX_CORESTORE_RESOURCES = 8
+
+#: JavaScript's ``Number.MAX_SAFE_INTEGER``: ``verifiedAt`` must be a safe integer.
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+class EvidenceKind(StrEnum):
+    """The five release-evidence kinds a greenfield preflight requires (seed 002
+    ``requiredEvidenceKinds``); the order is the seed's and the order of messages."""
+
+    PROVENANCE = "provenance"
+    SBOM = "sbom"
+    SIGNATURE = "signature"
+    VULNERABILITY_POLICY = "vulnerability-policy"
+    RELEASE_AUTHORIZATION = "release-authorization"
+
+
+class CorestoreCapability(StrEnum):
+    """What a proposed Corestore resource provides (seed 002)."""
+
+    DATABASE = "database"
+    OBJECTSTORAGE = "objectstorage"
+
+
+Version = Annotated[
+    str, Strict(), Field(pattern=SEMVER, max_length=MAX_VERSION_LENGTH,
+                         description="A canonical semantic version like 1.0.0 or 2.1.0-rc.1.")
+]
+Namespace = Annotated[
+    str, Strict(), Field(pattern=NAMESPACE,
+                         description="A DNS label: a-z, 0-9 and '-', 1 to 63 characters, "
+                         "starting and ending with a letter or digit.")
+]
+
+
+class Attestation(_Model):
+    """A reference to one verified release attestation, bound to the pinned digest
+    (seed 002 ``IDeploymentReleaseEvidenceReference``). Descriptive input: the control
+    plane's verifier decides whether it holds; the repo only promises what it names."""
+
+    kind: EvidenceKind
+    statement_digest: Digest = Field(alias="statementDigest")
+    subject_digest: Digest = Field(
+        alias="subjectDigest", description="The image the statement is about: must equal "
+        "release.digest."
+    )
+    verifier: Annotated[
+        str, Strict(), Field(min_length=1, max_length=256,
+                             pattern=names.anchored(r"(?=.*\S)[^\x00-\x1f\x7f]+"))
+    ] = Field(description="Who verified the statement; not blank, one line.")
+    verified_at: Annotated[int, Strict(), Field(ge=1, le=MAX_SAFE_INTEGER)] = Field(
+        alias="verifiedAt", description="When it was verified, epoch milliseconds."
+    )
+
+
 class Release(_Model):
     """A digest-pinned release: what the service must run."""
 
@@ -202,10 +273,80 @@ class Release(_Model):
         default=None, description="Human tag; must be one the release was observed under."
     )
     media_type: MediaType | None = Field(default=None, alias="mediaType")
+    version: Version | None = Field(
+        default=None, description="The release's canonical semantic version, sent as the "
+        "preflight's version (a creation needs it)."
+    )
+    evidence: tuple[Attestation, ...] = Field(
+        default=(), description="Attestation references bound to `digest`, at most one per "
+        "kind; a creation needs all five kinds."
+    )
 
     @property
     def reference(self) -> str:
         return f"{self.registry_host}/{self.repository}@{self.digest}"
+
+    @model_validator(mode="after")
+    def _evidence_bound_to_the_digest(self) -> Release:
+        # Seed 002 validateDeploymentReleaseEvidence: an attestation whose subject is
+        # another image proves nothing about this one. Caught here, before anything is
+        # sent, with both digests named so the copy-paste mistake is visible.
+        for index, attestation in enumerate(self.evidence):
+            if attestation.subject_digest != self.digest:
+                raise LocatedError(
+                    ("evidence", index, "subjectDigest"),
+                    f"{attestation.kind.value} evidence is bound to "
+                    f"{attestation.subject_digest} but the release pins {self.digest}",
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _one_attestation_per_kind(self) -> Release:
+        # The seed counts kinds into a set; two of one kind would let one of them be
+        # the one nobody checked. One reference per kind keeps "which one" unambiguous.
+        seen: dict[EvidenceKind, int] = {}
+        for index, attestation in enumerate(self.evidence):
+            if attestation.kind in seen:
+                raise LocatedError(
+                    ("evidence", index, "kind"),
+                    f"{attestation.kind.value} evidence is listed twice (also "
+                    f"evidence[{seen[attestation.kind]}])",
+                )
+            seen[attestation.kind] = index
+        return self
+
+
+class CorestoreResource(_Model):
+    """A Corestore resource the new service asks for (seed 002
+    ``IDeploymentPreflightProposedCorestoreResource``)."""
+
+    capability: CorestoreCapability
+    resource_name: Namespace = Field(alias="resourceName")
+
+
+class Creation(_Model):
+    """How a service the control plane does not have yet comes into being: what the
+    greenfield preflight proposes (namespace, Corestore resources)."""
+
+    namespace: Namespace = Field(description="The namespace to reserve for the new service.")
+    corestore: tuple[CorestoreResource, ...] = Field(
+        default=(), max_length=MAX_CORESTORE_RESOURCES,
+        description="Corestore resources to provision, unique by (capability, resourceName).",
+    )
+
+    @model_validator(mode="after")
+    def _unique_resources(self) -> Creation:
+        seen: dict[tuple[CorestoreCapability, str], int] = {}
+        for index, resource in enumerate(self.corestore):
+            key = (resource.capability, resource.resource_name)
+            if key in seen:
+                raise LocatedError(
+                    ("corestore", index),
+                    f"duplicates corestore[{seen[key]}] ({resource.capability.value} "
+                    f"{resource.resource_name})",
+                )
+            seen[key] = index
+        return self
 
 
 class Destination(_Model):
@@ -233,6 +374,10 @@ class Service(_Model):
         default=None,
         max_length=names.MAX_EGRESS_ENTRIES,
         description="Omitted: leave the live declaration alone. []: revoke all.",
+    )
+    create: Creation | None = Field(
+        default=None, description="How to create the service when the control plane does "
+        "not have it (a greenfield deployment); ignored while it exists."
     )
 
     @model_validator(mode="after")
