@@ -1,6 +1,7 @@
-"""Every stable code a plan carries: blockers, drift, and the reasons of changes.
+"""Every stable code a plan carries: blockers, drift, the reasons of changes, and the
+control plane's preflight blocker codes.
 
-Owns the three enums and the one sentence that documents each member; ``docs/codes.md``
+Owns the enums and the one sentence that documents each member; ``docs/codes.md``
 is generated from ``DOCS`` (``python -m reconciler.core.codes``) and a test keeps the two
 equal, so the table users read cannot drift from the codes the planner emits. The
 per-cluster reasons of the judge are ``core.evidence.Why``, documented in the same table.
@@ -64,6 +65,48 @@ class ReasonCode(StrEnum):
     GRANT_NOT_DECLARED = "grant_not_declared"
 
 
+class UpstreamBlockerCode(StrEnum):
+    """The control plane's closed list of greenfield preflight blocker codes (seed 002
+    ``TDeploymentPreflightBlockerCode``), verbatim: the value is the upstream string.
+
+    A plan keeps an upstream blocker's code as a string (``core.greenfield.PreflightBlocker``)
+    so that a code outside this list -- a newer control plane's -- is shown verbatim
+    (sanitized) and still blocks, rather than being dropped or renamed; this enum names
+    the ones this version knows, and ``core.greenfield`` raises the ones the repo alone
+    can prove (before anything is sent) with the same codes.
+    """
+
+    INVALID_REQUEST = "INVALID_REQUEST"
+    AUTHORIZATION_MISSING = "AUTHORIZATION_MISSING"
+    SOURCE_REVISION_INVALID = "SOURCE_REVISION_INVALID"
+    SOURCE_WORKTREE_DIRTY = "SOURCE_WORKTREE_DIRTY"
+    VERSION_NOT_RESERVED = "VERSION_NOT_RESERVED"
+    VERSION_COLLISION = "VERSION_COLLISION"
+    NAMESPACE_NOT_RESERVED = "NAMESPACE_NOT_RESERVED"
+    NAMESPACE_COLLISION = "NAMESPACE_COLLISION"
+    NAMESPACE_NOT_PROVEN_BLANK = "NAMESPACE_NOT_PROVEN_BLANK"
+    CONFIGURATION_DIGEST_INVALID = "CONFIGURATION_DIGEST_INVALID"
+    INTENT_DIGEST_INVALID = "INTENT_DIGEST_INVALID"
+    CURRENT_REFERENCE_MUTABLE = "CURRENT_REFERENCE_MUTABLE"
+    CURRENT_RUNTIME_DIGEST_MISSING = "CURRENT_RUNTIME_DIGEST_MISSING"
+    OCI_INDEX_DIGEST_REQUIRED = "OCI_INDEX_DIGEST_REQUIRED"
+    OCI_INDEX_NOT_FOUND = "OCI_INDEX_NOT_FOUND"
+    OCI_INDEX_MEDIA_TYPE_REQUIRED = "OCI_INDEX_MEDIA_TYPE_REQUIRED"
+    OCI_PLATFORM_MISSING = "OCI_PLATFORM_MISSING"
+    OCI_PLATFORM_MANIFEST_MISSING = "OCI_PLATFORM_MANIFEST_MISSING"
+    IMMUTABLE_RELEASE_TAG_REQUIRED = "IMMUTABLE_RELEASE_TAG_REQUIRED"
+    IMMUTABLE_RELEASE_TAG_NOT_RESERVED = "IMMUTABLE_RELEASE_TAG_NOT_RESERVED"
+    RELEASE_EVIDENCE_MISSING = "RELEASE_EVIDENCE_MISSING"
+    RELEASE_EVIDENCE_INVALID = "RELEASE_EVIDENCE_INVALID"
+    RELEASE_NOT_AUTHORIZED = "RELEASE_NOT_AUTHORIZED"
+    GREENFIELD_EXECUTION_UNAVAILABLE = "GREENFIELD_EXECUTION_UNAVAILABLE"
+    ROUTE_PROMOTION_FENCE_UNAVAILABLE = "ROUTE_PROMOTION_FENCE_UNAVAILABLE"
+    POST_DEPLOYMENT_VERIFICATION_UNAVAILABLE = "POST_DEPLOYMENT_VERIFICATION_UNAVAILABLE"
+    WOULD_REPLACE_EXISTING_STATE = "WOULD_REPLACE_EXISTING_STATE"
+    CORESTORE_INVENTORY_UNAVAILABLE = "CORESTORE_INVENTORY_UNAVAILABLE"
+    RUNTIME_ATTESTATION_MISMATCH = "RUNTIME_ATTESTATION_MISMATCH"
+
+
 DOCS: dict[StrEnum, str] = {
     BlockerCode.GATEWAY_UNRESOLVED: "The gateway resolved to no address: no cluster can give "
     "evidence.",
@@ -118,6 +161,61 @@ DOCS: dict[StrEnum, str] = {
     ReasonCode.EGRESS_REVOKE_ALL: "Set egress to []: every destination revoked.",
     ReasonCode.GRANT_DIFFERS: "Set grant: capabilities added and/or removed.",
     ReasonCode.GRANT_NOT_DECLARED: "Set grant to []: pruned, no Grant document declares it.",
+    UpstreamBlockerCode.INVALID_REQUEST: "The preflight request is malformed (request or "
+    "service id, worktree state, Corestore resources).",
+    UpstreamBlockerCode.AUTHORIZATION_MISSING: "The machine user lacks a deployment "
+    "capability the preflight checks for this service.",
+    UpstreamBlockerCode.SOURCE_REVISION_INVALID: "The source revision is not a full 40-hex "
+    "lower-case Git commit (checked locally too).",
+    UpstreamBlockerCode.SOURCE_WORKTREE_DIRTY: "The config repo has uncommitted changes "
+    "(checked locally too).",
+    UpstreamBlockerCode.VERSION_NOT_RESERVED: "No canonical semantic version (`release.version`) "
+    "is declared or reserved (checked locally too).",
+    UpstreamBlockerCode.VERSION_COLLISION: "The version is already taken by another release.",
+    UpstreamBlockerCode.NAMESPACE_NOT_RESERVED: "No proposed namespace (`create.namespace`) is "
+    "declared or it is malformed (checked locally too).",
+    UpstreamBlockerCode.NAMESPACE_COLLISION: "The proposed namespace is already in use.",
+    UpstreamBlockerCode.NAMESPACE_NOT_PROVEN_BLANK: "The control plane cannot prove the "
+    "proposed namespace is empty.",
+    UpstreamBlockerCode.CONFIGURATION_DIGEST_INVALID: "The configuration digest is not a "
+    "canonical sha256 digest.",
+    UpstreamBlockerCode.INTENT_DIGEST_INVALID: "The intent digest is not a canonical sha256 "
+    "digest.",
+    UpstreamBlockerCode.CURRENT_REFERENCE_MUTABLE: "The service's current image reference is "
+    "a mutable tag, not a digest.",
+    UpstreamBlockerCode.CURRENT_RUNTIME_DIGEST_MISSING: "The running tasks report no digest.",
+    UpstreamBlockerCode.OCI_INDEX_DIGEST_REQUIRED: "The OCI index digest is missing or not a "
+    "canonical sha256 digest (checked locally too).",
+    UpstreamBlockerCode.OCI_INDEX_NOT_FOUND: "The registry has no OCI index with the pinned "
+    "digest.",
+    UpstreamBlockerCode.OCI_INDEX_MEDIA_TYPE_REQUIRED: "The pinned image is not an OCI index "
+    "(or its media type is unknown).",
+    UpstreamBlockerCode.OCI_PLATFORM_MISSING: "A required platform is absent from the OCI "
+    "index.",
+    UpstreamBlockerCode.OCI_PLATFORM_MANIFEST_MISSING: "A platform of the OCI index has no "
+    "manifest in the registry.",
+    UpstreamBlockerCode.IMMUTABLE_RELEASE_TAG_REQUIRED: "An immutable release tag is required.",
+    UpstreamBlockerCode.IMMUTABLE_RELEASE_TAG_NOT_RESERVED: "The release tag is not reserved "
+    "for this digest.",
+    UpstreamBlockerCode.RELEASE_EVIDENCE_MISSING: "A required kind of release evidence "
+    "(provenance, sbom, signature, vulnerability-policy, release-authorization) is missing; "
+    "the message names the kind (checked locally too).",
+    UpstreamBlockerCode.RELEASE_EVIDENCE_INVALID: "Release evidence is malformed or bound to "
+    "another image, source, version or configuration (checked locally too).",
+    UpstreamBlockerCode.RELEASE_NOT_AUTHORIZED: "No release-authorization evidence: the "
+    "release is not authorized (checked locally too).",
+    UpstreamBlockerCode.GREENFIELD_EXECUTION_UNAVAILABLE: "The control plane cannot execute "
+    "a greenfield creation.",
+    UpstreamBlockerCode.ROUTE_PROMOTION_FENCE_UNAVAILABLE: "The control plane cannot fence a "
+    "route promotion.",
+    UpstreamBlockerCode.POST_DEPLOYMENT_VERIFICATION_UNAVAILABLE: "The control plane cannot "
+    "verify a deployment after it is made.",
+    UpstreamBlockerCode.WOULD_REPLACE_EXISTING_STATE: "The creation would replace existing "
+    "state (the service or its resources exist).",
+    UpstreamBlockerCode.CORESTORE_INVENTORY_UNAVAILABLE: "The Corestore inventory could not be "
+    "read, so the proposed resources cannot be checked.",
+    UpstreamBlockerCode.RUNTIME_ATTESTATION_MISMATCH: "The running replicas do not attest the "
+    "expected digest.",
 }
 
 
@@ -153,6 +251,9 @@ def table() -> str:
         ("Blockers (the plan is NO-GO)", {c: DOCS[c] for c in BlockerCode}),
         ("Drift (shown apart from changes)", {c: DOCS[c] for c in DriftCode}),
         ("Reasons of changes", {c: DOCS[c] for c in ReasonCode}),
+        ("Upstream preflight blockers (the control plane's codes, kept verbatim -- a code "
+         "not listed here too; any makes the plan NO-GO)",
+         {c: DOCS[c] for c in UpstreamBlockerCode}),
         ("Why the judge does not call a cluster converged", why_docs),
     ]
     out = ["# Codes", "",
