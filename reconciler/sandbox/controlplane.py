@@ -97,6 +97,7 @@ class ControlPlane:
             "configureServiceDeploymentMachineUser": self.configure_grant,
             "getServiceDeploymentGrants": self.get_grants,
             "setServiceEgress": self.set_egress,
+            "getCapabilities": self.get_capabilities,
         }
 
     def conn(self) -> sqlite3.Connection:
@@ -188,6 +189,12 @@ class ControlPlane:
                      (store.now_ms() - 86_400_000,))
         return {"identity": {"name": row[1], "userId": row[0], "type": row[2], "role": row[3],
                              "expiresAt": expires_at, "jwt": jwt}}
+
+    def get_capabilities(self, conn: sqlite3.Connection, req: JsonDict) -> JsonDict:
+        """[ext] Every method this control plane answers, read from the handler table, so a
+        method switched off (``--no-greenfield``, ``--no-batch-reads``) is never listed."""
+        self.caller(conn, req)
+        return {"methods": sorted(self.methods)}
 
     def get_service_by_id(self, conn: sqlite3.Connection, req: JsonDict) -> JsonDict:
         self.caller(conn, req)
