@@ -38,8 +38,10 @@ lint: $(STAMP)
 schemas: $(STAMP)
 	$(PY) -m reconciler.schemagen
 
+# Writes only under benchmarks/out/ (git-ignored) and fails if a benchmark changed the tree.
+# `make bench BENCH_ARGS=--quick`: the scale curve's small sizes only.
 bench: $(STAMP)
-	$(PY) -m benchmarks.run
+	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

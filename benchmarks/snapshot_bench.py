@@ -13,8 +13,9 @@ concurrency is for). Three measurements, in the same run, against the same sandb
   default 200); the full time is extrapolated *from that sample* linearly and reported
   as such.
 
-Prints a table, writes ``benchmarks/out/snapshot.json``. Targets (issue 4): snapshot
-≤ 1.5× floor, and ≥ 10× faster than sequential.
+Prints a table, writes ``benchmarks/out/snapshot.json`` and nothing else: a benchmark
+never edits a tracked file (the README's figures are copied in by hand from a run).
+Targets (issue 4): snapshot ≤ 1.5× floor, and ≥ 10× faster than sequential.
 
     .venv/bin/python -m benchmarks.snapshot_bench [--services 2000] [--latency-ms 20]
 """
@@ -177,7 +178,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="default: the settings' mesh.concurrency (16)")
     parser.add_argument("--sample", type=int, default=200,
                         help="requests fetched sequentially; the rest is extrapolated")
-    parser.add_argument("--no-readme", action="store_true")
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="snapshot-bench-") as tmp:
@@ -206,8 +206,6 @@ def main(argv: list[str] | None = None) -> int:
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {OUT}")
-    if not args.no_readme:
-        append_readme(result)
     return 0
 
 
@@ -261,34 +259,6 @@ def report(r: Mapping[str, Any]) -> None:
     print(f"ratio to floor: {r['ratio_to_floor']}× (target ≤ 1.5×); "
           f"speedup over sequential: {r['speedup_over_sequential']}× (target ≥ 10×)")
     print(f"observations: {r['observations_answered']}/{r['observations']} answered")
-
-
-def append_readme(r: Mapping[str, Any]) -> None:
-    readme = Path(__file__).resolve().parent.parent / "README.md"
-    section = f"""
-## Live snapshot
-
-`benchmarks/snapshot_bench.py` (issue 4): one snapshot of {r['services']:,} services ×
-{r['clusters']} clusters from the sandbox, every reply delayed {r['latency_ms']} ms,
-concurrency {r['concurrency']} (the settings' default), measured in one run:
-
-| | seconds | requests | connections |
-|---|---:|---:|---:|
-| snapshot (`observing.observe_async`, parsed and validated) | {r['snapshot_seconds']:.2f} | {r['snapshot_requests']} | {r['snapshot_connections']} |
-| floor: bare concurrent httpx, same URLs, same concurrency | {r['floor_seconds']:.2f} | {r['floor_requests']} | {r['floor_connections']} |
-| sequential, **extrapolated** from {r['sequential_sample_requests']} requests | {r['sequential_seconds_extrapolated']:.1f} | {r['floor_requests']} | - |
-
-Ratio to the floor **{r['ratio_to_floor']}×** (target ≤ 1.5×); **{r['speedup_over_sequential']}×**
-faster than sequential (target ≥ 10×). {r['observations_answered']} of {r['observations']}
-observations answered. The snapshot's extra requests over the floor are the three
-per-cluster handshakes (challenge + verify) and the identity exchange, which the floor
-performs before its clock starts. Figures from `benchmarks/out/snapshot.json`.
-"""  # noqa: E501 - a Markdown table row is one line
-    text = readme.read_text(encoding="utf-8")
-    if "\n## Live snapshot\n" in text:
-        print("README already has a Live snapshot section; not appending again")
-        return
-    readme.write_text(text.rstrip("\n") + "\n" + section, encoding="utf-8")
 
 
 if __name__ == "__main__":
