@@ -36,7 +36,10 @@ from reconciler.core import crosscheck
 from reconciler.core.desired import (
     API_VERSION,
     DOCUMENT_KINDS,
+    MAX_SAFE_INTEGER,
+    CorestoreCapability,
     DesiredState,
+    EvidenceKind,
     Grant,
     LocatedError,
     Service,
@@ -328,6 +331,8 @@ def validate_document(
 
 _IDENTIFIER = ("must be a lower-case identifier: a-z, 0-9, '.', '_' and '-', starting and "
                "ending with a letter or digit, at most 63 characters")
+_LABEL = ("must be a DNS label: a-z, 0-9 and '-', starting and ending with a letter or "
+          "digit, at most 63 characters")
 _DNS = ("must be a bare lower-case DNS name (no scheme, port, path, wildcard, trailing dot "
         "or IP address)")
 _PATTERNS: Final[dict[str, str]] = {
@@ -346,6 +351,17 @@ _PATTERNS: Final[dict[str, str]] = {
     "resolve": "must be an IPv4 or IPv6 address",
     "caFile": "must be a file path on one line",
     "stateDir": "must be a directory path on one line",
+    "statementDigest": "must be sha256:<64 lower-case hex> (one line, no upper case, no newline)",
+    "subjectDigest": "must be sha256:<64 lower-case hex> (one line, no upper case, no newline)",
+    "version": "must be a canonical semantic version like 1.0.0 or 2.1.0-rc.1 (no leading "
+               "'v', no leading zeros)",
+    "namespace": _LABEL, "resourceName": _LABEL,
+    "verifier": "must name the verifier on one line (not blank, no control characters)",
+}
+#: Closed sets other than capabilities, by field name, for "did you mean".
+_CHOICES: Final[dict[str, tuple[str, ...]]] = {
+    "kind": tuple(k.value for k in EvidenceKind),
+    "capability": tuple(c.value for c in CorestoreCapability),
 }
 #: Fields whose values are never echoed: a pasted secret must not be printed back.
 _SECRET_FIELDS: Final = frozenset({"tokenEnv", "keyFileEnv"})
@@ -389,10 +405,13 @@ def _explain(error: ErrorDetails, model: type[BaseModel]) -> tuple[PathKey, str,
     if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
         if name == "port":
             return loc, f"must be a port number from 1 to 65535 (got {_describe(value)})", False
+        if name == "verifiedAt":
+            return loc, ("must be when it was verified in epoch milliseconds, a whole number "
+                         f"from 1 to {MAX_SAFE_INTEGER} (got {_describe(value)})"), False
         bound = {"greater_than_equal": ("at least", "ge"), "less_than_equal": ("at most", "le"),
                  "greater_than": ("more than", "gt"), "less_than": ("less than", "lt")}[kind]
         return loc, f"must be {bound[0]} {ctx.get(bound[1])} (got {_describe(value)})", False
-    if kind == "too_long":
+    if kind in ("too_long", "string_too_long"):
         if isinstance(value, list):
             return loc, (f"has {ctx.get('actual_length')} entries; at most "
                          f"{ctx.get('max_length')} are allowed"), False
@@ -405,7 +424,7 @@ def _explain(error: ErrorDetails, model: type[BaseModel]) -> tuple[PathKey, str,
             return loc, _with_hint(f"{_show(value)} is not a deployment capability; expected one "
                                    f"of {', '.join(known)}", value, known), False
         return loc, _with_hint(f"{_show(value)} is not allowed; expected one of "
-                               f"{ctx.get('expected')}", value, []), False
+                               f"{ctx.get('expected')}", value, _CHOICES.get(name, ())), False
     if kind == "literal_error":
         return loc, f"must be {ctx.get('expected')} (got {_describe(value)})", False
     return loc, str(error.get("msg", "is invalid")), False
