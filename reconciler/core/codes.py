@@ -34,6 +34,11 @@ class BlockerCode(StrEnum):
     ROLLOUT_STATUS_UNKNOWN = "rollout_status_unknown"
     GRANTS_UNREADABLE = "grants_unreadable"
     REPO_DIRTY = "repo_dirty"
+    PREFLIGHT_NO_GO = "preflight_no_go"
+    PREFLIGHT_FAILED = "preflight_failed"
+    PREFLIGHT_REPORT_INVALID = "preflight_report_invalid"
+    PREFLIGHT_NOT_ASKED = "preflight_not_asked"
+    RELEASE_EVIDENCE_REQUIRED = "release_evidence_required"
 
 
 class DriftCode(StrEnum):
@@ -63,6 +68,7 @@ class ReasonCode(StrEnum):
     EGRESS_REVOKE_ALL = "egress_revoke_all"
     GRANT_DIFFERS = "grant_differs"
     GRANT_NOT_DECLARED = "grant_not_declared"
+    SERVICE_NOT_ON_CONTROL_PLANE = "service_not_on_control_plane"
 
 
 class UpstreamBlockerCode(StrEnum):
@@ -136,6 +142,21 @@ DOCS: dict[StrEnum, str] = {
     "finished is unknown.",
     BlockerCode.GRANTS_UNREADABLE: "The deployment grants could not be read.",
     BlockerCode.REPO_DIRTY: "The config repo has uncommitted changes to tracked files.",
+    BlockerCode.PREFLIGHT_NO_GO: "A new service's greenfield preflight says NO-GO: the "
+    "control plane's report, or one of its rules checked locally before anything was sent "
+    "(the message says which). The upstream code is kept verbatim (`upstream_code`).",
+    BlockerCode.PREFLIGHT_FAILED: "The control plane's deployment preflight for a new "
+    "service gave no report (the call failed or was refused); nothing can be created "
+    "without it.",
+    BlockerCode.PREFLIGHT_REPORT_INVALID: "The preflight's reply is not a valid report: "
+    "its shape, a `mutationPerformed` that is not `false`, a report about another request, "
+    "or a decision its blockers contradict.",
+    BlockerCode.PREFLIGHT_NOT_ASKED: "No preflight answer exists for this exact request "
+    "(e.g. the commit moved since the live side was read); plan again.",
+    BlockerCode.RELEASE_EVIDENCE_REQUIRED: "`policy.releaseEvidence: every-promotion`: a "
+    "promotion's release evidence is incomplete or not bound to the pinned digest (checked "
+    "locally; the upstream preflight accepts greenfield requests only). The upstream code "
+    "is kept (`upstream_code`).",
     DriftCode.CLUSTER_DIVERGED: "A cluster runs another digest than the current rollout.",
     DriftCode.CLUSTER_LAGGING: "Mid-rollout, a cluster still runs another digest.",
     DriftCode.CLUSTER_MISSING_RUNTIME: "A cluster has no runtime record for the app.",
@@ -161,6 +182,8 @@ DOCS: dict[StrEnum, str] = {
     ReasonCode.EGRESS_REVOKE_ALL: "Set egress to []: every destination revoked.",
     ReasonCode.GRANT_DIFFERS: "Set grant: capabilities added and/or removed.",
     ReasonCode.GRANT_NOT_DECLARED: "Set grant to []: pruned, no Grant document declares it.",
+    ReasonCode.SERVICE_NOT_ON_CONTROL_PLANE: "Create: the repo declares a service the "
+    "control plane does not have (a greenfield deployment, checked by its preflight).",
     UpstreamBlockerCode.INVALID_REQUEST: "The preflight request is malformed (request or "
     "service id, worktree state, Corestore resources).",
     UpstreamBlockerCode.AUTHORIZATION_MISSING: "The machine user lacks a deployment "

@@ -1,9 +1,17 @@
 """Planning: ``plan(desired, live) -> Plan``, a pure function.
 
 Owns every decision about what to change: the classification of a release change
-(promote vs rollback), egress and grant differences, blockers (why not to apply), drift
-(what differs without being an intended change) and the evidence attached to each
-service. Apply executes what this decides and never decides again (STYLE §1).
+(promote vs rollback), egress and grant differences, creations (a declared service the
+control plane does not have), blockers (why not to apply), drift (what differs without
+being an intended change) and the evidence attached to each service. Apply executes
+what this decides and never decides again (STYLE §1).
+
+A creation is judged from what the engine read for it (``core.preflight.Greenfield``):
+the repo's own checks first (``core.greenfield.local_blockers``; when any fails nothing
+was sent, fail closed), then the control plane's preflight report for this exact request
+(GO/NO-GO with its codes verbatim; an invalid report is itself a blocker), whether the
+control plane executes creations at all (``GREENFIELD_EXECUTION_UNAVAILABLE``) and
+whether its authorization checks grant ``deployment:create-greenfield``.
 
 Must not: read files, talk to the network, look at the clock (time comes from the
 snapshot), or render anything.
@@ -11,13 +19,18 @@ snapshot), or render anything.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
-from reconciler.core import evidence
-from reconciler.core.codes import BlockerCode, DriftCode, ReasonCode
+from pydantic import JsonValue
+
+from reconciler.core import evidence, greenfield
+from reconciler.core import preflight as pf
+from reconciler.core.codes import BlockerCode, DriftCode, ReasonCode, UpstreamBlockerCode
 from reconciler.core.desired import DesiredState, Service
 from reconciler.core.live import (
     FAILED_STATUSES,
@@ -69,6 +82,56 @@ def idempotency_key(action: Action, service_id: str, payload: object,
         sort_keys=True, separators=(",", ":"),
     )
     return "rcn-" + hashlib.sha256(material.encode()).hexdigest()[:40]
+
+
+def preflight_request_id(svc: Service, source_revision: str, source_dirty: bool) -> str:
+    """The preflight's ``requestId`` for creating ``svc`` from this commit: derived from
+    the intent, so the same commit and document always ask the same question (the answer
+    can be matched to it, and the creation's payload -- hence its idempotency key -- is
+    the same on every rerun)."""
+    material = json.dumps([svc.service_id, source_revision, source_dirty,
+                           greenfield.intent_digest(svc)], separators=(",", ":"))
+    return "rcn-pf-" + hashlib.sha256(material.encode()).hexdigest()[:40]
+
+
+@dataclass(frozen=True)
+class PreflightAsk:
+    """One preflight the engine must send before planning: for ``service``, this request
+    data (wire shape, no identity), answered under ``request_id``."""
+
+    service: str
+    service_id: str
+    request_id: str
+    request: dict[str, object]
+
+
+def creation_requests(desired: DesiredState, live: LiveSnapshot,
+                      provenance: Provenance) -> list[PreflightAsk]:
+    """The preflights a plan of ``desired`` against ``live`` at ``provenance`` needs: one
+    per declared service the control plane does not have, whose local checks all pass
+    (fail closed: a request the repo already knows is refused is never sent). The planner
+    asks the same questions in the same words, so the answers match by request id."""
+    asks = []
+    revision = provenance.commit or ""
+    for svc in sorted(desired.services, key=lambda s: s.name):
+        state = live.services.get(svc.service_id)
+        if not (isinstance(state, ReadFailure) and state.code == "SERVICE_NOT_FOUND"):
+            continue
+        if greenfield.local_blockers(svc, source_revision=revision,
+                                     source_dirty=provenance.dirty, require_evidence=True):
+            continue
+        request_id = preflight_request_id(svc, revision, provenance.dirty)
+        request = greenfield.preflight_request(svc, request_id=request_id,
+                                               source_revision=revision,
+                                               source_dirty=provenance.dirty)
+        asks.append(PreflightAsk(service=svc.name, service_id=svc.service_id,
+                                 request_id=request_id, request=dict(request)))
+    return asks
+
+
+def _json(value: dict[str, object]) -> dict[str, JsonValue]:
+    """A wire value (built from plain JSON types) as the model's JSON type."""
+    return {k: cast(JsonValue, v) for k, v in value.items()}
 
 
 def _short(digest: str | None) -> str:
@@ -146,9 +209,13 @@ def _drift_of(service: str, finding: evidence.ClusterProof, current: str, in_pro
 class _Planner:
     """Accumulates one plan. Private: ``plan()`` is the only entry point."""
 
-    def __init__(self, desired: DesiredState, live: LiveSnapshot) -> None:
+    def __init__(self, desired: DesiredState, live: LiveSnapshot, provenance: Provenance,
+                 answers: pf.Greenfield | None) -> None:
         self.desired = desired
         self.live = live
+        self.provenance = provenance
+        self.answers = answers
+        self.preflights: list[pf.ServicePreflight] = []
         self.changes: list[Change] = []
         self.blockers: list[Blocker] = []
         self.drift: list[Drift] = []
@@ -213,6 +280,12 @@ class _Planner:
     def service(self, svc: Service) -> None:
         live = self.live.services.get(svc.service_id)
         observations = self.live.observations.get(svc.app_id, ())
+        if isinstance(live, ReadFailure) and live.code == "SERVICE_NOT_FOUND":
+            # Declared here, absent there: a creation, through the greenfield preflight.
+            self.preconditions[svc.service_id] = {"absent": True}
+            self._create(svc)
+            self._evidence(svc, None, observations)
+            return
         if live is None or isinstance(live, ReadFailure):
             code = BlockerCode.SERVICE_NOT_FOUND if live is not None and \
                 live.code == "SERVICE_NOT_FOUND" else BlockerCode.SERVICE_UNREADABLE
@@ -238,6 +311,129 @@ class _Planner:
                 "plane's service does not (immutableImageRequired is false); the next "
                 "promotion sets it"))
         self._evidence(svc, live, observations)
+
+    # -- a creation ------------------------------------------------------------------
+    def _create(self, svc: Service) -> None:
+        """A declared service the control plane does not have: one ``create`` change, and
+        what its preflight says. Every reason it must not be sent is a blocker."""
+        name = svc.name
+        revision = self.provenance.commit or ""
+        dirty = self.provenance.dirty
+        local = greenfield.local_blockers(svc, source_revision=revision, source_dirty=dirty,
+                                          require_evidence=True)
+        request_id = preflight_request_id(svc, revision, dirty)
+        request: dict[str, object] = {}
+        # NotRequestable: local_blockers names what is missing (version, namespace).
+        with contextlib.suppress(greenfield.NotRequestable):
+            request = dict(greenfield.preflight_request(
+                svc, request_id=request_id, source_revision=revision, source_dirty=dirty))
+        blockers: list[Blocker] = []
+
+        def block(code: BlockerCode, message: str, upstream: str | None = None) -> None:
+            blockers.append(Blocker(code=code, service=name, message=f"{name}: {message}",
+                                    upstream_code=upstream))
+
+        for found in local:
+            block(BlockerCode.PREFLIGHT_NO_GO, f"{found.code}: {found.message} (checked "
+                  "locally; no preflight was sent)", found.code)
+        report: pf.Report | None = None
+        problem: str | None = None
+        answer = None
+        if local:
+            status = pf.Status.NOT_SENT
+            codes = ", ".join(dict.fromkeys(b.code for b in local))
+            problem = f"not sent: the repo's own checks failed first ({codes})"
+        else:
+            answers = self.answers.answers if self.answers is not None else None
+            answer = answers.get(request_id) if answers is not None else None
+            if answer is None:
+                status = pf.Status.NOT_ASKED
+                problem = ("no preflight answer for this request (commit "
+                           f"{revision[:12] or '<none>'}): nothing may be created unchecked")
+                block(BlockerCode.PREFLIGHT_NOT_ASKED, problem)
+            elif answer.error is not None:
+                status = pf.Status.FAILED
+                problem = f"the preflight call failed: {safe(answer.error)}" + (
+                    f" ({safe(answer.code, 60)})" if answer.code else "")
+                block(BlockerCode.PREFLIGHT_FAILED, problem)
+            else:
+                try:
+                    report = pf.parse_report(answer.reply)
+                    elsewhere = pf.about_request(report, request)
+                    if elsewhere:
+                        raise pf.InvalidReport("the report is about another request: "
+                                               + "; ".join(elsewhere))
+                except pf.InvalidReport as exc:
+                    report = None
+                    status = pf.Status.INVALID
+                    problem = f"the preflight reply is not a valid report: {safe(exc)}"
+                    block(BlockerCode.PREFLIGHT_REPORT_INVALID, problem)
+                else:
+                    status = pf.Status.GO if report.decision is pf.Decision.GO \
+                        else pf.Status.NO_GO
+                    for found in report.blockers:
+                        block(BlockerCode.PREFLIGHT_NO_GO,
+                              f"{found.code}: {found.message} (the control plane's preflight)",
+                              found.code)
+        unavailable = UpstreamBlockerCode.GREENFIELD_EXECUTION_UNAVAILABLE.value
+        execution = self.answers.execution_available if self.answers is not None else None
+        if self.answers is not None and self.answers.capabilities_error is not None:
+            block(BlockerCode.PREFLIGHT_FAILED, "whether the control plane can execute a "
+                  "creation is unknown: its capabilities could not be read "
+                  f"({safe(self.answers.capabilities_error)})")
+        elif not execution and not (report and any(b.code == unavailable
+                                                   for b in report.blockers)):
+            # Honest, never a silent skip: without the request that starts a creation,
+            # a GO preflight would only promise what apply cannot do.
+            block(BlockerCode.PREFLIGHT_NO_GO, f"{unavailable}: the control plane does not "
+                  f"offer {pf.CREATE_METHOD} (not among its capabilities), so the service "
+                  "cannot be created through it", unavailable)
+        missing = UpstreamBlockerCode.AUTHORIZATION_MISSING.value
+        if report is not None and not report.granted(pf.CREATE_CAPABILITY) and not any(
+                b.code == missing and pf.CREATE_CAPABILITY in b.message
+                for b in report.blockers):
+            block(BlockerCode.PREFLIGHT_NO_GO, f"{missing}: the preflight's authorization "
+                  f"checks do not show {pf.CREATE_CAPABILITY} granted on {svc.service_id} to "
+                  "this identity", missing)
+        self.blockers.extend(blockers)
+        fence = None
+        if report is not None:
+            fence = pf.Fence(source_service_id=svc.service_id,
+                             source_revision=report.source_revision, version=report.version,
+                             oci_index_digest=svc.release.digest,
+                             configuration_digest=report.configuration_digest,
+                             target_namespace=report.namespace)
+        self.preflights.append(pf.ServicePreflight(
+            service=name, service_id=svc.service_id, purpose="create", status=status,
+            request_id=request_id if request else None, source_revision=revision or None,
+            source_dirty=dirty, intent_digest=greenfield.intent_digest(svc), report=report,
+            problem=problem, local_blockers=local, execution_available=execution,
+            blocked=bool(blockers)))
+        new = pf.NewService(
+            name=name, app_id=svc.app_id, registry_host=svc.release.registry_host,
+            repository=svc.release.repository, release_tag=svc.release.tag,
+            egress=tuple(pf.Destination(host=d.host, port=d.port)
+                         for d in sorted(svc.egress or (), key=lambda d: (d.host, d.port))))
+        creation = pf.Creation(preflight=_json(request), fence=fence, service=new,
+                               digest=svc.release.digest)
+        pre = Preconditions()
+        where = f" in namespace {svc.create.namespace}" if svc.create else ""
+        self.changes.append(Change(
+            action=Action.CREATE, service=name, service_id=svc.service_id, app_id=svc.app_id,
+            reason=ReasonCode.SERVICE_NOT_ON_CONTROL_PLANE,
+            summary=f"create {name} ({svc.service_id}) at "
+            f"{svc.release.tag or _short(svc.release.digest)} ({_short(svc.release.digest)})"
+            f"{where}",
+            preconditions=pre,
+            idempotency_key=idempotency_key(
+                Action.CREATE, svc.service_id,
+                {"preflight": creation.preflight,
+                 "fence": fence.wire() if fence else None, "service": new.wire()}, pre),
+            release_after=ReleaseRef(digest=svc.release.digest,
+                                     tags=(svc.release.tag,) if svc.release.tag else (),
+                                     reference=svc.release.reference),
+            creation=creation,
+        ))
 
     def _release(self, svc: Service, live: LiveService) -> None:
         pinned = svc.release.digest
@@ -505,10 +701,16 @@ class _Planner:
             evidence=tuple(self.evidence),
             fingerprint=fingerprint,
             proofs=tuple(self.proofs),
+            preflights=tuple(sorted(self.preflights, key=lambda p: (p.service, p.purpose))),
         )
 
 
 def plan(desired: DesiredState, live: LiveSnapshot,
-         provenance: Provenance = Provenance()) -> Plan:
-    """Compute the plan that makes ``live`` what ``desired`` says. Pure and deterministic."""
-    return _Planner(desired, live).build(provenance)
+         provenance: Provenance = Provenance(),
+         greenfield_answers: pf.Greenfield | None = None) -> Plan:
+    """Compute the plan that makes ``live`` what ``desired`` says. Pure and deterministic.
+
+    ``greenfield_answers``: what the engine read for the creations this plan holds
+    (``creation_requests`` says which); None when nothing was asked, so every creation
+    is blocked (``preflight_not_asked``) rather than planned unchecked."""
+    return _Planner(desired, live, provenance, greenfield_answers).build(provenance)

@@ -17,7 +17,11 @@ Invariants (each one is relied on elsewhere):
   re-planning the same situation yields the same key and a rerun replays, never repeats.
 - ``Change.preconditions`` are the live values the change was planned against; apply
   refuses ("stale") when any moved.
-- Order of ``changes`` is the safe execution order: grants, egress, then releases.
+- Order of ``changes`` is the safe execution order: grants, egress, then releases and
+  creations.
+- A ``create`` change carries everything apply sends (``Creation``): the preflight
+  request data as the plan sent it and the fence of the report it saw; that report is in
+  ``Plan.preflights``. A create is sent only from a GO plan, so only with a fence.
 
 Pure: no I/O imports.
 """
@@ -31,6 +35,7 @@ from pydantic import BaseModel, ConfigDict
 from reconciler.core.codes import BlockerCode, DriftCode, ReasonCode
 from reconciler.core.evidence import Proof, ServiceProof
 from reconciler.core.live import EgressRule, Observation
+from reconciler.core.preflight import Creation, ServicePreflight
 from reconciler.core.review import Review
 
 
@@ -45,10 +50,12 @@ class Action(StrEnum):
     SET_EGRESS = "set_egress"
     PROMOTE = "promote"
     ROLLBACK = "rollback"
+    CREATE = "create"
 
 
 #: Execution order: authority and network policy before the release that may need them.
-ACTION_ORDER = {Action.SET_GRANT: 0, Action.SET_EGRESS: 1, Action.PROMOTE: 2, Action.ROLLBACK: 2}
+ACTION_ORDER = {Action.SET_GRANT: 0, Action.SET_EGRESS: 1, Action.PROMOTE: 2, Action.ROLLBACK: 2,
+                Action.CREATE: 2}
 
 #: The fixed verb each change is rendered with.
 VERBS = {
@@ -56,6 +63,7 @@ VERBS = {
     Action.ROLLBACK: "rollback",
     Action.SET_EGRESS: "set egress",
     Action.SET_GRANT: "set grant",
+    Action.CREATE: "create",
 }
 
 
@@ -108,11 +116,14 @@ class Change(_Model):
     capabilities_after: tuple[str, ...] | None = None
     capabilities_added: tuple[str, ...] = ()
     capabilities_removed: tuple[str, ...] = ()
+    # create
+    creation: Creation | None = None
 
     @property
     def waits_for_convergence(self) -> bool:
-        """Promotions and rollbacks must be seen on every cluster; so must egress."""
-        return self.action in (Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS)
+        """Releases, creations and egress must be seen on every cluster."""
+        return self.action in (Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS,
+                               Action.CREATE)
 
 
 
@@ -124,6 +135,8 @@ class Blocker(_Model):
     service: str | None = None
     cluster: str | None = None
     services: tuple[str, ...] = ()  # for a cause shared by many: every service it blocks
+    #: the control plane's preflight code, verbatim (sanitized), for preflight blockers
+    upstream_code: str | None = None
 
 
 class Drift(_Model):
@@ -171,6 +184,8 @@ class Plan(_Model):
     fingerprint: str  # digest of every precondition the plan read
     proofs: tuple[ServiceProof, ...] = ()  # the judge's word on every managed service
     review: Review | None = None  # plan --base: what this PR changes (the plan is the head's)
+    #: per new service (and, by policy, per promotion): the preflight and its report
+    preflights: tuple[ServicePreflight, ...] = ()
 
     @property
     def verdict(self) -> Verdict:
@@ -213,6 +228,9 @@ class Plan(_Model):
         names.update(d.service for d in self.drift if d.service)
         return sorted(names)
 
+    def preflight_of(self, service: str) -> ServicePreflight | None:
+        return next((p for p in self.preflights if p.service == service), None)
+
 
 def restrict(plan: Plan, only: frozenset[str]) -> Plan:
     """The part of a plan about ``only`` (all of it when empty); mesh-wide blockers stay,
@@ -231,4 +249,5 @@ def restrict(plan: Plan, only: frozenset[str]) -> Plan:
         "drift": tuple(d for d in plan.drift if keep(d.service)),
         "evidence": tuple(e for e in plan.evidence if e.service in only),
         "proofs": tuple(p for p in plan.proofs if p.service in only),
+        "preflights": tuple(p for p in plan.preflights if p.service in only),
     })

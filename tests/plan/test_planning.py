@@ -249,11 +249,26 @@ def test_dirty_repo_blocks_and_the_commit_is_recorded() -> None:
 
 def test_unknown_service_state_blocks_and_plans_nothing_for_it() -> None:
     live = _with_service(reference_live(), "svc-checkout", ReadFailure(
+        service_id="svc-checkout", reason="timed out"))
+    p = plan(reference_desired(), live)
+    assert "service_unreadable" in _codes(p)
+    assert not [c for c in p.changes if c.service == "checkout"]
+
+
+def test_an_absent_service_is_a_create_blocked_by_the_evidence_it_lacks() -> None:
+    # Issue 12: declared here, absent there, is a creation -- never sent unchecked. The
+    # reference checkout declares no version, namespace or evidence: each is named.
+    live = _with_service(reference_live(), "svc-checkout", ReadFailure(
         service_id="svc-checkout", reason="service svc-checkout not found",
         code="SERVICE_NOT_FOUND"))
     p = plan(reference_desired(), live)
-    assert "service_not_found" in _codes(p)
-    assert not [c for c in p.changes if c.service == "checkout"]
+    assert [c.action.value for c in p.changes if c.service == "checkout"] == ["create"]
+    upstream = {b.upstream_code for b in p.blockers if b.service == "checkout"}
+    assert {"VERSION_NOT_RESERVED", "NAMESPACE_NOT_RESERVED", "RELEASE_EVIDENCE_MISSING",
+            "SOURCE_REVISION_INVALID"} <= upstream
+    assert p.verdict.value == "no_go"
+    pre = p.preflight_of("checkout")
+    assert pre is not None and pre.status.value == "not_sent" and pre.report is None
 
 
 def test_unreadable_grants_block_grant_planning() -> None:

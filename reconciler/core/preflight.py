@@ -1,0 +1,434 @@
+"""The greenfield preflight report as a plan holds it: parsed, validated, fail closed.
+
+Owns the model of one ``IDeploymentPreflightReport`` (seed 002, schemaVersion 2) as far as
+a plan needs it (decision, upstream blockers, authorization checks, source revision and
+dirty state, intent and configuration digests, the requested image and its platforms,
+the proposed namespace and its state), ``parse_report`` that turns the control plane's
+raw reply into it or says why it cannot, ``Answer`` (what the shell read for one request)
+and ``ServicePreflight`` (what the plan says about one service's preflight).
+
+Fail closed (seed 002, 12.0.0): a reply whose shape is not the report's, whose
+``mutationPerformed`` is not ``false``, that is about another request (service,
+revision, dirty state, version, intent digest, namespace), or whose decision its own
+blockers contradict (GO with blockers, NO-GO without one) is not a report: the planner
+turns that into a blocker. Nothing here trusts a string from the wire: every string
+kept is sanitized and bounded.
+
+Pure: no I/O; the shell hands over the decoded JSON value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, JsonValue
+
+from reconciler.core.greenfield import PreflightBlocker
+from reconciler.core.names import is_digest
+from reconciler.core.sanitize import safe
+
+#: The seed's capability a creation needs on the new service's id.
+CREATE_CAPABILITY = "deployment:create-greenfield"
+#: The extension method that executes a creation (CONTRACT [ext], issue 12).
+CREATE_METHOD = "createGreenfieldDeployment"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Decision(StrEnum):
+    GO = "GO"
+    NO_GO = "NO-GO"
+
+
+Tristate = bool | Literal["unknown"]
+
+
+class AuthorizationCheck(_Model):
+    capability: str
+    granted: bool
+
+
+class Platform(_Model):
+    """One platform of the requested OCI index (``IOciPlatformDescriptorSummary``)."""
+
+    os: str
+    architecture: str
+    digest: str | None = None
+    media_type: str | None = None
+    runnable: bool
+    manifest_present: bool
+
+
+class ProposedResource(_Model):
+    capability: str
+    resource_name: str
+
+
+class Report(_Model):
+    """The parts of a valid ``IDeploymentPreflightReport`` a plan shows and binds to.
+
+    ``currentImage``, ``runtimeTasks``, ``runtimeAttestation``, ``platformBindings`` and
+    ``corestoreResources`` are checked for shape but not kept: for a service that does
+    not exist yet they describe nothing."""
+
+    decision: Decision
+    generated_at: int
+    service_id: str
+    service_name: str
+    registry_host: str
+    registry_repository: str
+    source_revision: str
+    source_dirty: bool
+    version: str
+    intent_digest: str
+    configuration_digest: str
+    requested_digest: str | None = None
+    release_tag: str | None = None
+    tag_reserved: bool = False
+    media_type: str | None = None
+    platforms: tuple[Platform, ...] = ()
+    namespace: str
+    proposed_corestore: tuple[ProposedResource, ...] = ()
+    namespace_reserved: bool
+    namespace_blank: Tristate
+    inventory_complete: bool
+    version_reserved: bool
+    would_replace_existing_state: Tristate
+    authorization_checks: tuple[AuthorizationCheck, ...] = ()
+    blockers: tuple[PreflightBlocker, ...] = ()
+
+    def granted(self, capability: str) -> bool:
+        """Whether the report's own authorization checks show ``capability`` granted."""
+        return any(c.capability == capability and c.granted for c in self.authorization_checks)
+
+
+class Status(StrEnum):
+    """What became of one service's preflight in this plan."""
+
+    GO = "go"  # the control plane's report says GO
+    NO_GO = "no_go"  # the control plane's report says NO-GO
+    NOT_SENT = "not_sent"  # a local check failed first: nothing was sent (fail closed)
+    FAILED = "failed"  # the call gave no report
+    INVALID = "invalid"  # the reply is not a valid report
+    NOT_ASKED = "not_asked"  # no answer for this exact request (e.g. the commit moved)
+    LOCAL_ONLY = "local_only"  # a promotion's evidence, checked locally by policy
+
+
+class ServicePreflight(_Model):
+    """One service's preflight as the plan shows it: what was asked, what came back, and
+    what reconcile itself checked. ``blocked`` is whether it stops the plan; the blockers
+    themselves are in ``Plan.blockers`` (one list, one verdict)."""
+
+    service: str
+    service_id: str
+    purpose: Literal["create", "promotion"] = "create"
+    status: Status
+    request_id: str | None = None
+    source_revision: str | None = None
+    source_dirty: bool = False
+    intent_digest: str | None = None
+    report: Report | None = None
+    problem: str | None = None  # why there is no valid report, one sentence, sanitized
+    local_blockers: tuple[PreflightBlocker, ...] = ()
+    execution_available: bool | None = None  # createGreenfieldDeployment offered
+    blocked: bool = True
+
+    @property
+    def decision(self) -> Decision:
+        """reconcile's word for this service: GO only when nothing blocks it."""
+        return Decision.NO_GO if self.blocked else Decision.GO
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the shell read for one preflight request: the decoded ``report`` value, or
+    why there is none (``error``, sanitized; ``code``: the control plane's domain code)."""
+
+    request_id: str
+    reply: object = None
+    error: str | None = None
+    code: str | None = None
+
+
+@dataclass(frozen=True)
+class Greenfield:
+    """The live side's answers about creations, read by the engine for one plan:
+    whether the control plane executes creations, and each preflight answer by request
+    id. ``capabilities_error``: the capability list could not be read (never "none")."""
+
+    execution_available: bool = False
+    capabilities_error: str | None = None
+    answers: Mapping[str, Answer] | None = None  # None: nothing was asked
+
+
+class InvalidReport(ValueError):
+    """The reply is not a report this version can trust; the message says why."""
+
+
+# -- parsing ----------------------------------------------------------------------------
+
+def _obj(value: object, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidReport(f"{where} is not an object")
+    return value
+
+
+def _list(value: object, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise InvalidReport(f"{where} is not a list")
+    return value
+
+
+def _str(value: object, where: str, limit: int = 300) -> str:
+    if not isinstance(value, str):
+        raise InvalidReport(f"{where} is not a string")
+    return safe(value, limit)
+
+
+def _opt_str(value: object, where: str, limit: int = 300) -> str | None:
+    return None if value is None else _str(value, where, limit)
+
+
+def _bool(value: object, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidReport(f"{where} is not a boolean")
+    return value
+
+
+def _tristate(value: object, where: str) -> Tristate:
+    if value == "unknown":
+        return "unknown"
+    return _bool(value, where)
+
+
+def _int(value: object, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidReport(f"{where} is not an integer")
+    return value
+
+
+def _digest(value: object, where: str) -> str:
+    text = _str(value, where, 80)
+    if not is_digest(text):
+        raise InvalidReport(f"{where} is not a canonical sha256 digest ({text})")
+    return text
+
+
+def _opt_digest(value: object, where: str) -> str | None:
+    return None if value is None else _digest(value, where)
+
+
+def _platforms(value: object, where: str) -> tuple[Platform, ...]:
+    out = []
+    for index, raw in enumerate(_list(value, where)):
+        at = f"{where}[{index}]"
+        item = _obj(raw, at)
+        out.append(Platform(
+            os=_str(item.get("os"), f"{at}.os", 60),
+            architecture=_str(item.get("architecture"), f"{at}.architecture", 60),
+            digest=_opt_digest(item.get("digest"), f"{at}.digest"),
+            media_type=_opt_str(item.get("mediaType"), f"{at}.mediaType", 120),
+            runnable=_bool(item.get("runnable"), f"{at}.runnable"),
+            manifest_present=_bool(item.get("manifestPresent"), f"{at}.manifestPresent")))
+    return tuple(out)
+
+
+def _resources(value: object, where: str) -> tuple[ProposedResource, ...]:
+    out = []
+    for index, raw in enumerate(_list(value, where)):
+        item = _obj(raw, f"{where}[{index}]")
+        out.append(ProposedResource(
+            capability=_str(item.get("capability"), f"{where}[{index}].capability", 40),
+            resource_name=_str(item.get("resourceName"), f"{where}[{index}].resourceName",
+                               80)))
+    return tuple(out)
+
+
+def parse_report(raw: object) -> Report:
+    """The control plane's ``report`` value as a ``Report``; ``InvalidReport`` naming the
+    first field at fault when it is not a schemaVersion-2 report with
+    ``mutationPerformed: false`` and a decision its blockers agree with."""
+    report = _obj(raw, "report")
+    if report.get("schemaVersion") != 2:
+        raise InvalidReport(f"report.schemaVersion is {safe(report.get('schemaVersion'), 40)},"
+                            " not 2")
+    if report.get("mutationPerformed") is not False:
+        # A read-only check that says it changed something (or will not say) is not one.
+        raise InvalidReport("report.mutationPerformed is "
+                            f"{safe(json_repr(report.get('mutationPerformed')), 40)}, not false:"
+                            " a preflight must not change anything")
+    decision = report.get("decision")
+    if decision not in ("GO", "NO-GO"):
+        raise InvalidReport(f"report.decision is {safe(json_repr(decision), 40)}, not GO or "
+                            "NO-GO")
+    service = _obj(report.get("service"), "report.service")
+    source = _obj(report.get("source"), "report.source")
+    requested = _obj(report.get("requestedImage"), "report.requestedImage")
+    proposed = _obj(report.get("proposed"), "report.proposed")
+    current = _obj(report.get("currentImage"), "report.currentImage")
+    _platforms(current.get("platforms"), "report.currentImage.platforms")
+    _bool(current.get("mutableReference"), "report.currentImage.mutableReference")
+    _list(report.get("runtimeTasks"), "report.runtimeTasks")
+    _obj(report.get("runtimeAttestation"), "report.runtimeAttestation")
+    _list(report.get("platformBindings"), "report.platformBindings")
+    _list(report.get("corestoreResources"), "report.corestoreResources")
+    checks = []
+    for index, raw_check in enumerate(_list(report.get("authorizationChecks"),
+                                            "report.authorizationChecks")):
+        at = f"report.authorizationChecks[{index}]"
+        item = _obj(raw_check, at)
+        checks.append(AuthorizationCheck(capability=_str(item.get("capability"),
+                                                         f"{at}.capability", 60),
+                                         granted=_bool(item.get("granted"), f"{at}.granted")))
+    blockers = []
+    for index, raw_blocker in enumerate(_list(report.get("compatibilityBlockers"),
+                                              "report.compatibilityBlockers")):
+        at = f"report.compatibilityBlockers[{index}]"
+        item = _obj(raw_blocker, at)
+        code = _str(item.get("code"), f"{at}.code", 60)
+        if not code:
+            raise InvalidReport(f"{at}.code is empty")
+        message = _str(item.get("message"), f"{at}.message")
+        blockers.append(PreflightBlocker.from_upstream(code, message))
+    if decision == "GO" and blockers:
+        raise InvalidReport(f"report.decision is GO but it lists {len(blockers)} blocker(s) "
+                            f"({', '.join(b.code for b in blockers)})")
+    if decision == "NO-GO" and not blockers:
+        raise InvalidReport("report.decision is NO-GO but it names no blocker: the reason is "
+                            "unknown")
+    return Report(
+        decision=Decision(decision),
+        generated_at=_int(report.get("generatedAt"), "report.generatedAt"),
+        service_id=_str(service.get("serviceId"), "report.service.serviceId", 200),
+        service_name=_str(service.get("serviceName"), "report.service.serviceName", 200),
+        registry_host=_str(service.get("registryHost"), "report.service.registryHost", 255),
+        registry_repository=_str(service.get("registryRepository"),
+                                 "report.service.registryRepository", 255),
+        source_revision=_str(source.get("revision"), "report.source.revision", 80),
+        source_dirty=_bool(source.get("dirty"), "report.source.dirty"),
+        version=_str(source.get("version"), "report.source.version", 120),
+        intent_digest=_digest(source.get("intentDigest"), "report.source.intentDigest"),
+        configuration_digest=_digest(source.get("configurationDigest"),
+                                     "report.source.configurationDigest"),
+        requested_digest=_opt_digest(requested.get("digest"), "report.requestedImage.digest"),
+        release_tag=_opt_str(requested.get("releaseTag"), "report.requestedImage.releaseTag",
+                             128),
+        tag_reserved=_bool(requested.get("tagReserved"), "report.requestedImage.tagReserved"),
+        media_type=_opt_str(requested.get("mediaType"), "report.requestedImage.mediaType", 120),
+        platforms=_platforms(requested.get("platforms"), "report.requestedImage.platforms"),
+        namespace=_str(proposed.get("namespace"), "report.proposed.namespace", 80),
+        proposed_corestore=_resources(proposed.get("corestoreResources"),
+                                      "report.proposed.corestoreResources"),
+        namespace_reserved=_bool(proposed.get("namespaceReserved"),
+                                 "report.proposed.namespaceReserved"),
+        namespace_blank=_tristate(proposed.get("namespaceBlank"),
+                                  "report.proposed.namespaceBlank"),
+        inventory_complete=_bool(proposed.get("inventoryComplete"),
+                                 "report.proposed.inventoryComplete"),
+        version_reserved=_bool(proposed.get("versionReserved"),
+                               "report.proposed.versionReserved"),
+        would_replace_existing_state=_tristate(proposed.get("wouldReplaceExistingState"),
+                                               "report.proposed.wouldReplaceExistingState"),
+        authorization_checks=tuple(checks),
+        blockers=tuple(blockers),
+    )
+
+
+def json_repr(value: object) -> str:
+    """A wire value as JSON would spell it (``false``, ``null``), for messages."""
+    if value is None:
+        return "missing"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+def about_request(report: Report, request: Mapping[str, Any]) -> list[str]:
+    """Where a report is not about ``request`` (the preflight request data as sent):
+    one phrase per field; empty when it is. A report about another request proves
+    nothing about this one."""
+    pairs = [
+        ("service", report.service_id, request.get("serviceId")),
+        ("source revision", report.source_revision, request.get("sourceRevision")),
+        ("source dirty", report.source_dirty, request.get("sourceDirty")),
+        ("version", report.version, request.get("version")),
+        ("intent digest", report.intent_digest, request.get("intentDigest")),
+        ("namespace", report.namespace, request.get("proposedNamespace")),
+    ]
+    if request.get("ociIndexDigest") is not None:
+        pairs.append(("requested digest", report.requested_digest,
+                      request.get("ociIndexDigest")))
+    return [f"{label} {safe(json_repr(got), 80)} (asked {safe(json_repr(want), 80)})"
+            for label, got, want in pairs if got != want]
+
+
+# -- what a create change carries -------------------------------------------------------
+
+class Fence(_Model):
+    """``IGreenfieldDeploymentFence``: what the creation is bound to. Taken from the
+    preflight report the plan saw (``configurationDigest`` is the report's
+    ``source.configurationDigest``, which for a greenfield request is the intent digest),
+    so a saved plan binds to that report and the control plane refuses (``FENCE_MISMATCH``)
+    a creation whose preflight now yields anything else."""
+
+    source_service_id: str
+    source_revision: str
+    version: str
+    oci_index_digest: str
+    configuration_digest: str
+    target_namespace: str
+
+    def wire(self) -> dict[str, Any]:
+        return {"sourceServiceId": self.source_service_id,
+                "sourceRevision": self.source_revision, "version": self.version,
+                "ociIndexDigest": self.oci_index_digest,
+                "configurationDigest": self.configuration_digest,
+                "targetNamespace": self.target_namespace}
+
+
+class Destination(_Model):
+    host: str
+    port: int
+
+
+class NewService(_Model):
+    """The ``service`` part of ``createGreenfieldDeployment`` [ext]."""
+
+    name: str
+    app_id: str
+    registry_host: str
+    repository: str
+    release_tag: str | None = None
+    egress: tuple[Destination, ...] = ()
+
+    def wire(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"name": self.name, "appId": self.app_id,
+                                "registryHost": self.registry_host,
+                                "repository": self.repository,
+                                "egress": [{"host": d.host, "port": d.port}
+                                           for d in self.egress]}
+        if self.release_tag is not None:
+            body["releaseTag"] = self.release_tag
+        return body
+
+
+class Creation(_Model):
+    """Everything apply sends to create one service: the preflight request data exactly
+    as the plan sent it (wire shape, no identity), the fence from the report the plan
+    saw (None while there is no GO report: the plan is NO-GO then), and the service."""
+
+    preflight: dict[str, JsonValue]
+    fence: Fence | None = None
+    service: NewService
+    digest: str  # the pinned OCI index digest the new service must run
+
+    def wire(self, idempotency_key: str) -> dict[str, Any]:
+        if self.fence is None:
+            raise ValueError("a creation without a fence cannot be sent")
+        return {"idempotencyKey": idempotency_key, "preflight": dict(self.preflight),
+                "fence": self.fence.wire(), "service": self.service.wire()}
