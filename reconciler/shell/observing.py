@@ -24,13 +24,12 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from reconciler.core import attribution
 from reconciler.core.desired import DesiredState
 from reconciler.core.live import (
     LiveGrant,
     LiveService,
     LiveSnapshot,
-    Observation,
-    ObservationKind,
     ReadFailure,
 )
 from reconciler.core.sanitize import safe
@@ -125,17 +124,7 @@ async def observe_async(
         and service.deployment is not None
         for cluster in service.deployment.target_cluster_ids
     ]
-    extra = [c for c in dict.fromkeys(targets) if c not in mesh.expected_clusters]
-    if extra:
-        rows = Prober.plan_rows(mesh, extra)
-        added = [
-            Observation(cluster_id=cluster, address=address, kind=ObservationKind.SILENT,
-                        reason=reason or "rollout target not probed")
-            for cluster, address, reason in rows if cluster in extra
-        ]
-        observations = {app: (*rows_, *added) for app, rows_ in observations.items()}
-        mesh = mesh.model_copy(update={
-            "expected_clusters": (*mesh.expected_clusters, *extra)})
+    mesh, observations = attribution.with_targets(mesh, observations, targets)
 
     return LiveSnapshot(
         taken_at=taken_at,

@@ -128,7 +128,7 @@ def test_an_empty_resolve_clears_the_settings_addresses_and_asks_dns(
         sandbox_factory: Callable[..., Sandbox], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from reconciler import cli
-    from reconciler.shell import probing
+    from reconciler.shell.probing import resolving
 
     sb = start_elsewhere(sandbox_factory)
     repo = reference_repo(tmp_path)
@@ -145,7 +145,7 @@ def test_an_empty_resolve_clears_the_settings_addresses_and_asks_dns(
         monkeypatch.delenv(name)
     for name, value in values.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(probing, "system_resolver", dns)
+    monkeypatch.setattr(resolving, "system_resolver", dns)
     monkeypatch.chdir(repo)
     assert cli.main(["plan", "--format", "json", "--detailed-exitcode"]) == 2
     plan = json.loads(capsys.readouterr().out)

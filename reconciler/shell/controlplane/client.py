@@ -1,0 +1,158 @@
+"""The typed control-plane methods (CONTRACT §1.2), on top of one ``session.Session``.
+
+Owns one Python method per TypedRequest method the reconciler uses -- its request
+fields, the shape check of its response, and which may be re-sent: reads and keyed
+writes go through ``Session.read`` (transient failures re-sent, a keyed write always
+with the *same* idempotency key); ``call`` is the bare envelope for anything else. Also
+owns ``capabilities()``, the [ext] ``getCapabilities`` answer, asked once per client.
+
+Callers: ``observing`` (reads) and the apply engine (writes), both as
+``async with ControlPlaneClient(conn, token=...) as cp:``. Must not parse services
+itself (``wire`` does) nor decide anything about them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from reconciler.core.sanitize import safe
+from reconciler.shell.controlplane.errors import ProtocolError, UnknownMethod
+from reconciler.shell.controlplane.session import Session
+from reconciler.shell.controlplane.wire import Written, dict_field, list_field, write_result
+from reconciler.shell.endpoints import Connection
+
+
+class ControlPlaneClient(Session):
+    """Async TypedRequest client; one per run, used as an async context manager.
+
+    ``transport`` replaces the network (tests pass ``httpx.MockTransport``).
+    ``requests_sent`` and ``connections_opened`` count what went over the wire.
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        *,
+        token: str,
+        transport: httpx.AsyncBaseTransport | None = None,
+        max_connections: int | None = None,
+    ) -> None:
+        super().__init__(conn, token=token, transport=transport,
+                         max_connections=max_connections)
+        self._capabilities: frozenset[str] | None = None
+        self._capabilities_lock = asyncio.Lock()
+
+    async def capabilities(self) -> frozenset[str]:
+        """The method names this control plane answers ([ext] ``getCapabilities``).
+
+        Asked once per client and cached (concurrent callers share the one request). The
+        real upstream has no such method: its "There is no available method" answer
+        means "no extensions" (the empty set), never an error. Any other failure
+        propagates as for every read, so a dead control plane is not mistaken for an
+        upstream without extensions.
+        """
+        async with self._capabilities_lock:
+            if self._capabilities is None:
+                try:
+                    response = await self.read("getCapabilities", {})
+                except UnknownMethod:
+                    self._capabilities = frozenset()
+                else:
+                    methods = response.get("methods")
+                    if not isinstance(methods, list) or not all(
+                            isinstance(m, str) for m in methods):
+                        raise ProtocolError(
+                            "getCapabilities: response.methods is not a list of strings")
+                    self._capabilities = frozenset(safe(m, 120) for m in methods)
+            return self._capabilities
+
+    # -- reads --------------------------------------------------------------------------
+
+    async def get_services(self) -> list[dict[str, Any]]:
+        response = await self.read("getServices", {})
+        return list_field(response, "services", "getServices")
+
+    async def get_service(self, service_id: str) -> dict[str, Any]:
+        response = await self.read("getServiceById", {"serviceId": service_id})
+        return dict_field(response, "service", "getServiceById")
+
+    async def get_releases(self, service_id: str) -> list[dict[str, Any]]:
+        response = await self.read("getServiceImageReleases", {"serviceId": service_id})
+        return list_field(response, "releases", "getServiceImageReleases")
+
+    async def get_grants(self) -> list[dict[str, Any]]:
+        response = await self.read("getServiceDeploymentGrants", {})
+        return list_field(response, "grants", "getServiceDeploymentGrants")
+
+    # -- keyed writes -------------------------------------------------------------------
+
+    async def promote(
+        self,
+        service_id: str,
+        release_id: str,
+        *,
+        idempotency_key: str,
+        expected_generation: int,
+        expected_rollout_id: str | None,
+    ) -> Written:
+        """``promoteServiceImageRelease``; transient failures re-sent with the same key."""
+        request: dict[str, Any] = {
+            "serviceId": service_id,
+            "releaseId": release_id,
+            "idempotencyKey": idempotency_key,
+            "expectedRolloutGeneration": expected_generation,
+            "enableImmutableImage": True,
+        }
+        if expected_rollout_id is not None:
+            request["expectedCurrentRolloutId"] = expected_rollout_id
+        response = await self.read("promoteServiceImageRelease", request)
+        return write_result(response, "promoteServiceImageRelease")
+
+    async def rollback(
+        self,
+        service_id: str,
+        release_id: str,
+        *,
+        idempotency_key: str,
+        expected_generation: int,
+        expected_rollout_id: str,
+    ) -> Written:
+        """``rollbackServiceImageRelease``; transient failures re-sent with the same key."""
+        request = {
+            "serviceId": service_id,
+            "releaseId": release_id,
+            "idempotencyKey": idempotency_key,
+            "expectedCurrentRolloutId": expected_rollout_id,
+            "expectedRolloutGeneration": expected_generation,
+        }
+        response = await self.read("rollbackServiceImageRelease", request)
+        return write_result(response, "rollbackServiceImageRelease")
+
+    async def set_egress(
+        self,
+        service_id: str,
+        egress: list[dict[str, Any]],
+        *,
+        idempotency_key: str,
+        expected_revision: int,
+    ) -> Written:
+        """``setServiceEgress`` (``[]`` clears); transient failures re-sent with the same key."""
+        request = {
+            "serviceId": service_id,
+            "egress": [{"host": e["host"], "port": e["port"]} for e in egress],
+            "idempotencyKey": idempotency_key,
+            "expectedEgressRevision": expected_revision,
+        }
+        response = await self.read("setServiceEgress", request)
+        return write_result(response, "setServiceEgress")
+
+    async def configure_grant(
+        self, user_id: str, service_id: str, capabilities: list[str]
+    ) -> dict[str, Any]:
+        """``configureServiceDeploymentMachineUser``: idempotent, so safe to re-send."""
+        request = {"userId": user_id, "serviceId": service_id,
+                   "capabilities": list(capabilities)}
+        return await self.read("configureServiceDeploymentMachineUser", request)

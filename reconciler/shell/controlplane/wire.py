@@ -1,0 +1,208 @@
+"""Control-plane replies -> ``core.live`` models: the only reader of their wire shapes.
+
+Owns the field names of ``IService``, ``IImageRelease``, ``imageDeployment``,
+``imageRolloutStatus``, the grants and the egress lists (CONTRACT §1.2), and the shape
+checks of a typed method's response (``list_field``, ``dict_field``). Every string is
+sanitized (``core.sanitize.safe``) on the way in; a malformed reply is a
+``ProtocolError`` naming the service and the field, never a partial model.
+
+Pure: parses values handed to it; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from reconciler.core.live import (
+    EgressRule,
+    ImageRelease,
+    LiveGrant,
+    LiveService,
+    RolloutPlan,
+    RolloutStatus,
+)
+from reconciler.core.names import Capability
+from reconciler.core.sanitize import safe
+from reconciler.shell.controlplane.errors import ProtocolError
+
+#: What a malformed value raises inside this module (mapped to ``ProtocolError``).
+_MALFORMED = (ValueError, TypeError, KeyError, ValidationError)
+
+
+def list_field(response: Mapping[str, Any], name: str, method: str) -> list[dict[str, Any]]:
+    """``response[name]`` as a list of objects, else ``ProtocolError``."""
+    value = response.get(name)
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ProtocolError(f"{method}: response.{name} is not a list of objects")
+    return value
+
+
+def dict_field(response: Mapping[str, Any], name: str, method: str) -> dict[str, Any]:
+    """``response[name]`` as an object, else ``ProtocolError``."""
+    value = response.get(name)
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{method}: response.{name} is not an object")
+    return value
+
+
+@dataclass(frozen=True)
+class Written:
+    """A keyed write's reply: the service as it is now, and whether the control plane
+    says it replayed an earlier call with the same key and changed nothing now
+    (``idempotentReplay`` [ext]; an upstream without the extension never says so)."""
+
+    service: dict[str, Any]
+    replayed: bool
+
+
+def write_result(response: Any, method: str) -> Written:
+    """A keyed write's ``{service, idempotentReplay?}`` as ``Written``."""
+    return Written(service=dict_field(response, "service", method),
+                   replayed=isinstance(response, dict)
+                   and response.get("idempotentReplay") is True)
+
+
+def parse_service(raw: dict[str, Any], releases: list[dict[str, Any]]) -> LiveService:
+    """An ``IService`` and its ``IImageRelease[]`` as a validated ``LiveService``.
+
+    Raises ``ProtocolError`` naming the service and the field when the reply is malformed.
+    """
+    service_id = raw.get("id")
+    label = safe(service_id, 80) if isinstance(service_id, str) else "<no id>"
+    try:
+        data = _obj(raw.get("data"), "data")
+        plan = data.get("imageDeployment")
+        status = data.get("imageRolloutStatus")
+        egress = data.get("egress")
+        return LiveService(
+            service_id=_text(service_id, "id"),
+            name=_text(data.get("name"), "data.name"),
+            immutable_required=bool(data.get("immutableImageRequired", False)),
+            deployment=None if plan is None else _plan(_obj(plan, "imageDeployment")),
+            rollout_status=None if status is None else _status(
+                _obj(status, "imageRolloutStatus")),
+            egress=None if egress is None else parse_egress(egress),
+            egress_revision=_int(data.get("egressRevision", 0), "data.egressRevision"),
+            releases=tuple(_release(r) for r in releases),
+        )
+    except _MALFORMED as exc:
+        raise ProtocolError(
+            f"service {label}: malformed reply: {safe(_first_line(exc), 200)}") from exc
+
+
+def parse_grants(raw: list[dict[str, Any]]) -> tuple[LiveGrant, ...]:
+    """``getServiceDeploymentGrants`` entries as ``LiveGrant``s (unknown capability: error)."""
+    try:
+        return tuple(
+            LiveGrant(
+                user_id=_text(g.get("userId"), "userId"),
+                service_id=_text(g.get("serviceId"), "serviceId"),
+                capabilities=tuple(Capability(_text(c, "capabilities[]"))
+                                   for c in _seq(g.get("capabilities"), "capabilities")),
+            )
+            for g in raw
+        )
+    except _MALFORMED as exc:
+        raise ProtocolError(f"grants: malformed reply: {safe(_first_line(exc), 200)}") from exc
+
+
+def parse_egress(raw: Any) -> tuple[EgressRule, ...]:
+    """``[{host, port}]`` -> ``EgressRule``s; used for control-plane and cluster replies."""
+    rules = []
+    for entry in _seq(raw, "egress"):
+        item = _obj(entry, "egress[]")
+        rules.append(EgressRule(host=_text(item.get("host"), "egress[].host"),
+                                port=_int(item.get("port"), "egress[].port")))
+    return tuple(rules)
+
+
+def _plan(raw: dict[str, Any]) -> RolloutPlan:
+    scope = raw.get("targetScope") or {}
+    scope = _obj(scope, "imageDeployment.targetScope")
+    rollback_of = raw.get("rollbackOfRolloutId")
+    return RolloutPlan(
+        rollout_id=_text(raw.get("rolloutId"), "imageDeployment.rolloutId"),
+        rollout_generation=_int(raw.get("rolloutGeneration"), "imageDeployment.rolloutGeneration"),
+        release_id=_text(raw.get("releaseId"), "imageDeployment.releaseId"),
+        requested_digest=_text(raw.get("requestedDigest"), "imageDeployment.requestedDigest"),
+        mode=_text(raw.get("mode"), "imageDeployment.mode"),
+        rollback_of_rollout_id=None if rollback_of is None else _text(
+            rollback_of, "imageDeployment.rollbackOfRolloutId"),
+        target_cluster_ids=tuple(_text(c, "targetScope.targetClusterIds[]")
+                                 for c in _seq(scope.get("targetClusterIds", []),
+                                               "targetScope.targetClusterIds")),
+        required_replica_count=_int(scope.get("requiredReplicaCount", 0),
+                                    "targetScope.requiredReplicaCount"),
+        created_at=_int(raw.get("createdAt", 0), "imageDeployment.createdAt"),
+    )
+
+
+def _status(raw: dict[str, Any]) -> RolloutStatus:
+    reason = raw.get("mismatchReason")
+    return RolloutStatus(
+        rollout_id=_text(raw.get("rolloutId"), "imageRolloutStatus.rolloutId"),
+        rollout_generation=_int(raw.get("rolloutGeneration"),
+                                "imageRolloutStatus.rolloutGeneration"),
+        expected_digest=_text(raw.get("expectedDigest"), "imageRolloutStatus.expectedDigest"),
+        status=_text(raw.get("status"), "imageRolloutStatus.status"),
+        mismatch_reason=None if reason is None else _text(reason, "mismatchReason"),
+        required=_int(raw.get("requiredReplicaCount", 0), "requiredReplicaCount"),
+        observed=_int(raw.get("observedReplicaCount", 0), "observedReplicaCount"),
+        healthy=_int(raw.get("healthyReplicaCount", 0), "healthyReplicaCount"),
+        verified=_int(raw.get("verifiedReplicaCount", 0), "verifiedReplicaCount"),
+        failed=_int(raw.get("failedReplicaCount", 0), "failedReplicaCount"),
+    )
+
+
+def _release(raw: dict[str, Any]) -> ImageRelease:
+    data = _obj(raw.get("data"), "release.data")
+
+    def optional_int(name: str) -> int | None:
+        value = data.get(name)
+        return None if value is None else _int(value, f"release.data.{name}")
+
+    return ImageRelease(
+        id=_text(raw.get("id"), "release.id"),
+        registry_host=_text(data.get("registryHost"), "release.data.registryHost"),
+        repository=_text(data.get("repository"), "release.data.repository"),
+        digest=_text(data.get("registryRootDigest"), "release.data.registryRootDigest"),
+        media_type=_text(data.get("manifestMediaType"), "release.data.manifestMediaType"),
+        tags=tuple(_text(t, "release.data.observedTags[]")
+                   for t in _seq(data.get("observedTags", []), "release.data.observedTags")),
+        first_observed_at=_int(data.get("firstObservedAt", 0), "release.data.firstObservedAt"),
+        accepted_at=optional_int("acceptedAt"),
+        last_promoted_at=optional_int("lastPromotedAt"),
+        promotion_count=_int(data.get("promotionCount", 0), "release.data.promotionCount"),
+    )
+
+
+def _obj(value: Any, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{field} is not an object")
+    return value
+
+
+def _seq(value: Any, field: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"{field} is not a list")
+    return value
+
+
+def _text(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{field} is not a string")
+    return safe(value, 1000)
+
+
+def _int(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{field} is not an integer")
+    return value
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -1,0 +1,126 @@
+"""Cluster replies -> sanitized values: the only reader of the mesh's wire shapes.
+
+Owns the field names of the health reply (``clusterId``) and of an app's status
+(CONTRACT §2 step 3), and the wording of what is malformed: a ``Malformed``
+carries the reason a silent observation will say. Every server string passes
+``core.sanitize.safe``; ``resolvedDigest`` is taken only as sent, never inferred from
+the image reference (a cluster that sends none has not proven what it runs).
+
+Pure: parses bytes and values handed to it; no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from reconciler.core.live import ClusterRuntime, ReplicaCounts
+from reconciler.core.sanitize import safe
+from reconciler.shell.controlplane import parse_egress
+
+
+class Malformed(ValueError):
+    """A reply that cannot be read; ``reason`` says what was wrong, sanitized."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def body_of(content: bytes) -> Any:
+    """The JSON value of a reply body; None when it is not JSON."""
+    try:
+        return json.loads(content)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Health:
+    """What a health reply says: the cluster's name."""
+
+    cluster_id: str
+
+
+def parse_health(body: Any) -> Health:
+    """The health reply (CONTRACT §2 step 1); ``Malformed`` says why it names nobody."""
+    if not isinstance(body, dict):
+        raise Malformed("malformed JSON")
+    cluster_id = body.get("clusterId")
+    if not isinstance(cluster_id, str) or not cluster_id.strip():
+        raise Malformed("the reply names no clusterId")
+    return Health(cluster_id=safe(cluster_id.strip(), 100))
+
+
+def parse_status(app_id: str, body: Any) -> ClusterRuntime:
+    """One app's status body; ``Malformed`` when it is not one, or is another app's."""
+    if not isinstance(body, dict):
+        raise Malformed("malformed JSON")
+    answered_for = body.get("appId")
+    if answered_for is not None and answered_for != app_id:
+        raise Malformed(f"answered for another app ({safe(answered_for, 80)})")
+    try:
+        return parse_runtime(body)
+    except (TypeError, ValueError, ValidationError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise Malformed(f"malformed status: {safe(first, 160)}") from exc
+
+
+def parse_runtime(body: Mapping[str, Any]) -> ClusterRuntime:
+    """A cluster's status reply as a sanitized ``ClusterRuntime`` (CONTRACT §2 step 3).
+
+    ``resolvedDigest`` is taken only as sent: a runtime without it has not proven what
+    it runs, so it is never inferred from the image reference.
+    """
+    runtime = body.get("runtime")
+    if runtime is None:
+        runtime = {}
+    if not isinstance(runtime, dict):
+        raise TypeError("runtime is not an object")
+    counts = runtime.get("replicaCounts")
+    egress = runtime.get("egress")
+    dropped = runtime.get("egressDropped")
+    return ClusterRuntime(
+        state=_opt_text(body.get("state"), "state"),
+        image=_opt_text(runtime.get("image"), "runtime.image"),
+        runtime_state=_opt_text(runtime.get("runtimeState"), "runtime.runtimeState"),
+        replicas=_opt_int(runtime.get("replicas"), "runtime.replicas"),
+        last_error=_opt_text(runtime.get("lastError"), "runtime.lastError"),
+        resolved_digest=_opt_text(runtime.get("resolvedDigest"), "runtime.resolvedDigest"),
+        rollout_id=_opt_text(runtime.get("rolloutId"), "runtime.rolloutId"),
+        rollout_generation=_opt_int(runtime.get("rolloutGeneration"),
+                                    "runtime.rolloutGeneration"),
+        replica_counts=None if counts is None else _counts(counts),
+        egress=None if egress is None else parse_egress(egress),
+        egress_dropped=() if dropped is None else parse_egress(dropped),
+    )
+
+
+def _counts(raw: Any) -> ReplicaCounts:
+    if not isinstance(raw, dict):
+        raise TypeError("runtime.replicaCounts is not an object")
+    values = {}
+    for name in ("required", "observed", "healthy", "verified", "failed"):
+        value = _opt_int(raw.get(name), f"runtime.replicaCounts.{name}")
+        values[name] = 0 if value is None else value
+    return ReplicaCounts(**values)
+
+
+def _opt_text(value: Any, field: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{field} is not a string")
+    return safe(value)
+
+
+def _opt_int(value: Any, field: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{field} is not an integer")
+    return value

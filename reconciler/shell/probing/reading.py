@@ -1,0 +1,58 @@
+"""Read what one cluster runs: an app's status at one address, as an ``Observation``.
+
+Owns the status request (CONTRACT §2 step 3) with the address's bearer -- a reused
+bearer refused with 401 is re-minted once, a fresh one refused is silent -- and the
+mapping of every outcome onto the three kinds of evidence: answered (with the parsed
+runtime), no record (404), or silent with the reason.
+
+Must not raise for a cluster's failure (that is the observation) and must not print.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+from urllib.parse import quote
+
+from reconciler.core.live import ClusterRuntime, Observation, ObservationKind
+from reconciler.shell.probing.authenticating import Authenticator
+from reconciler.shell.probing.dialing import Dialer, Silent
+from reconciler.shell.probing.parsing import Malformed, body_of, parse_status
+
+STATUS_PATH: Final = "/host/api/v3/baas/deployment/apps/{app_id}/status"
+
+
+class Reader:
+    """Status reads against the mesh's addresses, with their bearers."""
+
+    def __init__(self, dialer: Dialer, auth: Authenticator) -> None:
+        self._dialer = dialer
+        self._auth = auth
+
+    async def observe(self, app_id: str, cluster: str, address: str) -> Observation:
+        """One app on one cluster: what it said, or why it said nothing."""
+        try:
+            kind, runtime = await self._status(app_id, address)
+        except Silent as exc:
+            return Observation(cluster_id=cluster, address=address,
+                               kind=ObservationKind.SILENT, reason=exc.reason)
+        return Observation(cluster_id=cluster, address=address, kind=kind, runtime=runtime)
+
+    async def _status(self, app_id: str, address: str) -> tuple[ObservationKind,
+                                                                   ClusterRuntime | None]:
+        path = STATUS_PATH.format(app_id=quote(app_id, safe=""))
+        token, reused = await self._auth.token(address)
+        response = await self._dialer.request(address, "GET", path, bearer=token)
+        if response.status_code == 401 and reused:
+            # A cached bearer can outlive its session: re-mint once (seed 000).
+            token = await self._auth.remint(address, token)
+            response = await self._dialer.request(address, "GET", path, bearer=token)
+        if response.status_code == 401:
+            raise Silent("auth: status read HTTP 401 with a freshly minted token")
+        if response.status_code == 404:
+            return ObservationKind.NO_RECORD, None
+        if response.status_code != 200:
+            raise Silent(f"status read HTTP {response.status_code}")
+        try:
+            return ObservationKind.ANSWERED, parse_status(app_id, body_of(response.content))
+        except Malformed as exc:
+            raise Silent(exc.reason) from exc
