@@ -289,7 +289,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def measure_mode(fleet_: Fleet, *, runs: int, resync_if_under: float) -> dict[str, Any]:
+def measure_mode(fleet_: Fleet, mode: str, *, runs: int,
+                 resync_if_under: float) -> dict[str, Any]:
     audit = Audit(fleet_.sb)
     env = fleet_.env()
 
@@ -300,14 +301,27 @@ def measure_mode(fleet_: Fleet, *, runs: int, resync_if_under: float) -> dict[st
     # A cold run first; more only while they stay cheap, so the largest fleet costs one.
     while len(done) < runs and done[0]["process_seconds"] < REPEAT_UNDER_S:
         done.append(once())
-    problems = check(done[0])
+    problems = check(done[0], mode=mode, services=fleet_.services)
     return {"summary": summarize(done), "runs": done, "problems": problems}
 
 
-def check(run: Mapping[str, Any]) -> list[str]:
-    """What would make the figures meaningless: rows not answered, services not read,
-    the client's count and the sandbox's disagreeing."""
+def check(run: Mapping[str, Any], *, mode: str, services: int) -> list[str]:
+    """What would make the figures meaningless: rows not answered, the client's count
+    and the sandbox's disagreeing, a mode that did not read the way it is named."""
     problems = []
+    audit = run["audit"]
+    batch_routes = sum(n for routes in audit["clusters"].values()
+                       for r, n in routes.items() if r.endswith("/deployment/apps/status"))
+    batch_method = audit["control_plane"].get("getServicesReleases", 0)
+    if mode == "per-item" and (batch_routes or batch_method):
+        problems.append(f"per-item mode, yet {batch_routes} batch status and {batch_method} "
+                        "getServicesReleases requests reached the sandbox")
+    per_cluster = max((n for h, n in run["snapshot_wire"]["requests_by_host"].items()
+                       if h != "127.0.0.1"), default=0)
+    if mode == "batch" and services > 10 and (per_cluster >= services or not batch_routes):
+        problems.append("batch mode, yet the client read the clusters app by app "
+                        f"({per_cluster} snapshot requests on one cluster, {batch_routes} "
+                        "batch pages): the client does not use the batch route")
     obs = run["observations"]
     if obs["answered"] != obs["rows"]:
         problems.append(f"only {obs['answered']} of {obs['rows']} observations answered: {obs}")
@@ -335,6 +349,7 @@ def measure_all(args: argparse.Namespace) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     started = time.perf_counter()
+    load_before = os.getloadavg()
     for clusters in args.clusters:
         for services in args.sizes:
             pairs = services * clusters
@@ -357,7 +372,7 @@ def measure_all(args: argparse.Namespace) -> dict[str, Any]:
                     for mode in todo:
                         fleet_.use(mode)
                         measured = measure_mode(
-                            fleet_, runs=args.runs,
+                            fleet_, mode, runs=args.runs,
                             resync_if_under=(float("inf") if mode == "batch"
                                              else PER_ITEM_RESYNC_UNDER_S))
                         entry = {"services": services, "clusters": clusters, "mode": mode,
@@ -372,9 +387,12 @@ def measure_all(args: argparse.Namespace) -> dict[str, Any]:
         "batch_switch": available,
         "seconds": time.perf_counter() - started,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform(), "note": NOTE},
+                    "platform": platform.platform(), "note": NOTE,
+                    "load_average_before": load_before, "load_average_after": os.getloadavg(),
+                    "operator_note": args.note},
         "results": results,
         "skipped": skipped,
+        "targets": targets(results),
     }
 
 
@@ -444,7 +462,12 @@ def markdown(report: Mapping[str, Any]) -> str:
         "",
         f"Run of `benchmarks/scale_bench.py` on a {report['machine']['cpus']}-core machine "
         f"(Python {report['machine']['python']}), {report['seconds']:.0f} s in all. "
-        + report["machine"]["note"],
+        + report["machine"]["note"]
+        + " Load average (1 min) {:.2f} before, {:.2f} after.".format(
+            report["machine"]["load_average_before"][0],
+            report["machine"]["load_average_after"][0])
+        + (f" {report['machine']['operator_note']}" if report["machine"]["operator_note"]
+           else ""),
         "",
         "snapshot = one cold observation (control plane + every cluster); plan = read the "
         "commit + snapshot + plan + text render, in one fresh process (interpreter start "
@@ -465,6 +488,10 @@ def markdown(report: Mapping[str, Any]) -> str:
                    f"{entry['extrapolated_from']})")
         lines.append(f"| {entry['services']:,} × {entry['clusters']} | {entry['mode']} | "
                      f"not run: {entry['reason']} | {est} |" + " |" * (len(HEADER) - 4))
+    if report["targets"]:
+        lines += ["", "Issue 13's targets (batch mode):", ""]
+        lines += [f"- {t['target']}: {t['measured']} -- {'met' if t['met'] else 'MISSED'}"
+                  for t in report["targets"]]
     problems = [(e, p) for e in report["results"] for p in e["problems"]]
     if problems:
         lines += ["", "⚠ Problems (figures of these rows are suspect):", ""]
@@ -473,6 +500,36 @@ def markdown(report: Mapping[str, Any]) -> str:
     if not report["batch_switch"]:
         lines += ["", "The sandbox had no `batch_reads` switch: per-item only."]
     return "\n".join(lines) + "\n"
+
+
+def targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 13's targets, for the configurations this run measured (batch mode)."""
+    out: list[dict[str, Any]] = []
+
+    def find(services: int, clusters: int | None = None) -> list[dict[str, Any]]:
+        return [r["summary"] for r in results if r["mode"] == "batch"
+                and r["services"] == services and clusters in (None, r["clusters"])]
+
+    for s in find(2000, 3):
+        out.append({"target": "2,000 × 3: snapshot ≤ 2 s, ≤ 10 requests per cluster",
+                    "measured": f"{s['snapshot_seconds']:.2f} s, "
+                                f"{s['max_requests_per_cluster']} per cluster",
+                    "met": s["snapshot_seconds"] <= 2 and s["max_requests_per_cluster"] <= 10})
+    for s in find(10_000, 10):
+        out.append({"target": "10,000 × 10: plan ≤ 15 s, peak RSS ≤ 400 MB",
+                    "measured": f"{s['plan_seconds']:.2f} s, {s['peak_rss_mb']:.0f} MB",
+                    "met": s["plan_seconds"] <= 15 and s["peak_rss_mb"] <= 400})
+    for r in results:
+        s = r["summary"]
+        if r["mode"] == "batch" and r["services"] == 10_000 and "resync_seconds" in s:
+            out.append({
+                "target": f"resync of an unchanged 10,000-service fleet (× {r['clusters']}): "
+                          "≤ 0.5 s, ≤ 2 requests per endpoint",
+                "measured": f"{s['resync_seconds']:.2f} s, "
+                            f"≤ {s['resync_max_requests_per_endpoint']} per endpoint",
+                "met": s["resync_seconds"] <= 0.5
+                and s["resync_max_requests_per_endpoint"] <= 2})
+    return out
 
 
 def parse_list(text: str) -> list[int]:
@@ -494,6 +551,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-item-max", type=int, default=30_000,
                         help="skip per-item runs past this many service×cluster pairs "
                              "(default 30000: 10,000 × 10 per-item alone would take ~8 min)")
+    parser.add_argument("--note", default="",
+                        help="a sentence for the report (e.g. what else ran on the machine)")
     parser.add_argument("--quick", action="store_true",
                         help="100 and 1,000 services × 3 clusters, one run each")
     args = parser.parse_args(argv)
