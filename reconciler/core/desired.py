@@ -145,9 +145,25 @@ class Convergence(_Model):
     attempts: Annotated[int, Strict(), Field(ge=1, le=10_000)] = 30
 
 
+class ReleaseEvidencePolicy(StrEnum):
+    """When a release's evidence (``release.evidence``) must be complete and bound to the
+    pinned digest. A creation always needs it (the greenfield preflight fails closed);
+    ``every-promotion`` asks the same of every promotion, checked by reconcile itself
+    (the upstream preflight accepts greenfield requests only)."""
+
+    CREATION = "creation"
+    EVERY_PROMOTION = "every-promotion"
+
+
 class Policy(_Model):
     convergence: Convergence = Convergence()
     prune: Bool = Field(default=False, description="Revoke live grants no Grant document declares.")
+    release_evidence: ReleaseEvidencePolicy = Field(
+        default=ReleaseEvidencePolicy.CREATION, alias="releaseEvidence",
+        description="creation: release evidence (all five kinds, bound to the pinned digest) "
+        "is required to create a service. every-promotion: also for every promotion, checked "
+        "locally before anything is sent (the control plane's preflight is greenfield-only).",
+    )
 
 
 class Settings(_Model):

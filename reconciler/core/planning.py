@@ -31,7 +31,7 @@ from pydantic import JsonValue
 from reconciler.core import evidence, greenfield
 from reconciler.core import preflight as pf
 from reconciler.core.codes import BlockerCode, DriftCode, ReasonCode, UpstreamBlockerCode
-from reconciler.core.desired import DesiredState, Service
+from reconciler.core.desired import DesiredState, ReleaseEvidencePolicy, Service
 from reconciler.core.live import (
     FAILED_STATUSES,
     IN_PROGRESS_STATUSES,
@@ -513,6 +513,27 @@ class _Planner:
             release_before=_release_ref(current, current_digest),
             release_after=_release_ref(target, pinned),
         ))
+        if action is Action.PROMOTE and self.desired.settings.policy.release_evidence \
+                is ReleaseEvidencePolicy.EVERY_PROMOTION:
+            self._promotion_evidence(svc)
+
+    def _promotion_evidence(self, svc: Service) -> None:
+        """``policy.releaseEvidence: every-promotion``: the promotion's release evidence
+        must be complete and bound to the pinned digest. Checked here, never sent: the
+        control plane's preflight accepts greenfield requests only (anything else is
+        WOULD_REPLACE_EXISTING_STATE)."""
+        found = greenfield.evidence_blockers(svc.release, require=True)
+        for blocker in found:
+            self.blockers.append(Blocker(
+                code=BlockerCode.RELEASE_EVIDENCE_REQUIRED, service=svc.name,
+                upstream_code=blocker.code,
+                message=f"{svc.name}: {blocker.code}: {blocker.message} (policy "
+                "releaseEvidence: every-promotion; checked locally)"))
+        self.preflights.append(pf.ServicePreflight(
+            service=svc.name, service_id=svc.service_id, purpose="promotion",
+            status=pf.Status.LOCAL_ONLY, local_blockers=found, blocked=bool(found),
+            problem="checked locally against the pinned digest: the control plane's "
+            "preflight accepts greenfield requests only"))
 
     def _egress(self, svc: Service, live: LiveService) -> None:
         if svc.egress is None:  # omitted: leave the live declaration alone
