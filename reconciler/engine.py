@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.core import binding, evidence, review, staleness
+from reconciler.core import pinning as pin_rules
 from reconciler.core.codes import BlockerCode
-from reconciler.core.desired import DesiredState
+from reconciler.core.desired import DesiredState, Service
+from reconciler.core.diagnostics import Diagnostic
 from reconciler.core.events import (
     ApplyStarted,
     Finished,
@@ -30,7 +32,7 @@ from reconciler.core.events import (
     NothingToDo,
 )
 from reconciler.core.evidence import ServiceProof
-from reconciler.core.live import LiveService, LiveSnapshot, ReadFailure
+from reconciler.core.live import ImageRelease, LiveService, LiveSnapshot, ReadFailure
 from reconciler.core.outcomes import ApplyReport, ChangeResult, GateReport, Outcome
 from reconciler.core.planning import Provenance, target_of
 from reconciler.core.planning import plan as make_plan
@@ -39,9 +41,11 @@ from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 from reconciler.shell import applying, committed, gitrepo, observing, validating
+from reconciler.shell import pinning as pin_files
 from reconciler.shell.controlplane import (
     ControlPlaneClient,
     ControlPlaneError,
+    NotFound,
     parse_service,
     token_from_env,
 )
@@ -506,3 +510,168 @@ class WatchSteps:
         if self._live is not None:
             await self._live.__aexit__()
             self._live = None
+
+
+# -- pin ----------------------------------------------------------------------------------
+
+#: The exit code of each refusal of ``reconcile pin`` (docs/pin.md).
+PIN_REFUSAL_EXIT = {
+    pin_rules.Refusal.UNOBSERVED: Exit.PIN_UNOBSERVED,
+    pin_rules.Refusal.AMBIGUOUS: Exit.PIN_AMBIGUOUS,
+    pin_rules.Refusal.MOVED: Exit.PIN_MOVED,
+    pin_rules.Refusal.ELSEWHERE: Exit.ERROR,
+    pin_rules.Refusal.UNUSABLE: Exit.ERROR,
+    pin_rules.Refusal.VERSION: Exit.ERROR,
+}
+
+
+@dataclass(frozen=True)
+class PinRun:
+    """What ``reconcile pin`` did to one service's file. ``before``/``after`` are the file's
+    bytes (equal when it already pinned this); ``problems``: what the rewritten document
+    fails (evidence still bound to the old digest); ``preview``: the plan for that service
+    over the working tree as if it were committed, or why there is none."""
+
+    service: str
+    path: str
+    pinned: pin_rules.Pinned
+    pin: pin_rules.Pin
+    before: bytes
+    after: bytes
+    written: bool
+    problems: tuple[Diagnostic, ...] = ()
+    stale_comments: tuple[int, ...] = ()
+    preview: Plan | None = None
+    preview_error: str | None = None
+
+
+@dataclass(frozen=True)
+class PinCheck:
+    """``pin --check`` for one service: a ``Lag`` (lagging or current), a refusal (the
+    newest is a tie, or live data is not canonical), a ``ReadFailure`` (the control plane
+    has no such service), or None (it observed no tagged release)."""
+
+    service: str
+    outcome: pin_rules.Lag | pin_rules.Refused | ReadFailure | None
+
+
+def load_worktree(root: Path) -> DesiredState:
+    """The desired state as the working tree holds it (``pin`` edits the working tree),
+    refused with every problem when invalid."""
+    result = validating.load_repo(root)
+    if result.state is None:
+        raise EngineError(f"{root}: the desired state in the working tree is invalid "
+                          f"({len(result.diagnostics)} problem(s)); fix it first "
+                          "(reconcile validate)", Exit.ERROR, result.diagnostics)
+    return result.state
+
+
+def pin(root: Path, service: str, tag: str | None, *, write: bool, allow_moved: bool,
+        preview: bool, overrides: Overrides, env: Mapping[str, str] | None = None,
+        progress: Progress | None = None) -> PinRun:
+    """Read the working tree, read the service's releases, resolve (``core.pinning``),
+    rewrite its file (``shell.pinning``; only when ``write``), then plan that service."""
+    env = os.environ if env is None else env
+    desired = load_worktree(root)
+    svc = _declared(desired, service)
+    pinned = _pinned(svc)
+    releases = asyncio.run(_releases(desired, root, overrides, env, (svc,)))[svc.name]
+    if isinstance(releases, ReadFailure):
+        raise EngineError(f"{service}: the control plane has no service {svc.service_id} "
+                          f"({safe(releases.reason)}): pin reads the releases it observed "
+                          "for an existing service; a service still to be created is pinned "
+                          "by hand")
+    chosen = pin_rules.resolve(pinned, releases, tag, allow_moved=allow_moved)
+    if isinstance(chosen, pin_rules.Refused):
+        raise EngineError(chosen.message + "; nothing written", PIN_REFUSAL_EXIT[chosen.refusal])
+    rel = desired.sources[f"Service/{service}"].path
+    try:
+        file = pin_files.read(root, rel)
+        after = file.data if not chosen.changes(pinned) else pin_files.rewrite(
+            file.data, rel, service,
+            pin_files.Values(digest=chosen.digest, tag=chosen.tag, version=chosen.version))
+        model, problems = pin_files.candidate(rel, after, service)
+        if write and after != file.data:
+            pin_files.write(file, after)
+    except pin_files.PinFileError as exc:
+        raise EngineError(str(exc)) from exc
+    # Comments quoting the old tag or digest are left as written: say where they are.
+    old = [pinned.digest] if pinned.digest != chosen.digest else []
+    old += [pinned.tag] if pinned.tag is not None and pinned.tag != chosen.tag else []
+    run = PinRun(service=service, path=rel, pinned=pinned, pin=chosen, before=file.data,
+                 after=after, written=write and after != file.data, problems=problems,
+                 stale_comments=tuple(pin_files.comment_mentions(after, old)))
+    if not preview or model is None:
+        return run
+    scoped = desired.model_copy(update={"services": (model,)})
+    try:
+        async def observe() -> LiveSnapshot:
+            async with Reconciler(root, scoped, overrides=overrides, env=env) as reconciler:
+                return await reconciler.observe(scoped, progress)
+        snapshot = asyncio.run(observe())
+    except EngineError as exc:
+        return dataclasses.replace(run, preview_error=str(exc))
+    planned = make_plan(scoped, snapshot, Provenance(path=str(root.resolve())))
+    return dataclasses.replace(run, preview=restrict(planned, frozenset({service})))
+
+
+def check_pins(root: Path, service: str | None, *, overrides: Overrides,
+               env: Mapping[str, str] | None = None) -> tuple[PinCheck, ...]:
+    """``pin --check``: every service of the working tree (or ``service``) against the
+    newest release the control plane observed for it. Writes nothing."""
+    env = os.environ if env is None else env
+    desired = load_worktree(root)
+    services = desired.services if service is None else (_declared(desired, service),)
+    releases = asyncio.run(_releases(desired, root, overrides, env, services))
+    out = []
+    for svc in sorted(services, key=lambda s: s.name):
+        found = releases[svc.name]
+        outcome = found if isinstance(found, ReadFailure) else pin_rules.lag(_pinned(svc), found)
+        out.append(PinCheck(svc.name, outcome))
+    return tuple(out)
+
+
+def _declared(desired: DesiredState, service: str) -> Service:
+    svc = desired.service_by_name(service)
+    if svc is None:
+        names = sorted(s.name for s in desired.services)
+        raise EngineError(f"no service named {safe(service, 100)} in the working tree "
+                          f"(services: {', '.join(names) or 'none'})", Exit.USAGE)
+    return svc
+
+
+def _pinned(svc: Service) -> pin_rules.Pinned:
+    release = svc.release
+    return pin_rules.Pinned(service=svc.name, registry_host=release.registry_host,
+                            repository=release.repository, digest=release.digest,
+                            tag=release.tag, version=release.version)
+
+
+async def _releases(desired: DesiredState, root: Path, overrides: Overrides,
+                    env: Mapping[str, str], services: tuple[Service, ...],
+                    ) -> dict[str, tuple[ImageRelease, ...] | ReadFailure]:
+    """Each service's observed releases; a service the control plane does not have is a
+    ``ReadFailure``; any other failure ends the run (unknown is not "no release")."""
+    connection = connect(desired, root, overrides)
+    try:
+        client = ControlPlaneClient(connection, token=token_from_env(connection, env))
+    except ConfigError as exc:
+        raise EngineError(str(exc)) from exc
+    limit = asyncio.Semaphore(connection.concurrency)
+
+    async def one(svc: Service) -> tuple[ImageRelease, ...] | ReadFailure:
+        async with limit:
+            try:
+                raw = await client.get_service(svc.service_id)
+                return parse_service(raw, await client.get_releases(svc.service_id)).releases
+            except NotFound as exc:
+                return ReadFailure(service_id=svc.service_id, reason=exc.message, code=exc.code)
+
+    try:
+        found = await asyncio.gather(*(one(s) for s in services))
+    except ControlPlaneError as exc:
+        raise EngineError(f"control plane {connection.control_plane_url}: {exc}"
+                          f"{_next_step(exc, connection)}") from exc
+    finally:
+        await client.aclose()
+    return {s.name: f for s, f in zip(services, found, strict=True)}

@@ -24,5 +24,9 @@ class Exit(IntEnum):
     APPLY_FAILED = 17  # apply: a change failed for another reason
     REFUSED_MISMATCH = 18  # apply: a saved plan is not what apply re-derives (environment,
     #                        content digest, or changes), so it is not what was reviewed
+    PIN_LAGS = 20  # pin --check: a pin lags the newest release the control plane observed
+    PIN_UNOBSERVED = 21  # pin: the control plane observed no release under that tag
+    PIN_AMBIGUOUS = 22  # pin: the tag names several digests (or the newest is a tie)
+    PIN_MOVED = 23  # pin: the repo pins that tag to another digest (--allow-moved to accept)
     USAGE = 64
     INTERRUPTED = 130
