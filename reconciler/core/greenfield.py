@@ -41,7 +41,8 @@ The canonical form of a service document (``intent_digest``)
 4. ``intentDigest = "sha256:" + hex(SHA-256(the UTF-8 bytes))``.
 
 So comments, key order, quoting, flow or block style, the order of those lists and
-written defaults do not change the digest; any change of a value does.
+written defaults do not change the digest; any change of a value does. The user-facing
+description, with a worked example a test recomputes, is ``docs/new-services.md``.
 """
 
 from __future__ import annotations

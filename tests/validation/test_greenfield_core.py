@@ -666,3 +666,26 @@ SEED_CODES = [
 def test_the_enum_is_the_seeds_closed_list_verbatim() -> None:
     assert [c.value for c in B] == SEED_CODES
     assert all(c.name == c.value for c in B)
+
+
+# --------------------------------------------------------------------------- the docs page
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "new-services.md"
+
+
+def test_the_docs_worked_example_is_what_the_code_computes() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    blocks = re.findall(r"```(yaml|json)\n(.*?)```", text, flags=re.DOTALL)
+    example = next(body for lang, body in blocks if lang == "yaml" and "kind: Service" in body)
+    canonical = next(body for lang, body in blocks if lang == "json").strip()
+    service = load(example)
+    assert greenfield.canonical_json(service) == canonical
+    stated = re.search(r"and the intent digest\n`(sha256:[0-9a-f]{64})`", text)
+    assert stated is not None
+    assert greenfield.intent_digest(service) == stated.group(1) == \
+        "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    # The page lists every upstream code the repo raises locally.
+    for code in ("SOURCE_REVISION_INVALID", "SOURCE_WORKTREE_DIRTY", "VERSION_NOT_RESERVED",
+                 "NAMESPACE_NOT_RESERVED", "RELEASE_EVIDENCE_MISSING", "RELEASE_NOT_AUTHORIZED",
+                 "RELEASE_EVIDENCE_INVALID", "OCI_INDEX_DIGEST_REQUIRED"):
+        assert f"| `{code}` |" in text
