@@ -3,6 +3,9 @@
 Every sandbox reply is delayed 20 ms (a WAN round trip; loopback alone hides what the
 concurrency is for). Three measurements, in the same run, against the same sandbox:
 
+The sandbox serves no batch reads here (``batch_reads=False``, like the real upstream):
+this is the per-item path; ``benchmarks/scale_bench.py`` compares it with batch reads.
+
 * **snapshot** -- ``observing.observe_async``: getServices, grants, releases per service,
   health + handshake per cluster, and every cluster's status for every app; parsed and
   validated into a ``LiveSnapshot``.
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import sys
 import tempfile
@@ -184,7 +188,11 @@ def main(argv: list[str] | None = None) -> int:
         seed_file = Path(tmp) / "seed.json"
         seed_file.write_text(json.dumps(seed_document(args.services)))
         started = time.perf_counter()
-        sb = launcher.start(Path(tmp) / "sandbox", seed=seed_file)
+        # Per-item reads, on purpose: the floor below fetches the per-item URLs, so the
+        # snapshot must send them too (benchmarks/scale_bench.py compares batch reads).
+        per_item = ({"batch_reads": False}
+                    if "batch_reads" in inspect.signature(launcher.start).parameters else {})
+        sb = launcher.start(Path(tmp) / "sandbox", seed=seed_file, **per_item)
         try:
             sb.wait_settled(timeout=300)
             setup = time.perf_counter() - started
