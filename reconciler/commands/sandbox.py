@@ -55,6 +55,10 @@ def register(subparsers: Any) -> None:
     up.add_argument("--seed", type=Path, default=None, metavar="FILE",
                     help="seed file (services, releases, grants) for a fresh state "
                     "(default: the built-in seed)")
+    up.add_argument("--no-batch-reads", dest="batch_reads", action="store_false",
+                    help="serve no [ext] batch reads (cluster batch status route, "
+                    "getServicesReleases, etags), like the real upstream "
+                    "(docs/extensions.md)")
     up.set_defaults(handler=cmd_up)
 
     env = sub.add_parser("env", help="print `export` lines for a running sandbox (for eval)",
@@ -112,6 +116,7 @@ def human_lines(sb: launcher.Sandbox) -> list[str]:
         f"deploy-bot      {sb.deploy_bot_token_file}  (non-admin)",
         f"signer key      {sb.signer_key_file}  (wallet {sb.wallet_address}, "
         f"appId {sb.auth_app_id})",
+        f"batch reads     {'on' if sb.batch_reads else 'off (per-item only, like upstream)'}",
     ]
 
 
@@ -139,7 +144,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         sb = launcher.start(args.state, clusters=args.clusters, port=args.port,
                             mesh_port=args.mesh_port, converge_delay_ms=args.converge_delay_ms,
-                            seed=args.seed, detach=detach)
+                            seed=args.seed, detach=detach, batch_reads=args.batch_reads)
     except (launcher.SandboxError, OSError) as exc:
         print(f"reconcile sandbox up: {safe(exc, 2000)}", file=sys.stderr)
         return Exit.ERROR

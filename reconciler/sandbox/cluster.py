@@ -3,10 +3,20 @@
 Owns CONTRACT.md §2 for one cluster: ``GET /api/v3/cluster/health`` (names the cluster),
 the per-cluster Ed25519 challenge/verify handshake (single-use challenges, tokens valid on
 this cluster only, with expiry), ``GET /host/api/v3/baas/deployment/apps/{appId}/status``
-(Bearer; 404 without a runtime record), the cluster faults on the wire, and the deployer:
-a loop that pulls the desired rollouts and egress from the control plane, converges after
-this cluster's delay (asynchronously: the control plane never waits for it), filters egress
-through the operator allow-list, and reports per-reporter rollout status back.
+(Bearer; 404 without a runtime record), the [ext] batch status route
+``GET /host/api/v3/baas/deployment/apps/status`` (docs/extensions.md §1: pages of the same
+per-app bodies, an ``ETag`` from this cluster's runtime revision, ``304`` on
+``If-None-Match``; advertised in the health reply; absent with ``--no-batch-reads``, as on
+the real upstream), the cluster faults on the wire, and the deployer: a loop that pulls the
+desired rollouts and egress from the control plane, converges after this cluster's delay
+(asynchronously: the control plane never waits for it), filters egress through the operator
+allow-list, and reports per-reporter rollout status back.
+
+The deployer's work per tick is proportional to what changed, not to the fleet: a full
+pass over every app runs only when the desired state, the allow-list or a fault that
+changes the runtime view moved; otherwise only the apps due to converge are looked at, and
+only reports that differ from the last acknowledged one are sent. The runtime revision
+(the batch route's ETag) moves only when a record as the status routes show it changed.
 
 Runtime records persist in ``<state>/clusters/<id>/runtime.json``; every request is
 appended to ``<state>/clusters/<id>/audit.jsonl``. Must not touch the control plane's
@@ -26,13 +36,14 @@ import secrets
 import socket
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from reconciler.sandbox import controlplane, faults, pki, rollouts, serving, store
+from reconciler.sandbox import batch, controlplane, faults, pki, rollouts, serving, store
 
 JsonDict = dict[str, Any]
 
@@ -68,6 +79,12 @@ def read_runtime(state_dir: Path, cluster_id: str) -> dict[str, JsonDict]:
     return dict(data.get("apps", {}))
 
 
+def _public(record: JsonDict | None) -> JsonDict | None:
+    """A runtime record without the deployer's own bookkeeping (``_``-prefixed keys)."""
+    return None if record is None else {k: v for k, v in record.items()
+                                        if not k.startswith("_")}
+
+
 def _allowed(allow: list[str] | None, host: str, port: int) -> bool:
     if allow is None:
         return True
@@ -88,6 +105,7 @@ class Cluster:
         self.delay_ms: int = args.delay_ms
         self.token_ttl_ms: int = args.token_ttl_ms
         self.adopt: bool = args.adopt
+        self.batch_reads: bool = args.batch_reads
         self.cp_host, self.cp_port = args.control_plane.rsplit(":", 1)
         self.secret = (self.state_dir / controlplane.SECRET_FILE).read_text().strip()
         self.wallets = {args.wallet: (self.state_dir / pki.SIGNER_PUB_FILE).read_text().strip()}
@@ -102,8 +120,19 @@ class Cluster:
         self.desired: dict[str, JsonDict] = {}
         self.pending: dict[str, tuple[tuple[Any, ...], float]] = {}
         self.version: int | None = None
-        self.acked_reports: str = ""
-        self.last_report_at = 0.0
+        #: app -> the last report the control plane acknowledged, without its timestamps.
+        self.sent: dict[str, str] = {}
+        #: apps whose report may differ from ``sent`` (their record changed).
+        self.dirty: set[str] = set()
+        #: the next report pass / converge pass looks at every app, not only ``dirty`` /
+        #: the pending ones (a new desired state, allow-list or view fault).
+        self.full_reports = True
+        self.full_converge = True
+        self._inputs: tuple[str, bool] | None = None
+        self._view_faults: str | None = None
+        #: [ext] moves whenever a record as the status routes show it changes.
+        self.revision = 0
+        self._sorted_ids: list[str] | None = None
         self.report_seq = 0
         self.synced = threading.Event()
         self._cp_ctx = serving.client_context(self.state_dir / pki.CA_FILE)
@@ -149,58 +178,90 @@ class Cluster:
                     raise
         raise OSError("unreachable")
 
-    def reports(self) -> list[JsonDict]:
-        out: list[JsonDict] = []
+    def view_faults(self) -> str:
+        """The faults that change what the status routes show (and the reports say)."""
+        return "".join(k[0] for k in ("failed", "ansi") if self.faults.get(k) is not None) or "-"
+
+    def _report(self, app_id: str, want: JsonDict, now: int) -> JsonDict | None:
+        """This cluster's reporter status for ``app_id`` (caller holds the lock)."""
+        plan = want.get("plan")
+        if not self._targets_me(plan):
+            return None
+        assert plan is not None
+        record = self.effective(app_id)
+        required = rollouts.NODES_PER_CLUSTER * rollouts.REPLICAS_PER_NODE
+        report: JsonDict = {
+            "reporterId": rollouts.reporter_id(self.id),
+            "reporterSessionId": self.session,
+            "clusterId": self.id,
+            "reporterNodeNames": rollouts.node_names(self.id),
+            "rolloutId": plan["rolloutId"],
+            "rolloutGeneration": plan["rolloutGeneration"],
+            "reportSequence": self.report_seq,
+            "reportedAt": now,
+            "requiredReplicaCount": required,
+            "observedReplicaCount": 0, "healthyReplicaCount": 0,
+            "verifiedReplicaCount": 0, "failedReplicaCount": 0,
+        }
+        if record is not None and record["rolloutId"] == plan["rolloutId"]:
+            counts = record["replicaCounts"]
+            report.update(observedReplicaCount=counts["observed"],
+                          healthyReplicaCount=counts["healthy"],
+                          verifiedReplicaCount=counts["verified"],
+                          failedReplicaCount=counts["failed"])
+        elif self.apps.get(app_id, {}).get("_stuckOn") == plan["rolloutId"]:
+            report["mismatchReason"] = "pulled-digest-mismatch"
+        return {"serviceId": want["serviceId"], "report": report}
+
+    def outgoing_reports(self) -> tuple[list[JsonDict], dict[str, str]]:
+        """The reports that differ from the acknowledged ones, and their fingerprints."""
         now = store.now_ms()
+        view = self.view_faults()
         with self.lock:
-            for app_id, want in self.desired.items():
-                plan = want.get("plan")
-                if not self._targets_me(plan):
+            if view != self._view_faults:
+                self._view_faults = view
+                self.full_reports = True
+            candidates = list(self.desired) if self.full_reports else list(self.dirty)
+            self.full_reports = False
+            self.dirty.clear()
+            out: list[JsonDict] = []
+            fingerprints: dict[str, str] = {}
+            for app_id in candidates:
+                want = self.desired.get(app_id)
+                item = None if want is None else self._report(app_id, want, now)
+                if item is None:
                     continue
-                assert plan is not None
-                record = self.effective(app_id)
-                required = rollouts.NODES_PER_CLUSTER * rollouts.REPLICAS_PER_NODE
-                report: JsonDict = {
-                    "reporterId": rollouts.reporter_id(self.id),
-                    "reporterSessionId": self.session,
-                    "clusterId": self.id,
-                    "reporterNodeNames": rollouts.node_names(self.id),
-                    "rolloutId": plan["rolloutId"],
-                    "rolloutGeneration": plan["rolloutGeneration"],
-                    "reportSequence": self.report_seq,
-                    "reportedAt": now,
-                    "requiredReplicaCount": required,
-                    "observedReplicaCount": 0, "healthyReplicaCount": 0,
-                    "verifiedReplicaCount": 0, "failedReplicaCount": 0,
-                }
-                if record is not None and record["rolloutId"] == plan["rolloutId"]:
-                    counts = record["replicaCounts"]
-                    report.update(observedReplicaCount=counts["observed"],
-                                  healthyReplicaCount=counts["healthy"],
-                                  verifiedReplicaCount=counts["verified"],
-                                  failedReplicaCount=counts["failed"])
-                elif self.apps.get(app_id, {}).get("_stuckOn") == plan["rolloutId"]:
-                    report["mismatchReason"] = "pulled-digest-mismatch"
-                out.append({"serviceId": want["serviceId"], "report": report})
-        return out
+                fingerprint = store.canonical(
+                    {k: v for k, v in item["report"].items()
+                     if k not in ("reportedAt", "reportSequence")})
+                if self.sent.get(app_id) != fingerprint:
+                    out.append(item)
+                    fingerprints[app_id] = fingerprint
+        return out, fingerprints
 
     def tick(self) -> None:
-        reports = self.reports()
-        fingerprint = store.canonical([
-            {**r, "report": {k: v for k, v in r["report"].items()
-                             if k not in ("reportedAt", "reportSequence")}} for r in reports])
+        reports, fingerprints = self.outgoing_reports()
         body: JsonDict = {"clusterId": self.id, "knownVersion": self.version}
-        resend = time.monotonic() - self.last_report_at > 2.0
-        if fingerprint != self.acked_reports or resend:
+        if reports:
             body["reports"] = reports
-        answer = self._call_control_plane(body)
-        if "reports" in body:
-            self.acked_reports = fingerprint
-            self.last_report_at = time.monotonic()
+        try:
+            answer = self._call_control_plane(body)
+        except BaseException:
+            with self.lock:
+                self.dirty.update(fingerprints)  # not acknowledged: send them again
+            raise
+        if reports:
+            self.sent.update(fingerprints)
             self.report_seq += 1
         if not answer.get("unchanged"):
             with self.lock:
                 self.desired = {s["appId"]: s for s in answer.get("services", [])}
+                self.full_converge = True
+                self.full_reports = True
+                # A new desired state may come from a new seed, which replaced every
+                # stored report: say everything again (the control plane ignores a report
+                # equal to the one it holds).
+                self.sent.clear()
             self.version = int(answer["version"])
         self.converge()
         self.synced.set()
@@ -209,41 +270,65 @@ class Cluster:
         now = time.monotonic()
         allow = self._allow()
         stuck = self.faults.get("stuck") is not None
-        changed = False
+        inputs = (store.canonical(allow), stuck)
+        touched: set[str] = set()
+        visible = False
+        snapshot = ""
         with self.lock:
-            for app_id in list(self.apps):
-                if not self._targets_me(self.desired.get(app_id, {}).get("plan")) and self.desired:
-                    del self.apps[app_id]
+            full = self.full_converge or inputs != self._inputs
+            self.full_converge = False
+            self._inputs = inputs
+            if full:
+                if self.desired:
+                    for app_id in list(self.apps):
+                        if not self._targets_me(self.desired.get(app_id, {}).get("plan")):
+                            del self.apps[app_id]
+                            self.pending.pop(app_id, None)
+                            touched.add(app_id)
+                            visible = True
+                candidates = list(self.desired)
+            else:
+                # Nothing the targets depend on moved: only the apps now due can change.
+                candidates = [a for a, (_, due) in self.pending.items() if due <= now]
+            for app_id in candidates:
+                want = self.desired.get(app_id)
+                plan = want.get("plan") if want is not None else None
+                if want is None or not self._targets_me(plan):
                     self.pending.pop(app_id, None)
-                    changed = True
-            for app_id, want in self.desired.items():
-                plan = want.get("plan")
-                if not self._targets_me(plan):
                     continue
                 assert plan is not None
                 record = self.apps.get(app_id)
                 blocked = stuck and record is not None and record["rolloutId"] != plan["rolloutId"]
-                target = (plan["rolloutId"], want.get("egressRevision"), store.canonical(allow),
-                          blocked)
+                target = (plan["rolloutId"], want.get("egressRevision"), inputs[0], blocked)
                 if record is not None and tuple(record.get("_applied", ())) == target:
+                    self.pending.pop(app_id, None)
                     continue
                 due = self.pending.get(app_id)
                 if due is None or due[0] != target:
                     delay = 0.0 if (self.adopt and record is None) else self.delay_ms / 1000
                     self.pending[app_id] = (target, now + delay)
                     if record is not None and record["rolloutId"] != plan["rolloutId"] \
-                            and not blocked:
+                            and not blocked and record["runtimeState"] != "DEPLOYING":
                         record["runtimeState"] = "DEPLOYING"
-                        changed = True
+                        touched.add(app_id)
+                        visible = True
                     due = self.pending[app_id]
                 if due[1] > now:
                     continue
                 del self.pending[app_id]
-                self.apps[app_id] = self._apply(app_id, want, record, allow, blocked, target)
-                changed = True
-        self.adopt = False
-        if changed:
-            self._persist()
+                new = self._apply(app_id, want, record, allow, blocked, target)
+                visible = visible or _public(new) != _public(record)
+                self.apps[app_id] = new
+                touched.add(app_id)
+            self.adopt = False
+            if touched:
+                self.dirty |= touched
+                self._sorted_ids = None
+                snapshot = json.dumps({"apps": self.apps}, sort_keys=True)
+            if visible:
+                self.revision += 1
+        if touched:
+            self._persist(snapshot)
 
     def _apply(self, app_id: str, want: JsonDict, record: JsonDict | None,
                allow: list[str] | None, blocked: bool, target: tuple[Any, ...]) -> JsonDict:
@@ -280,10 +365,10 @@ class Cluster:
         new["_applied"] = list(target)
         return new
 
-    def _persist(self) -> None:
+    def _persist(self, text: str) -> None:
         path = self.dir / "runtime.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"apps": self.apps}, sort_keys=True), encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
 
     def effective(self, app_id: str) -> JsonDict | None:
@@ -303,6 +388,42 @@ class Cluster:
             view["lastError"] = ANSI_ERROR
         view["rolloutId"] = record.get("rolloutId")
         return view
+
+    def status_body(self, app_id: str) -> JsonDict | None:
+        """The per-app status reply (caller holds the lock); None without a record."""
+        record = self.effective(app_id)
+        if record is None:
+            return None
+        return {"appId": app_id, "state": "ACTIVE", "runtime": record}
+
+    # -- [ext] batch status ---------------------------------------------------------
+
+    def batch_served(self) -> bool:
+        return self.batch_reads and self.faults.get("batch-route-missing") is None
+
+    def page_etag(self, app_ids: list[str] | None, cursor: batch.Cursor, limit: int) -> str:
+        """This cluster's runtime revision (caller holds the lock) plus the query. The
+        session makes a restarted cluster's ETags new; the view faults are part of what
+        a reply shows."""
+        query = batch.query_digest(app_ids, cursor.after, cursor.page, limit)
+        return batch.strong(f"{self.session}.{self.revision}.{self.view_faults()}.{query}")
+
+    def status_page(self, app_ids: list[str] | None, cursor: batch.Cursor,
+                    limit: int) -> JsonDict:
+        """One page of the batch route (caller holds the lock): only apps with a record."""
+        if app_ids is None:
+            if self._sorted_ids is None:
+                self._sorted_ids = sorted(self.apps)
+            ids = self._sorted_ids
+        else:
+            ids = [a for a in app_ids if a in self.apps]
+        page, following = batch.paginate(ids, cursor, limit)
+        apps = []
+        for app_id in page:
+            body = self.status_body(app_id)
+            if body is not None:
+                apps.append({"appId": app_id, "status": body})
+        return {"apps": apps, "nextCursor": following}
 
     def loop(self) -> None:
         while True:
@@ -368,27 +489,40 @@ class Cluster:
         return not (reused and self.faults.get("reauth") is not None)
 
     def health(self) -> JsonDict:
-        return {"clusterId": self.id,
-                "gateway": {"hostname": self.gateway, "status": "ok"},
-                "validator": {"status": "ok"},
-                "host": {"address": self.address, "port": self.port},
-                "lastChecked": store.now_ms()}
+        reply: JsonDict = {"clusterId": self.id,
+                           "gateway": {"hostname": self.gateway, "status": "ok"},
+                           "validator": {"status": "ok"},
+                           "host": {"address": self.address, "port": self.port},
+                           "lastChecked": store.now_ms()}
+        if self.batch_reads:
+            # Advertised even under the batch-route-missing fault: that fault is a
+            # cluster that says it has the route and then does not.
+            reply["extensions"] = {"batchStatus": batch.BATCH_STATUS_PATH}
+        return reply
 
 
 class Handler(serving.JsonHandler):
     server: ClusterServer
 
-    def _reply(self, status: int, value: object, raw: bytes | None = None) -> None:
+    def _reply(self, status: int, value: object, raw: bytes | None = None,
+               etag: str | None = None) -> None:
         cluster = self.server.cluster
         trickle = cluster.faults.get("trickle")
         trickle_ms = faults.param_int(trickle, "ms", 20) if trickle is not None else 0
         result = "ok" if status < 400 else str(status)
         path = self.path.split("?")[0]
-        if raw is not None:
+        extra = {"ETag": etag} if etag is not None else None
+        if status == 304:
+            # No body, so no Content-Length either (RFC 9110 §15.4.5).
+            result = "not-modified"
+            self.send_response(304)
+            self.send_header("ETag", etag or "")
+            self.end_headers()
+        elif raw is not None:
             result = "fault"
             self.send_raw(status, raw, trickle_ms=trickle_ms)
         else:
-            self.send_json(status, value, trickle_ms=trickle_ms)
+            self.send_json(status, value, trickle_ms=trickle_ms, extra=extra)
         cluster.audit(self.command, path, status, result)
 
     def _prelude(self) -> bool:
@@ -412,9 +546,12 @@ class Handler(serving.JsonHandler):
         if not self._prelude():
             return
         cluster = self.server.cluster
-        path = self.path.split("?")[0]
+        path, _, query = self.path.partition("?")
         if path == HEALTH_PATH:
             self._reply(200, cluster.health())
+            return
+        if path == batch.BATCH_STATUS_PATH and cluster.batch_served():
+            self._batch_status(query)
             return
         match = STATUS_RE.match(path)
         if match is None:
@@ -425,19 +562,54 @@ class Handler(serving.JsonHandler):
             return
         app_id = match.group(1)
         with cluster.lock:
-            record = cluster.effective(app_id)
-        if record is None:
+            body = cluster.status_body(app_id)
+        if body is None:
             self._reply(404, {"error": f"no runtime record for {app_id}"})
             return
-        body = {"appId": app_id, "state": "ACTIVE", "runtime": record}
+        if not self._body_fault(body):
+            self._reply(200, body)
+
+    def _body_fault(self, body: JsonDict) -> bool:
+        """The garbage / truncated faults: True when one of them answered instead."""
+        cluster = self.server.cluster
         if cluster.faults.get("garbage") is not None:
             self._reply(200, None, raw=b"<html><body>502 Bad Gateway</body></html>{{\x00")
-            return
+            return True
         if cluster.faults.get("truncated") is not None:
             text = json.dumps(body).encode("utf-8")
             self._reply(200, None, raw=text[: len(text) // 2])
+            return True
+        return False
+
+    def _batch_status(self, query: str) -> None:
+        """[ext] ``GET .../apps/status?appIds=a,b&cursor=&limit=`` (docs/extensions.md §1)."""
+        cluster = self.server.cluster
+        if not cluster.authorised(self.headers.get("Authorization")):
+            self._reply(401, {"error": "Unauthorized"})
             return
-        self._reply(200, body)
+        params = urllib.parse.parse_qs(query, keep_blank_values=True)
+        try:
+            cursor = batch.decode_cursor(params["cursor"][-1] if "cursor" in params else None)
+            limit = batch.page_size(params["limit"][-1] if "limit" in params else None)
+        except batch.PageRequestError as exc:
+            self._reply(400, {"error": str(exc)})
+            return
+        app_ids = None if "appIds" not in params else sorted(
+            {a for value in params["appIds"] for a in value.split(",") if a})
+        failing = cluster.faults.get("batch-page-error")
+        if failing is not None and faults.param_int(failing, "page", 0) == cursor.page:
+            self._reply(500, {"error": f"internal error while reading page {cursor.page}"})
+            return
+        # A garbage or truncated fault breaks every page, conditional or not.
+        broken = any(cluster.faults.get(k) is not None for k in ("garbage", "truncated"))
+        with cluster.lock:
+            etag = cluster.page_etag(app_ids, cursor, limit)
+            hit = not broken and batch.none_match_hits(self.headers.get("If-None-Match"), etag)
+            body = None if hit else cluster.status_page(app_ids, cursor, limit)
+        if body is None:
+            self._reply(304, None, etag=etag)
+        elif not self._body_fault(body):
+            self._reply(200, body, etag=etag)
 
     def do_POST(self) -> None:
         raw = self.read_body()
@@ -497,6 +669,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--auth-app-id", default="reconcile")
     parser.add_argument("--adopt", action="store_true",
                         help="take the control plane's rollouts as converged on first sync")
+    parser.add_argument("--no-batch-reads", dest="batch_reads", action="store_false",
+                        help="no [ext] batch status route (as on the real upstream)")
     parser.add_argument("--parent-fd", type=int, default=-1)
     args = parser.parse_args(argv)
     serving.install_term_handler()

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reconciler.sandbox import faults, pki, rollouts, serving, store
+from reconciler.sandbox import batchreads, faults, pki, rollouts, serving, store
 
 JsonDict = dict[str, Any]
 
@@ -80,7 +80,8 @@ class Caller:
 class ControlPlane:
     """The methods, over a per-thread SQLite connection."""
 
-    def __init__(self, state_dir: Path, *, identity_ttl_ms: int) -> None:
+    def __init__(self, state_dir: Path, *, identity_ttl_ms: int,
+                 batch_reads: bool = True) -> None:
         self.state_dir = state_dir
         self.identity_ttl_ms = identity_ttl_ms
         self.faults = faults.FaultView(state_dir, faults.CONTROL_PLANE)
@@ -99,6 +100,9 @@ class ControlPlane:
             "setServiceEgress": self.set_egress,
             "getCapabilities": self.get_capabilities,
         }
+        # [ext] issue 13: getServicesReleases and the etag of the fleet reads, or neither.
+        self.methods = batchreads.with_batch_reads(
+            self.methods, caller=self.caller, error=DomainError, enabled=batch_reads)
 
     def conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -569,13 +573,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=18443)
     parser.add_argument("--parent-fd", type=int, default=-1)
     parser.add_argument("--identity-ttl-ms", type=int, default=3_600_000)
+    parser.add_argument("--no-batch-reads", dest="batch_reads", action="store_false",
+                        help="no [ext] getServicesReleases and etags (as on the real upstream)")
     args = parser.parse_args(argv)
     serving.install_term_handler()
     serving.die_with_parent(args.parent_fd)
     state: Path = args.state
     sock = (socket.socket(fileno=args.fd) if args.fd >= 0
             else serving.listen_socket("127.0.0.1", args.port))
-    plane = ControlPlane(state, identity_ttl_ms=args.identity_ttl_ms)
+    plane = ControlPlane(state, identity_ttl_ms=args.identity_ttl_ms,
+                         batch_reads=args.batch_reads)
     server = ControlPlaneServer(
         sock, Handler, serving.server_context(state / pki.CONTROL_PLANE_CERT,
                                               state / pki.CONTROL_PLANE_KEY))

@@ -31,12 +31,14 @@ CLUSTER_KINDS: dict[str, str] = {
     "trickle": "send each reply one byte at a time, ms=N between bytes (default 20)",
     "stuck": "never converge to a new digest: keep the previous one, stale attestation",
     "failed": "runtimeState FAILED with a lastError, replicas failed",
-    "garbage": "the status route answers invalid JSON",
-    "truncated": "the status route answers JSON cut in the middle",
+    "garbage": "the status routes (per app and batch) answer invalid JSON",
+    "truncated": "the status routes (per app and batch) answer JSON cut in the middle",
     "ansi": "lastError full of ANSI escapes and control characters",
     "reauth": "401 for any token already used once",
     "dns-missing": "the gateway's address list omits this cluster",
     "egress-allow": "operator allow-list: hosts=a.example.com,b.example.net:8443",
+    "batch-page-error": "the batch status route answers 500 for page=N (0-based, default 0)",
+    "batch-route-missing": "health still advertises the batch status route; it answers 404",
 }
 CONTROL_PLANE_KINDS: dict[str, str] = {
     "latency": "add ms=N milliseconds before every reply",

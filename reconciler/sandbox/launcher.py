@@ -94,6 +94,8 @@ class Sandbox:
     wallet_address: str = WALLET
     auth_app_id: str = AUTH_APP_ID
     deploy_bot_token_file: Path | None = None
+    #: [ext] batch reads served (docs/extensions.md); False = per-item only, like upstream.
+    batch_reads: bool = True
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     _argv: dict[str, list[str]] = field(default_factory=dict, repr=False)
     _pids: dict[str, int] = field(default_factory=dict, repr=False)
@@ -412,6 +414,7 @@ def _write_descriptor(sandbox: Sandbox, extra: dict[str, Any] | None = None) -> 
         "detached": sandbox._detached,
         "argv": sandbox._argv,
         "pids": {name: sandbox.pid(name) for name in sandbox._argv},
+        "batchReads": sandbox.batch_reads,
     })
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(descriptor, indent=2))
@@ -457,11 +460,12 @@ def start(state_dir: Path, *, clusters: int = 3, port: int | None = None,
           mesh_port: int | None = None, converge_delay_ms: int | dict[str, int] = 300,
           seed: Path | None = None, latency_ms: int = 0, detach: bool = False,
           identity_ttl_ms: int = 3_600_000, token_ttl_ms: int = 900_000,
-          gateway: str = GATEWAY) -> Sandbox:
+          gateway: str = GATEWAY, batch_reads: bool = True) -> Sandbox:
     """Start a control plane and ``clusters`` clusters; returns once all of them serve.
 
     ``port``/``mesh_port`` None pick free ports. ``latency_ms`` switches the ``latency``
     fault on everywhere. Without ``detach`` the processes die with this one.
+    ``batch_reads=False`` serves no [ext] batch reads (docs/extensions.md), like upstream.
     """
     if not 1 <= clusters <= 200:
         raise SandboxError("clusters must be between 1 and 200")
@@ -488,6 +492,7 @@ def start(state_dir: Path, *, clusters: int = 3, port: int | None = None,
         token_file=state_dir / "token",
         signer_key_file=state_dir / pki.SIGNER_KEY_FILE,
         deploy_bot_token_file=state_dir / "token-deploy-bot",
+        batch_reads=batch_reads,
     )
     sandbox._detached = detach
     if not detach:
@@ -495,7 +500,8 @@ def start(state_dir: Path, *, clusters: int = 3, port: int | None = None,
         sandbox._parent_fds = (read_end, write_end)
     sandbox._argv[CONTROL_PLANE] = [
         *_python_argv("reconciler.sandbox.controlplane"), "--state", str(state_dir),
-        "--port", str(cp_port), "--identity-ttl-ms", str(identity_ttl_ms)]
+        "--port", str(cp_port), "--identity-ttl-ms", str(identity_ttl_ms),
+        *([] if batch_reads else ["--no-batch-reads"])]
     for cid, address in addresses.items():
         delay = (converge_delay_ms.get(cid, 300) if isinstance(converge_delay_ms, dict)
                  else converge_delay_ms)
@@ -504,7 +510,8 @@ def start(state_dir: Path, *, clusters: int = 3, port: int | None = None,
             "--id", cid, "--address", address, "--port", str(chosen_mesh),
             "--gateway", gateway, "--control-plane", f"127.0.0.1:{cp_port}",
             "--delay-ms", str(delay), "--token-ttl-ms", str(token_ttl_ms),
-            "--wallet", WALLET, "--auth-app-id", AUTH_APP_ID]
+            "--wallet", WALLET, "--auth-app-id", AUTH_APP_ID,
+            *([] if batch_reads else ["--no-batch-reads"])]
     if latency_ms:
         for target in [CONTROL_PLANE, *ids]:
             sandbox.fault(target, "latency", ms=latency_ms)
@@ -544,6 +551,7 @@ def attach(state_dir: Path) -> Sandbox:
         token_file=state_dir / "token",
         signer_key_file=state_dir / pki.SIGNER_KEY_FILE,
         deploy_bot_token_file=state_dir / "token-deploy-bot",
+        batch_reads=bool(descriptor.get("batchReads", True)),
     )
     sandbox._argv = {k: list(v) for k, v in descriptor.get("argv", {}).items()}
     sandbox._pids = {k: int(v) for k, v in descriptor.get("pids", {}).items() if v}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ CREATE TABLE IF NOT EXISTS services (id TEXT PRIMARY KEY, data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS releases (
     id TEXT PRIMARY KEY, service_id TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS releases_by_service ON releases (service_id, seq);
+CREATE INDEX IF NOT EXISTS releases_by_seq ON releases (seq);
 CREATE TABLE IF NOT EXISTS reports (
     service_id TEXT NOT NULL, reporter_id TEXT NOT NULL, data TEXT NOT NULL,
     PRIMARY KEY (service_id, reporter_id));
@@ -79,6 +81,45 @@ def initialise(conn: sqlite3.Connection) -> None:
         for statement in SCHEMA.split(";"):
             if statement.strip():
                 conn.execute(statement)
+        _install_state_revision(conn)
+
+
+#: [ext] The tables the revisioned read methods (getServices, getServicesReleases,
+#: getServiceDeploymentGrants) show, each with the column holding its content. Any row
+#: inserted, deleted, or updated to a different value moves the one global state revision
+#: (their ETag); an update that writes the same value does not. A new table whose rows
+#: those methods show belongs here.
+REVISED_TABLES: dict[str, str] = {
+    "services": "data", "releases": "data", "reports": "data", "grants": "capabilities"}
+STATE_REVISION = "state-revision"
+STATE_INSTANCE = "state-instance"
+
+
+def _install_state_revision(conn: sqlite3.Connection) -> None:
+    # Triggers, not calls in each writer: no write path (seed, push, sync, a method
+    # added later) can forget to move the revision. Their bodies hold ';', so they
+    # cannot live in SCHEMA (split on ';').
+    conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, '0')", (STATE_REVISION,))
+    conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)",
+                 (STATE_INSTANCE, hashlib.sha256(os.urandom(16)).hexdigest()[:12]))
+    bump = (f"UPDATE meta SET value = CAST(value AS INTEGER) + 1 "
+            f"WHERE key = '{STATE_REVISION}';")
+    for table, column in REVISED_TABLES.items():
+        conn.execute(f"CREATE TRIGGER IF NOT EXISTS rev_{table}_ins AFTER INSERT ON {table} "
+                     f"BEGIN {bump} END")
+        conn.execute(f"CREATE TRIGGER IF NOT EXISTS rev_{table}_del AFTER DELETE ON {table} "
+                     f"BEGIN {bump} END")
+        conn.execute(f"CREATE TRIGGER IF NOT EXISTS rev_{table}_upd AFTER UPDATE ON {table} "
+                     f"WHEN OLD.{column} IS NOT NEW.{column} BEGIN {bump} END")
+
+
+def state_revision(conn: sqlite3.Connection) -> str:
+    """[ext] The control plane's state revision as an opaque ETag: this database's
+    instance id (a new state directory never reuses an old ETag) and the counter."""
+    row = conn.execute("SELECT (SELECT value FROM meta WHERE key = ?), "
+                       "(SELECT value FROM meta WHERE key = ?)",
+                       (STATE_INSTANCE, STATE_REVISION)).fetchone()
+    return f"{row[0] or 'none'}.{row[1] or 0}"
 
 
 @contextlib.contextmanager
