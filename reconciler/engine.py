@@ -34,13 +34,14 @@ from reconciler.core.events import (
 from reconciler.core.evidence import ServiceProof
 from reconciler.core.live import ImageRelease, LiveService, LiveSnapshot, ReadFailure
 from reconciler.core.outcomes import ApplyReport, ChangeResult, GateReport, Outcome
-from reconciler.core.planning import Provenance, target_of
+from reconciler.core.planning import Provenance, absent, creation_requests, target_of
 from reconciler.core.planning import plan as make_plan
 from reconciler.core.plans import Plan, Verdict, restrict
+from reconciler.core.preflight import Greenfield
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.shell import applying, committed, gitrepo, observing, validating
+from reconciler.shell import applying, committed, gitrepo, greenfield, observing, validating
 from reconciler.shell import pinning as pin_files
 from reconciler.shell.controlplane import (
     ControlPlaneClient,
@@ -123,11 +124,16 @@ def plan_review(root: Path, base_ref: str, *, overrides: Overrides,
     observed = head.model_copy(update={"services": head.services + extra})
 
     async def run() -> Plan:
+        base_provenance = dataclasses.replace(provenance, commit=base_commit, dirty=False,
+                                              untracked=())
         async with Reconciler(root, head, overrides=overrides, env=env) as reconciler:
             snapshot = await reconciler.observe(observed, progress)
-        head_plan = make_plan(head, snapshot, provenance)
-        base_plan = None if base is None else make_plan(base, snapshot, dataclasses.replace(
-            provenance, commit=base_commit, dirty=False, untracked=()))
+            # Each side's creations are asked about at its own commit (sourceRevision).
+            sides = [(head, provenance)] + ([(base, base_provenance)] if base else [])
+            answers = await reconciler.preflights(sides, snapshot)
+        head_plan = make_plan(head, snapshot, provenance, answers)
+        base_plan = None if base is None else make_plan(base, snapshot, base_provenance,
+                                                        answers)
         return head_plan.model_copy(update={"review": review.review(
             base_ref=base_ref, base_commit=base_commit, head_commit=provenance.commit,
             base_plan=base_plan, head_plan=head_plan, base=base, head=head)})
@@ -237,7 +243,19 @@ class Reconciler:
     async def plan(self, desired: DesiredState, provenance: Provenance,
                    progress: Progress | None = None) -> tuple[Plan, LiveSnapshot]:
         snapshot = await self.observe(desired, progress)
-        return make_plan(desired, snapshot, provenance), snapshot
+        answers = await self.preflights([(desired, provenance)], snapshot)
+        return make_plan(desired, snapshot, provenance, answers), snapshot
+
+    async def preflights(self, sides: list[tuple[DesiredState, Provenance]],
+                         snapshot: LiveSnapshot) -> Greenfield:
+        """Issue 12: after the snapshot, before planning -- the preflight of every
+        creation the plan will hold, at the commit being planned (``sourceRevision``) and
+        its dirty state, and whether the control plane executes creations. Reads only;
+        the planner judges the answers (planning stays pure)."""
+        asks = {a.request_id: a for desired, provenance in sides
+                for a in creation_requests(desired, snapshot, provenance)}
+        creating = any(absent(desired, snapshot) for desired, _ in sides)
+        return await greenfield.read(self.client, list(asks.values()), creating=creating)
 
     async def apply(self, desired: DesiredState, provenance: Provenance, *, hook: Hook,
                     saved: Plan | None = None, only: frozenset[str] = frozenset(),
@@ -471,6 +489,8 @@ class WatchSteps:
         self.cache = validating.BlobCache()
         self._live: Reconciler | None = None
         self._settings: object = None
+        #: the preflight answers read with the last snapshot (at the commit HEAD was at)
+        self._greenfield: Greenfield | None = None
 
     def head(self) -> Provenance:
         try:
@@ -493,11 +513,17 @@ class WatchSteps:
         # Every resync is a new pass: DNS and the clusters' health are asked again (a
         # cluster that appeared, or came back, must be seen); tokens are kept.
         self._live.prober.forget_mesh()
-        return await self._live.observe(desired)
+        snapshot = await self._live.observe(desired)
+        # Creations are asked about at the commit HEAD is at now; a plan made later for
+        # another commit finds no answer for its request and says so (preflight_not_asked)
+        # until the next resync asks again.
+        provenance = await asyncio.to_thread(self.head)
+        self._greenfield = await self._live.preflights([(desired, provenance)], snapshot)
+        return snapshot
 
     def plan(self, desired: DesiredState, snapshot: LiveSnapshot,
              provenance: Provenance) -> Plan:
-        return restrict(make_plan(desired, snapshot, provenance), self.only)
+        return restrict(make_plan(desired, snapshot, provenance, self._greenfield), self.only)
 
     async def apply(self, hook: Hook) -> ApplyRun:
         """Apply the commit HEAD is at now: read again, observe fresh, judge, gate."""

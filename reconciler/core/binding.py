@@ -7,6 +7,11 @@ A change the saved plan holds and the fresh one does not is accepted only when t
 staleness check calls it already live or ours (a rerun after a crash); the caller passes
 those keys. Each difference is one sentence naming both sides.
 
+A ``create`` is bound to the preflight the plan saw: its key is derived from the request
+and the fence of that report, so a fresh preflight that yields another fence (revision,
+version, digest, configuration digest, namespace) is another creation -- named field by
+field, never sent in the reviewed one's place.
+
 Must not: read files or the network; the caller hands over both plans.
 """
 
@@ -15,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from reconciler.core.plans import Change, Plan
+from reconciler.core.plans import Action, Change, Plan
 
 
 @dataclass(frozen=True)
@@ -78,8 +83,16 @@ def changes(saved: Plan, fresh: Plan, settled: Collection[str] = ()) -> list[str
     mine = {c.idempotency_key: c for c in saved.changes}
     theirs = {c.idempotency_key: c for c in fresh.changes}
     diffs = []
+    rebound = _rebound_creations(mine, theirs, settled)
+    for service, (then, now) in sorted(rebound.items()):
+        diffs.append(f"create {service}: the fresh preflight binds another creation than the "
+                     f"reviewed one [{then.idempotency_key} → {now.idempotency_key}]: "
+                     + "; ".join(_creation_diffs(then, now)))
+    paired = {c.idempotency_key for pair in rebound.values() for c in pair}
     for key, change in mine.items():
         other = theirs.get(key)
+        if key in paired:
+            continue
         if other is None:
             if key not in settled:
                 diffs.append(f"the plan holds {change.action.value} {change.service}"
@@ -90,8 +103,40 @@ def changes(saved: Plan, fresh: Plan, settled: Collection[str] = ()) -> list[str
             diffs.append(f"{change.action.value} {change.service} [{key}] differs from a fresh "
                          f"plan in {', '.join(fields)}")
     for key, change in theirs.items():
-        if key not in mine:
+        if key not in mine and key not in paired:
             diffs.append(f"a fresh plan also holds {change.action.value} {change.service}"
                          + (f" ({change.user_id})" if change.user_id else "")
                          + f" [{key}], which the plan does not: {change.summary}")
     return diffs
+
+
+def _rebound_creations(mine: dict[str, Change], theirs: dict[str, Change],
+                       settled: Collection[str]) -> dict[str, tuple[Change, Change]]:
+    """Service -> (saved, fresh) for a creation whose key changed between the plans."""
+    def creates(changes: dict[str, Change], other: dict[str, Change]) -> dict[str, Change]:
+        return {c.service: c for k, c in changes.items()
+                if c.action is Action.CREATE and k not in other and k not in settled}
+    then, now = creates(mine, theirs), creates(theirs, mine)
+    return {service: (then[service], now[service]) for service in then if service in now}
+
+
+def _creation_diffs(then: Change, now: Change) -> list[str]:
+    """What differs between two creations of one service, field by field."""
+    a, b = then.creation, now.creation
+    if a is None or b is None:
+        return ["one of them carries no creation"]
+    out = []
+    fence_a = a.fence.model_dump() if a.fence else {}
+    fence_b = b.fence.model_dump() if b.fence else {}
+    for field in sorted(set(fence_a) | set(fence_b)):
+        if fence_a.get(field) != fence_b.get(field):
+            out.append(f"fence.{field} {fence_a.get(field) or '<none>'} → "
+                       f"{fence_b.get(field) or '<none>'}")
+    for field in sorted(set(a.preflight) | set(b.preflight)):
+        if field not in ("requestId", "sourceRevision", "version", "intentDigest",
+                         "ociIndexDigest", "proposedNamespace") \
+                and a.preflight.get(field) != b.preflight.get(field):
+            out.append(f"preflight.{field} differs")
+    if a.service != b.service:
+        out.append("service (name, appId, registry, repository, tag or egress) differs")
+    return out or ["the request differs"]

@@ -105,6 +105,13 @@ class PreflightAsk:
     request: dict[str, object]
 
 
+def absent(desired: DesiredState, live: LiveSnapshot) -> list[Service]:
+    """Declared services the control plane says it does not have: each is a creation."""
+    return [svc for svc in desired.services
+            if isinstance(state := live.services.get(svc.service_id), ReadFailure)
+            and state.code == "SERVICE_NOT_FOUND"]
+
+
 def creation_requests(desired: DesiredState, live: LiveSnapshot,
                       provenance: Provenance) -> list[PreflightAsk]:
     """The preflights a plan of ``desired`` against ``live`` at ``provenance`` needs: one
@@ -113,10 +120,7 @@ def creation_requests(desired: DesiredState, live: LiveSnapshot,
     asks the same questions in the same words, so the answers match by request id."""
     asks = []
     revision = provenance.commit or ""
-    for svc in sorted(desired.services, key=lambda s: s.name):
-        state = live.services.get(svc.service_id)
-        if not (isinstance(state, ReadFailure) and state.code == "SERVICE_NOT_FOUND"):
-            continue
+    for svc in sorted(absent(desired, live), key=lambda s: s.name):
         if greenfield.local_blockers(svc, source_revision=revision,
                                      source_dirty=provenance.dirty, require_evidence=True):
             continue

@@ -6,6 +6,10 @@ intended result is already live is ``already_live`` (a rerun after a crash, or s
 did the same thing); one this applier already sent (its idempotency key is in the
 journal) is ``ours`` and is replayed with the same key; anything else moved under the
 plan and is ``stale`` -- apply refuses it, naming what moved from what to what.
+
+A ``create`` was planned against the service's absence: it is fresh (or ours) while the
+control plane still has no such service, already live once the service exists with a
+rollout to the pinned digest (a rerun after a crash), and stale when it exists otherwise.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from reconciler.core.evidence import egress_key
-from reconciler.core.live import LiveService, LiveSnapshot
+from reconciler.core.live import LiveService, LiveSnapshot, ReadFailure
 from reconciler.core.plans import Action, Change
 
 
@@ -35,7 +39,7 @@ class Check:
 def service_shows(change: Change, svc: LiveService) -> bool:
     """Does the service's own state already hold what a release or egress change wants?
     (A grant lives apart from the service: ``False`` for it.)"""
-    if change.action in (Action.PROMOTE, Action.ROLLBACK):
+    if change.action in (Action.PROMOTE, Action.ROLLBACK, Action.CREATE):
         return change.release_after is not None and \
             svc.current_digest == change.release_after.digest
     if change.action is Action.SET_EGRESS:
@@ -86,6 +90,8 @@ def _moved(change: Change, svc: LiveService, live: LiveSnapshot) -> str:
 def check(change: Change, live: LiveSnapshot, *, journaled: bool) -> Check:
     """Judge one change against ``live``; ``journaled``: its key was sent before."""
     svc = live.services.get(change.service_id)
+    if change.action is Action.CREATE:
+        return _check_creation(change, svc, journaled=journaled)
     if not isinstance(svc, LiveService):
         return Check(change, Freshness.STALE, f"{change.service}: the control plane gave no "
                      "state for it now")
@@ -97,3 +103,18 @@ def check(change: Change, live: LiveSnapshot, *, journaled: bool) -> Check:
     if journaled:
         return Check(change, Freshness.OURS, moved)
     return Check(change, Freshness.STALE, f"{change.service}: {moved}")
+
+
+def _check_creation(change: Change, svc: LiveService | ReadFailure | None, *,
+                    journaled: bool) -> Check:
+    if isinstance(svc, ReadFailure) and svc.code == "SERVICE_NOT_FOUND":
+        return Check(change, Freshness.OURS if journaled else Freshness.FRESH)
+    if isinstance(svc, LiveService):
+        if service_shows(change, svc):
+            return Check(change, Freshness.ALREADY_LIVE, f"{change.service} exists now, "
+                         f"rolled out to {svc.current_digest}")
+        return Check(change, Freshness.STALE, f"{change.service}: planned as a creation, but "
+                     f"the control plane has it now (its rollout is to "
+                     f"{svc.current_digest or 'no release'})")
+    return Check(change, Freshness.STALE, f"{change.service}: the control plane gave no state "
+                 "for it now, so its absence is not proven")

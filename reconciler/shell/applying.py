@@ -3,7 +3,9 @@
 Owns the sending: each change through the control-plane client with its idempotency key
 and compare-and-swap preconditions, journalled before and after; services in parallel
 (bounded), one service's changes in plan order; a change that does not succeed stops
-the rest of *that* service and nothing else.
+the rest of *that* service and nothing else. A creation goes through
+``shell.greenfield.create`` (``createGreenfieldDeployment`` [ext]) the same way: journal,
+key, result; the gate then judges it like a promotion.
 
 Must not decide what to change (the plan did), sequence anything around the writes (the
 engine does: observe, plan, execute, gate), judge convergence (``core.evidence``) or
@@ -23,6 +25,7 @@ from reconciler.core.outcomes import ChangeResult, Outcome
 from reconciler.core.plans import Action, Change
 from reconciler.core.sanitize import safe
 from reconciler.core.staleness import Check, Freshness
+from reconciler.shell import greenfield
 from reconciler.shell.controlplane import (
     CasMismatch,
     ControlPlaneClient,
@@ -43,9 +46,17 @@ def crash_point(point: str, action: str = "") -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-async def _send(client: ControlPlaneClient, change: Change) -> bool:
+async def _send(client: ControlPlaneClient, change: Change) -> tuple[bool, str]:
     """Send one change; True when the control plane says it replayed an earlier call
-    with the same key and changed nothing now ([ext] ``idempotentReplay``)."""
+    with the same key and changed nothing now ([ext] ``idempotentReplay``), and what it
+    said worth reporting (a creation's operation)."""
+    if change.action is Action.CREATE:
+        created = await greenfield.create(client, change)
+        return created.replayed, f"operation {created.operation_id} {created.state}"
+    return await _send_write(client, change), ""
+
+
+async def _send_write(client: ControlPlaneClient, change: Change) -> bool:
     pre = change.preconditions
     if change.action is Action.SET_GRANT:
         assert change.user_id is not None and change.capabilities_after is not None
@@ -76,7 +87,8 @@ async def _send(client: ControlPlaneClient, change: Change) -> bool:
 
 async def _landed(client: ControlPlaneClient, change: Change) -> bool:
     """After a CAS refusal of a change we sent before: is its result what is live now?"""
-    if change.action not in (Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS):
+    if change.action not in (Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS,
+                             Action.CREATE):
         return False
     try:
         svc = parse_service(await client.get_service(change.service_id), [])
@@ -96,7 +108,7 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
     journal.intent(change)
     crash_point("before-send", change.action.value)
     try:
-        replayed = await _send(client, change)
+        replayed, said = await _send(client, change)
     except CasMismatch as exc:
         if await _landed(client, change):
             # Our earlier run (same key), or another applier making the very same change:
@@ -110,8 +122,9 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
         journal.result(change, Outcome.REFUSED.value, detail)
         return ChangeResult(change=change, outcome=Outcome.REFUSED, detail=detail, code=exc.code)
     except DomainError as exc:
-        journal.result(change, Outcome.REFUSED.value, str(exc))
-        return ChangeResult(change=change, outcome=Outcome.REFUSED, detail=str(exc),
+        detail = greenfield.refusal_detail(exc) if change.action is Action.CREATE else str(exc)
+        journal.result(change, Outcome.REFUSED.value, detail)
+        return ChangeResult(change=change, outcome=Outcome.REFUSED, detail=detail,
                             code=exc.code)
     except ControlPlaneError as exc:
         # The write may or may not have landed; the journal keeps the key for a rerun.
@@ -124,10 +137,12 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
         # nothing (ours, interrupted; or another apply of the same plan got there first).
         detail = "replayed: an interrupted earlier run of this apply had sent it" if replay \
             else "replayed: another apply sent this very change (same key) first"
+        detail += f" ({said})" if said else ""
         journal.result(change, Outcome.ALREADY_APPLIED.value, detail)
         return ChangeResult(change=change, outcome=Outcome.ALREADY_APPLIED, detail=detail)
     # Without the [ext] marker a replayed key and a first send look the same.
-    detail = "sent with the key of an interrupted earlier run" if replay else ""
+    detail = "; ".join(d for d in ("sent with the key of an interrupted earlier run"
+                                   if replay else "", said) if d)
     journal.result(change, Outcome.APPLIED.value, detail)
     return ChangeResult(change=change, outcome=Outcome.APPLIED, detail=detail)
 
