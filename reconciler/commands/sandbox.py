@@ -87,10 +87,29 @@ def register(subparsers: Any) -> None:
                        help="a fault parameter (e.g. ms=500 for latency), repeatable")
     fault.set_defaults(handler=cmd_fault)
 
-    push = sub.add_parser("push", help="the registry observes a new digest under a tag")
+    push = sub.add_parser(
+        "push", help="the registry observes a new digest under a tag",
+        description="Publish a new OCI index under TAG in the simulated registry and print "
+        "its digest and the `release:` block (with `evidence:`) to paste into the desired "
+        "state. A service the control plane has observes it as a new release; for one it "
+        "does not have yet (a greenfield service), name the repository.")
     push.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
     push.add_argument("service", metavar="SERVICE", help="the service (its repository)")
     push.add_argument("tag", metavar="TAG", help="the tag the new digest is observed under")
+    push.add_argument("--repository", metavar="REPO", default=None,
+                      help="the repository, e.g. shop/ledger (needed for a service the "
+                      "control plane does not have)")
+    push.add_argument("--platform", action="append", default=None, metavar="OS/ARCH",
+                      help="a platform of the index, repeatable (default linux/amd64 and "
+                      "linux/arm64)")
+    push.add_argument("--missing-manifest", action="append", default=[], metavar="OS/ARCH",
+                      help="a platform whose manifest is absent from the registry, repeatable")
+    push.add_argument("--evidence", default="complete", metavar="WHICH",
+                      help="release evidence published: complete (default), none, or a comma "
+                      "list of kinds (provenance,sbom,signature,vulnerability-policy,"
+                      "release-authorization)")
+    push.add_argument("--evidence-subject", default=None, metavar="DIGEST",
+                      help="bind the published evidence to this other digest (sha256:...)")
     push.set_defaults(handler=cmd_push)
 
     seed = sub.add_parser("seed", help="replace services, releases and grants from a file")
@@ -265,11 +284,17 @@ def cmd_fault(args: argparse.Namespace) -> int:
 def cmd_push(args: argparse.Namespace) -> int:
     try:
         sb = launcher.attach(args.state)
-        digest = sb.push(args.service, args.tag)
+        digest = sb.push(args.service, args.tag, repository=args.repository,
+                         platforms=args.platform, missing_manifests=args.missing_manifest,
+                         evidence=args.evidence, evidence_subject=args.evidence_subject)
+        block = sb.release_yaml(digest, args.tag)
     except launcher.SandboxError as exc:
-        print(f"reconcile sandbox push: {exc}", file=sys.stderr)
+        print(f"reconcile sandbox push: {safe(exc, 2000)}", file=sys.stderr)
         return Exit.ERROR
     print(f"{args.service}:{args.tag} -> {digest}")
+    print()
+    print("# paste into the service's document:")
+    print(block, end="")
     return Exit.OK
 
 

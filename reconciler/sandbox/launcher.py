@@ -34,7 +34,16 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.sandbox import cluster as cluster_mod
-from reconciler.sandbox import controlplane, faults, pki, rollouts, seeding, serving, store
+from reconciler.sandbox import (
+    controlplane,
+    faults,
+    pki,
+    registry,
+    rollouts,
+    seeding,
+    serving,
+    store,
+)
 
 GATEWAY = "gateway.sandbox.test"
 WALLET = "rReconcileDeployBot"
@@ -209,20 +218,55 @@ class Sandbox:
         else:
             self.fault(cluster_id, "egress-allow", hosts=",".join(entries))
 
-    def push(self, service_name: str, tag: str) -> str:
+    def push(self, service_name: str, tag: str, *, repository: str | None = None,
+             platforms: tuple[str, ...] | list[str] | None = None,
+             missing_manifests: tuple[str, ...] | list[str] = (),
+             evidence: str | tuple[str, ...] | list[str] = "complete",
+             evidence_subject: str | None = None) -> str:
+        """The registry receives a new OCI index under ``tag``; returns its digest.
+
+        ``repository`` is needed for a service the control plane does not have (the index
+        is only in the registry then); a service it has observes the push as a new
+        release. ``platforms`` default to linux/amd64 + linux/arm64; ``missing_manifests``
+        lists platforms whose manifest is absent; ``evidence`` is ``complete``, ``none``
+        or the kinds published; ``evidence_subject`` binds that evidence to another digest.
+        """
         conn = store.connect(self.state_dir)
         try:
             with store.transaction(conn):
                 try:
-                    release = seeding.push(conn, service_name, tag)
-                except seeding.SeedError as exc:
+                    publication = registry.Publication(
+                        platforms=tuple(platforms or registry.DEFAULT_PLATFORMS),
+                        missing_manifests=tuple(missing_manifests),
+                        evidence=registry.parse_evidence(evidence),
+                        evidence_subject=evidence_subject)
+                    index, release = registry.push(conn, service_name, tag,
+                                                   repository=repository,
+                                                   publication=publication)
+                except registry.RegistryError as exc:
                     raise SandboxError(str(exc)) from exc
                 store.audit(conn, "registry", "push",
-                            {"service": service_name, "tag": tag, "releaseId": release["id"]},
-                            "ok")
+                            {"service": service_name, "tag": tag,
+                             "repository": index["repository"], "digest": index["digest"],
+                             "releaseId": release["id"] if release else None}, "ok")
         finally:
             conn.close()
-        return str(release["data"]["registryRootDigest"])
+        return str(index["digest"])
+
+    def registry_index(self, digest: str) -> dict[str, Any] | None:
+        """What the registry holds for ``digest`` (platforms, attestations), or None."""
+        conn = store.connect(self.state_dir)
+        try:
+            return registry.find(conn, digest)
+        finally:
+            conn.close()
+
+    def release_yaml(self, digest: str, tag: str) -> str:
+        """The ``release:`` block (with ``evidence:``) for the index ``digest`` under ``tag``."""
+        index = self.registry_index(digest)
+        if index is None:
+            raise SandboxError(f"the registry holds no index {digest}")
+        return registry.release_yaml(index, tag)
 
     def seed(self, seed: dict[str, Any]) -> None:
         """Replace services, releases and grants (clusters follow after their delay)."""

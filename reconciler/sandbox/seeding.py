@@ -1,9 +1,11 @@
-"""What a sandbox holds before anyone talks to it: services, releases, grants, users.
+"""What a sandbox holds before anyone talks to it: services, releases, grants, users, and
+what the simulated registry holds.
 
 Owns the default seed (``docs/sandbox-defaults.md``: it makes ``examples/desired-state``
-differ from live in every interesting way while no rollout is in flight), the seed file
-format accepted by ``reconcile sandbox seed FILE``, the simulated registry push, and the
-machine users with their token files.
+differ from live in every interesting way while no rollout is in flight, and publishes
+``shop/ledger`` for a greenfield service the control plane does not have yet), the seed file
+format accepted by ``reconcile sandbox seed FILE``, and the machine users with their token
+files. Pushes are ``registry``'s.
 
 Seed document (YAML or JSON)::
 
@@ -12,6 +14,8 @@ Seed document (YAML or JSON)::
     services:
       - id: svc-checkout
         name: checkout
+        appId: checkout                        # optional: the name
+        namespace: checkout                    # optional: the name
         repository: shop/checkout              # optional: shop/<name>
         egress: [{host: api.stripe.com, port: 443}]
         egressRevision: 1                      # optional: 1 when egress is given, else 0
@@ -20,8 +24,20 @@ Seed document (YAML or JSON)::
           - {tag: v2.4.0}
         current: v2.3.0                        # tag of the release rolled out now
         generation: 3
+    registry:                                  # indexes no service has observed yet
+      - repository: shop/ledger
+        tag: v1.0.0                            # digest optional: sha256("<name>:<tag>")
+        name: ledger                           # optional: the repository's last segment
+        platforms: [linux/amd64, linux/arm64]  # optional, this default
+        missingManifests: []                   # optional: platforms whose manifest is absent
+        evidence: complete                     # complete | none | [kind, ...]
+        evidenceSubject: sha256:...            # optional: evidence bound to another digest
+    dirtyNamespaces: [legacy-ledger]           # namespaces with leftover resources
     grants:
       - {userId: deploy-bot, serviceId: svc-checkout, capabilities: [deployment:preflight]}
+
+Every seeded release is in the registry too (its ``platforms``, ``missingManifests``,
+``evidence`` and ``evidenceSubject`` keys as above, with the same defaults).
 
 Must not talk HTTP; runs inside one ``store`` transaction.
 """
@@ -34,11 +50,12 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from reconciler.sandbox import rollouts, store
+from reconciler.sandbox import registry, rollouts, store
 
-REGISTRY_HOST = "registry.sandbox.test"
-MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
+REGISTRY_HOST = registry.REGISTRY_HOST
+MEDIA_TYPE = registry.INDEX_MEDIA_TYPE
 DAY_MS = 86_400_000
+DIRTY_NAMESPACES = "dirty-namespaces"
 
 ADMIN_USER = "reconcile-admin"
 DEPLOY_BOT = "deploy-bot"
@@ -49,6 +66,8 @@ USERS: dict[str, tuple[str, str]] = {
 }
 
 _ALL = ["deployment:preflight", "deployment:promote-route", "deployment:rollback-route"]
+#: The greenfield service the default seed prepares but does not create.
+LEDGER_ID = "svc-ledger"
 
 DEFAULT_SEED: dict[str, Any] = {
     "registryHost": REGISTRY_HOST,
@@ -81,32 +100,16 @@ DEFAULT_SEED: dict[str, Any] = {
          "capabilities": ["deployment:promote-route", "deployment:rollback-route"]},
         {"userId": "release-train", "serviceId": "svc-notifications",
          "capabilities": ["deployment:preflight"]},
+        {"userId": DEPLOY_BOT, "serviceId": LEDGER_ID,
+         "capabilities": ["deployment:create-greenfield", "deployment:preflight"]},
     ],
+    "registry": [{"repository": "shop/ledger", "tag": "v1.0.0", "evidence": "complete"}],
+    "dirtyNamespaces": ["legacy-ledger"],
 }
 
 
 class SeedError(ValueError):
     """The seed document is not what this module accepts."""
-
-
-def _release(service_id: str, name: str, repository: str, registry_host: str,
-             media_type: str, tag: str, digest: str, release_id: str, at: int) -> dict[str, Any]:
-    return {
-        "id": release_id,
-        "data": {
-            "serviceId": service_id,
-            "imageId": f"img-{name}",
-            "registryHost": registry_host,
-            "repository": repository,
-            "registryRootDigest": digest,
-            "digestPinnedImageReference": f"{registry_host}/{repository}@{digest}",
-            "manifestMediaType": media_type,
-            "observedTags": [tag],
-            "firstObservedAt": at,
-            "lastObservedAt": at,
-            "observationCount": 1,
-        },
-    }
 
 
 def apply_seed(conn: sqlite3.Connection, seed: dict[str, Any], *, now: int | None = None) -> None:
@@ -122,7 +125,8 @@ def apply_seed(conn: sqlite3.Connection, seed: dict[str, Any], *, now: int | Non
     services = seed.get("services", [])
     if not isinstance(services, list):
         raise SeedError("services must be a list")
-    for table in ("services", "releases", "reports", "grants", "idempotency"):
+    for table in ("services", "releases", "reports", "grants", "idempotency",
+                  "registry_indexes", "registry_tags", "greenfield_operations"):
         conn.execute(f"DELETE FROM {table}")
     for entry in services:
         try:
@@ -137,8 +141,11 @@ def apply_seed(conn: sqlite3.Connection, seed: dict[str, Any], *, now: int | Non
             tag = str(rel["tag"])
             digest = str(rel.get("digest") or rollouts.seeded_digest(name, tag))
             at = now - (age - index) * DAY_MS
-            release = _release(service_id, name, repository, registry_host, media_type, tag,
-                               digest, str(rel.get("id", f"rel-{name}-{tag}")), at)
+            release = registry.release_record(
+                service_id=service_id, name=name, repository=repository,
+                registry_host=registry_host, media_type=media_type, tag=tag, digest=digest,
+                release_id=str(rel.get("id", f"rel-{name}-{tag}")), at=at)
+            _publish(name, repository, registry_host, tag, digest, rel, at, conn)
             if rel.get("accepted"):
                 release["data"].update(acceptedAt=at + 3_600_000, lastPromotedAt=at + 3_600_000,
                                        promotionCount=1)
@@ -151,6 +158,9 @@ def apply_seed(conn: sqlite3.Connection, seed: dict[str, Any], *, now: int | Non
             "immutableImageRequired": True,
             "egressRevision": int(entry.get("egressRevision", 1 if "egress" in entry else 0)),
         }
+        for key in ("appId", "namespace"):
+            if key in entry:
+                data[key] = str(entry[key])
         if "egress" in entry:
             data["egress"] = [{"host": str(d["host"]), "port": int(d.get("port", 443))}
                               for d in entry["egress"]]
@@ -169,11 +179,39 @@ def apply_seed(conn: sqlite3.Connection, seed: dict[str, Any], *, now: int | Non
             for cluster_id in cluster_ids:
                 store.save_report(conn, service_id, full_report(plan, cluster_id, "seed", now))
         store.save_service(conn, {"id": service_id, "data": data})
+    for entry in seed.get("registry", []):
+        try:
+            repository, tag = str(entry["repository"]), str(entry["tag"])
+        except (KeyError, TypeError) as exc:
+            raise SeedError(f"every registry entry needs repository and tag: {entry!r}") from exc
+        name = str(entry.get("name") or repository.rsplit("/", 1)[-1])
+        digest = str(entry.get("digest") or rollouts.seeded_digest(name, tag))
+        _publish(name, repository, registry_host, tag, digest, entry, now, conn)
+    dirty = seed.get("dirtyNamespaces", [])
+    if not isinstance(dirty, list):
+        raise SeedError("dirtyNamespaces must be a list of namespaces")
+    store.set_meta(conn, DIRTY_NAMESPACES, json.dumps(sorted(str(n) for n in dirty)))
     for grant in seed.get("grants", []):
         caps = [str(c) for c in grant.get("capabilities", [])]
         store.set_grant(conn, str(grant["userId"]), str(grant["serviceId"]), caps)
     store.set_meta(conn, "seed", json.dumps(seed, sort_keys=True))
     store.bump_version(conn)
+
+
+def _publish(name: str, repository: str, registry_host: str, tag: str, digest: str,
+             entry: dict[str, Any], at: int, conn: sqlite3.Connection) -> None:
+    try:
+        publication = registry.publication_from_seed(entry)
+    except registry.RegistryError as exc:
+        raise SeedError(f"{repository}:{tag}: {exc}") from exc
+    registry.publish(conn, registry.index_record(
+        name=name, repository=repository, registry_host=registry_host, digest=digest, key=tag,
+        publication=publication, at=at), tag)
+
+
+def dirty_namespaces(conn: sqlite3.Connection) -> frozenset[str]:
+    """Namespaces the seed says still hold resources (never proven blank)."""
+    return frozenset(json.loads(store.get_meta(conn, DIRTY_NAMESPACES, "[]") or "[]"))
 
 
 def full_report(plan: dict[str, Any], cluster_id: str, session: str, at: int) -> dict[str, Any]:
@@ -211,30 +249,3 @@ def create_users(conn: sqlite3.Connection, state_dir: Path) -> None:
         tmp.write_text(token + "\n", encoding="utf-8")
         tmp.chmod(0o600)
         tmp.replace(path)
-
-
-def push(conn: sqlite3.Connection, service_name: str, tag: str) -> dict[str, Any]:
-    """The simulated registry observes a new manifest under ``tag``: a new release."""
-    service = next((s for s in store.all_services(conn)
-                    if s["data"]["name"] == service_name or s["id"] == service_name), None)
-    if service is None:
-        raise SeedError(f"no service named {service_name!r}")
-    counter = int(store.get_meta(conn, "push-counter", "0") or 0) + 1
-    store.set_meta(conn, "push-counter", str(counter))
-    name = service["data"]["name"]
-    digest = rollouts.seeded_digest(name, f"{tag}+push{counter}")
-    existing = store.load_releases(conn, service["id"])
-    template = existing[-1]["data"] if existing else {
-        "registryHost": REGISTRY_HOST, "repository": f"shop/{name}",
-        "manifestMediaType": MEDIA_TYPE}
-    release = _release(service["id"], name, template["repository"], template["registryHost"],
-                       template["manifestMediaType"], tag, digest,
-                       f"rel-{name}-{tag}-{counter}", store.now_ms())
-    # A tag moves to the newest manifest pushed under it (registry semantics).
-    for old in existing:
-        if tag in old["data"]["observedTags"]:
-            old["data"]["observedTags"] = [t for t in old["data"]["observedTags"] if t != tag]
-            store.save_release(conn, old)
-    store.save_release(conn, release)
-    store.bump_version(conn)
-    return release

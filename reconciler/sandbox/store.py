@@ -2,7 +2,8 @@
 
 Owns the schema (services, releases, per-reporter rollout reports, grants, users, machine
 tokens and sessions stored as SHA-256 hashes, idempotency keys with the payload hash and
-the stored response, the audit log, and a few meta values) and the transaction helper.
+the stored response, the audit log, the simulated registry's indexes and tags, greenfield
+operations, and a few meta values) and the transaction helper.
 Every request runs in one ``BEGIN IMMEDIATE`` transaction, so writers are serialised by
 SQLite itself: two promotions racing on one generation cannot both pass the
 compare-and-swap, and a reply is only sent after its transaction committed (WAL,
@@ -46,6 +47,17 @@ CREATE TABLE IF NOT EXISTS sessions (
 CREATE TABLE IF NOT EXISTS idempotency (
     key TEXT PRIMARY KEY, method TEXT NOT NULL, payload_hash TEXT NOT NULL,
     response TEXT NOT NULL, created_at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS registry_indexes (
+    repository TEXT NOT NULL, digest TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL,
+    PRIMARY KEY (repository, digest));
+CREATE INDEX IF NOT EXISTS registry_by_digest ON registry_indexes (digest, seq);
+CREATE TABLE IF NOT EXISTS registry_tags (
+    repository TEXT NOT NULL, tag TEXT NOT NULL, digest TEXT NOT NULL,
+    PRIMARY KEY (repository, tag));
+CREATE TABLE IF NOT EXISTS greenfield_operations (
+    id TEXT PRIMARY KEY, idempotency_key TEXT NOT NULL UNIQUE, service_id TEXT NOT NULL,
+    rollout_id TEXT NOT NULL, data TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS operations_by_service ON greenfield_operations (service_id);
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL, source TEXT NOT NULL,
     method TEXT NOT NULL, fields TEXT NOT NULL, result TEXT NOT NULL);
@@ -258,3 +270,60 @@ def read_audit(state_dir: Path, source: str = "control-plane") -> list[JsonDict]
         conn.close()
     return [{"seq": r[0], "at": r[1], "method": r[2], **json.loads(r[3]), "result": r[4]}
             for r in rows]
+
+# -- the registry simulation and greenfield operations (``registry``, ``greenfield``) ------
+
+
+def save_index(conn: sqlite3.Connection, index: JsonDict) -> None:
+    """Store an OCI index a repository holds (replacing one with the same digest there)."""
+    seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM registry_indexes").fetchone()[0]
+    conn.execute("INSERT INTO registry_indexes (repository, digest, seq, data) "
+                 "VALUES (?, ?, ?, ?) ON CONFLICT (repository, digest) DO UPDATE "
+                 "SET data = excluded.data",
+                 (index["repository"], index["digest"], seq, canonical(index)))
+
+
+def indexes_by_digest(conn: sqlite3.Connection, digest: str) -> list[JsonDict]:
+    """Every repository's index with ``digest``, oldest push first."""
+    rows = conn.execute("SELECT data FROM registry_indexes WHERE digest = ? ORDER BY seq",
+                        (digest,)).fetchall()
+    return [json.loads(r[0]) for r in rows]
+
+
+def tag_digest(conn: sqlite3.Connection, repository: str, tag: str) -> str | None:
+    row = conn.execute("SELECT digest FROM registry_tags WHERE repository = ? AND tag = ?",
+                       (repository, tag)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def set_tag(conn: sqlite3.Connection, repository: str, tag: str, digest: str) -> None:
+    conn.execute("INSERT INTO registry_tags (repository, tag, digest) VALUES (?, ?, ?) "
+                 "ON CONFLICT (repository, tag) DO UPDATE SET digest = excluded.digest",
+                 (repository, tag, digest))
+
+
+def save_operation(conn: sqlite3.Connection, operation: JsonDict, *, service_id: str,
+                   rollout_id: str) -> None:
+    conn.execute("INSERT INTO greenfield_operations "
+                 "(id, idempotency_key, service_id, rollout_id, data) VALUES (?, ?, ?, ?, ?) "
+                 "ON CONFLICT (id) DO UPDATE SET data = excluded.data",
+                 (operation["id"], operation["data"]["idempotencyKey"], service_id, rollout_id,
+                  canonical(operation["data"])))
+
+
+def load_operation(conn: sqlite3.Connection, *, operation_id: str | None = None,
+                   idempotency_key: str | None = None) -> tuple[JsonDict, str, str] | None:
+    """An operation by id or by key, with its service id and rollout id."""
+    column, value = (("id", operation_id) if operation_id is not None
+                     else ("idempotency_key", idempotency_key))
+    row = conn.execute(f"SELECT id, service_id, rollout_id, data FROM greenfield_operations "
+                       f"WHERE {column} = ?", (value,)).fetchone()
+    if row is None:
+        return None
+    return {"id": row[0], "data": json.loads(row[3])}, str(row[1]), str(row[2])
+
+
+def operation_ids_of(conn: sqlite3.Connection, service_id: str) -> list[str]:
+    rows = conn.execute("SELECT id FROM greenfield_operations WHERE service_id = ? ORDER BY id",
+                        (service_id,)).fetchall()
+    return [str(r[0]) for r in rows]
