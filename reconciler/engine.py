@@ -632,16 +632,21 @@ def pin(root: Path, service: str, tag: str | None, *, write: bool, allow_moved: 
                  stale_comments=tuple(pin_files.comment_mentions(after, old)))
     if not preview or model is None:
         return run
+    # The working tree with this pin, limited to the service, planned as `plan` plans a
+    # commit: no commit and not dirty, so the preview shows what the commit would do.
     scoped = desired.model_copy(update={"services": (model,)})
+    provenance = Provenance(path=str(root.resolve()))
+
+    async def planned() -> Plan:
+        async with Reconciler(root, scoped, overrides=overrides, env=env) as reconciler:
+            made, _ = await reconciler.plan(scoped, provenance, progress)
+            return made
+
     try:
-        async def observe() -> LiveSnapshot:
-            async with Reconciler(root, scoped, overrides=overrides, env=env) as reconciler:
-                return await reconciler.observe(scoped, progress)
-        snapshot = asyncio.run(observe())
+        made = asyncio.run(planned())
     except EngineError as exc:
         return dataclasses.replace(run, preview_error=str(exc))
-    planned = make_plan(scoped, snapshot, Provenance(path=str(root.resolve())))
-    return dataclasses.replace(run, preview=restrict(planned, frozenset({service})))
+    return dataclasses.replace(run, preview=restrict(made, frozenset({service})))
 
 
 def check_pins(root: Path, service: str | None, *, overrides: Overrides,

@@ -101,6 +101,7 @@ def _release(tag: str | None, digest: str) -> str:
 def show(result: PinRun, *, planned: bool) -> int:
     """Print what pin did: the change, the diff, what may now be stale, the plan."""
     pin, pinned = result.pin, result.pinned
+    path = safe(result.path, 500)  # a file name is the user's, but still no terminal escapes
     changed = result.after != result.before
     first = pinning.when(pin.release.first_observed_at)
     if changed:
@@ -114,20 +115,20 @@ def show(result: PinRun, *, planned: bool) -> int:
                   f"{safe(pin.digest)} (--allow-moved)", file=sys.stderr)
         output.write("".join(unified_diff(result.path, result.before, result.after)))
         if result.written:
-            print(f"wrote {result.path}; commit it: plan and apply read the commit")
+            print(f"wrote {path}; commit it: plan and apply read the commit")
         else:
-            print(f"dry run: {result.path} not written")
+            print(f"dry run: {path} not written")
     else:
         print(f"{result.service}: already pins {_release(pin.tag, pin.digest)} (first "
-              f"observed {first}); {result.path} unchanged")
+              f"observed {first}); {path} unchanged")
     for line in result.stale_comments:
-        print(f"note: {result.path}:{line}: a comment mentions the previous tag or digest; "
+        print(f"note: {path}:{line}: a comment mentions the previous tag or digest; "
               "pin does not edit comments", file=sys.stderr)
     if result.problems:
         for diagnostic in result.problems:
             print(diagnostic.render(), file=sys.stderr)
         state = "is now" if result.written else "would be"
-        print(f"error: {result.path} {state} invalid with this pin ({len(result.problems)} "
+        print(f"error: {path} {state} invalid with this pin ({len(result.problems)} "
               "problem(s) above; e.g. release.evidence must be attested for the new digest)",
               file=sys.stderr)
         return int(Exit.ERROR)
