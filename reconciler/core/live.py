@@ -151,6 +151,8 @@ class Endpoint(_Model):
     address: str
     cluster_id: str | None = None  # None: the health route did not name it
     error: str | None = None
+    #: [ext] the batch status route its health reply advertised (None: read app by app)
+    batch_status: str | None = None
 
 
 class Observation(_Model):
@@ -174,6 +176,10 @@ class MeshView(_Model):
     duplicate_claims: tuple[str, ...] = Field(
         default=(), description="Cluster ids claimed by more than one address.")
     unnamed_addresses: tuple[str, ...] = ()
+    notes: tuple[str, ...] = Field(
+        default=(), description="What the reader should know about how the mesh was read "
+        "that changes no evidence (e.g. a cluster read app by app because its advertised "
+        "batch route answered 404); one line per cluster, said once.")
 
 
 class LiveSnapshot(_Model):

@@ -1,10 +1,11 @@
 """The live snapshot: one concurrent pass over the control plane and every cluster.
 
-Owns the sequencing of a read: the control plane's services (one ``getServices``), the
-releases of every managed service, the grants, and every expected cluster's status for
-every managed service's ``appId`` -- all in flight together -- folded into one immutable
-``core.live.LiveSnapshot``. Expected clusters = the settings' list ∪ the clusters DNS
-advertised ∪ every managed service's current rollout targets, fixed for the run.
+Owns the sequencing of a read: the control plane's side (``controlplane.fleet``: the
+services, the releases of every managed service, the grants) and every expected
+cluster's status for every managed service's ``appId`` (``probing``) -- both in flight
+together -- folded into one immutable ``core.live.LiveSnapshot``. Expected clusters =
+the settings' list ∪ the clusters DNS advertised ∪ every managed service's current
+rollout targets, fixed for the run.
 
 Failure policy (unknown is never absent): a control-plane failure for one service is a
 ``ReadFailure`` in the snapshot; unreadable grants are ``grants=None`` with the reason;
@@ -26,21 +27,8 @@ from pathlib import Path
 
 from reconciler.core import attribution
 from reconciler.core.desired import DesiredState
-from reconciler.core.live import (
-    LiveGrant,
-    LiveService,
-    LiveSnapshot,
-    ReadFailure,
-)
-from reconciler.core.sanitize import safe
-from reconciler.shell.controlplane import (
-    ControlPlaneClient,
-    ControlPlaneError,
-    DomainError,
-    parse_grants,
-    parse_service,
-    token_from_env,
-)
+from reconciler.core.live import LiveService, LiveSnapshot
+from reconciler.shell.controlplane import ControlPlaneClient, fleet, token_from_env
 from reconciler.shell.endpoints import ConfigError, Connection
 from reconciler.shell.probing import Prober
 from reconciler.shell.progress import NullProgress, Progress
@@ -99,8 +87,9 @@ async def observe_async(
             app_ids = list(dict.fromkeys(s.app_id for s in desired.services))
             probe_task = asyncio.create_task(prober.observe_apps(app_ids, progress=progress))
             try:
-                services, grants, grants_error = await _read_control_plane(
-                    client, desired, progress)
+                read = await fleet.read(
+                    client, list(dict.fromkeys(s.service_id for s in desired.services)),
+                    progress)
             except BaseException:
                 # A total control-plane failure ends the snapshot; stop probing too.
                 probe_task.cancel()
@@ -120,7 +109,7 @@ async def observe_async(
     # be known silent, so the rows are completed here rather than probed again.
     targets = [
         cluster
-        for service in services.values() if isinstance(service, LiveService)
+        for service in read.services.values() if isinstance(service, LiveService)
         and service.deployment is not None
         for cluster in service.deployment.target_cluster_ids
     ]
@@ -129,64 +118,9 @@ async def observe_async(
     return LiveSnapshot(
         taken_at=taken_at,
         control_plane_url=conn.control_plane_url,
-        services=services,
-        grants=grants,
-        grants_error=grants_error,
+        services=read.services,
+        grants=read.grants,
+        grants_error=read.grants_error,
         mesh=mesh,
         observations=observations,
     )
-
-
-async def _read_control_plane(
-    client: ControlPlaneClient, desired: DesiredState, progress: Progress
-) -> tuple[dict[str, LiveService | ReadFailure], tuple[LiveGrant, ...] | None, str | None]:
-    """getServices + grants, then releases per managed service, all concurrently."""
-    managed = list(dict.fromkeys(s.service_id for s in desired.services))
-    progress.add(2 + len(managed))
-
-    async def grants_read() -> tuple[tuple[LiveGrant, ...] | None, str | None]:
-        try:
-            raw = await client.get_grants()
-            return parse_grants(raw), None
-        except ControlPlaneError as exc:
-            return None, exc.message
-        finally:
-            progress.advance()
-
-    grants_task = asyncio.create_task(grants_read())
-    try:
-        raw_services = await client.get_services()
-    except BaseException:
-        grants_task.cancel()
-        await asyncio.gather(grants_task, return_exceptions=True)
-        raise
-    progress.advance()
-    by_id = {s.get("id"): s for s in raw_services}
-
-    # Bounded here, not only by the connection pool: a call's deadline must start when
-    # it is sent, not while it queues behind 2,000 others for a pooled connection.
-    slots = asyncio.Semaphore(client.concurrency)
-
-    async def one(service_id: str) -> LiveService | ReadFailure:
-        async with slots:
-            return await read_one(service_id)
-
-    async def read_one(service_id: str) -> LiveService | ReadFailure:
-        try:
-            raw = by_id.get(service_id)
-            if raw is None:
-                return ReadFailure(service_id=service_id, code="SERVICE_NOT_FOUND",
-                                   reason="the control plane has no service with this id")
-            releases = await client.get_releases(service_id)
-            return parse_service(raw, releases)
-        except DomainError as exc:
-            return ReadFailure(service_id=service_id, reason=exc.message,
-                               code=safe(exc.code, 60) or None)
-        except ControlPlaneError as exc:
-            return ReadFailure(service_id=service_id, reason=exc.message)
-        finally:
-            progress.advance()
-
-    results = await asyncio.gather(*(one(s) for s in managed))
-    grants, grants_error = await grants_task
-    return dict(zip(managed, results, strict=True)), grants, grants_error

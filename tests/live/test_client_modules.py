@@ -12,10 +12,12 @@ from reconciler.shell import controlplane, probing
 #: The modules the import-linter contracts ``controlplane-modules`` and
 #: ``probing-modules`` layer (optional there, so pinned here).
 MODULES = [
-    "reconciler.shell.controlplane.client", "reconciler.shell.controlplane.session",
+    "reconciler.shell.controlplane.fleet", "reconciler.shell.controlplane.client",
+    "reconciler.shell.controlplane.session",
     "reconciler.shell.controlplane.envelope", "reconciler.shell.controlplane.identity",
     "reconciler.shell.controlplane.wire", "reconciler.shell.controlplane.errors",
     "reconciler.shell.probing.prober", "reconciler.shell.probing.reading",
+    "reconciler.shell.probing.batching",
     "reconciler.shell.probing.authenticating", "reconciler.shell.probing.resolving",
     "reconciler.shell.probing.dialing", "reconciler.shell.probing.parsing",
 ]

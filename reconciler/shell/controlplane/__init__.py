@@ -10,17 +10,19 @@ names, so ``from reconciler.shell.controlplane import X`` is the one import call
 - ``session``: transport, identity injection, ``retry`` replies, transient re-sends,
   the per-call deadline;
 - ``client``: ``ControlPlaneClient``, the typed methods and ``capabilities()``;
-- ``wire``: replies -> ``core.live`` models (pure).
+- ``wire``: replies -> ``core.live`` models (pure);
+- ``fleet``: the control plane's half of a snapshot (services, releases in [ext] pages
+  or one by one, grants).
 
-Layering inside the package (enforced by import-linter): client > session > envelope,
-identity, wire > errors.
+Layering inside the package (enforced by import-linter): fleet > client > session >
+envelope, identity, wire > errors.
 
 It must not print, log, or put the machine token (or the identity's jwt) in any string
 it produces; it never follows redirects, never reads proxy or ``SSL_CERT_*`` variables
 and never turns a failure into an empty answer.
 """
 
-from reconciler.shell.controlplane.client import ControlPlaneClient
+from reconciler.shell.controlplane.client import SERVICES_RELEASES, ControlPlaneClient
 from reconciler.shell.controlplane.envelope import MAX_RETRY_WAIT_SECONDS, new_correlation_id
 from reconciler.shell.controlplane.errors import (
     UNKNOWN_METHOD_TEXT,
@@ -46,6 +48,7 @@ from reconciler.shell.controlplane.session import (
     TRANSIENT_BACKOFF_SECONDS,
 )
 from reconciler.shell.controlplane.wire import (
+    ReleasesPage,
     Written,
     parse_egress,
     parse_grants,
@@ -58,6 +61,7 @@ __all__ = [
     "MAX_RETRY_REPLIES",
     "MAX_RETRY_WAIT_SECONDS",
     "MAX_TRANSIENT_ATTEMPTS",
+    "SERVICES_RELEASES",
     "TRANSIENT_BACKOFF_SECONDS",
     "UNKNOWN_METHOD_TEXT",
     "CasMismatch",
@@ -69,6 +73,7 @@ __all__ = [
     "InvalidRequest",
     "NotFound",
     "ProtocolError",
+    "ReleasesPage",
     "RollbackTargetNotAccepted",
     "TransportError",
     "Unauthorized",

@@ -14,15 +14,26 @@ itself (``wire`` does) nor decide anything about them.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Final
 
 import httpx
 
 from reconciler.core.sanitize import safe
 from reconciler.shell.controlplane.errors import ProtocolError, UnknownMethod
 from reconciler.shell.controlplane.session import Session
-from reconciler.shell.controlplane.wire import Written, dict_field, list_field, write_result
+from reconciler.shell.controlplane.wire import (
+    ReleasesPage,
+    Written,
+    dict_field,
+    list_field,
+    releases_page,
+    write_result,
+)
 from reconciler.shell.endpoints import Connection
+
+#: [ext] the batch release read (listed by ``getCapabilities`` where it is offered).
+SERVICES_RELEASES: Final = "getServicesReleases"
 
 
 class ControlPlaneClient(Session):
@@ -82,6 +93,22 @@ class ControlPlaneClient(Session):
     async def get_releases(self, service_id: str) -> list[dict[str, Any]]:
         response = await self.read("getServiceImageReleases", {"serviceId": service_id})
         return list_field(response, "releases", "getServiceImageReleases")
+
+    async def get_services_releases(
+        self, service_ids: Sequence[str] | None, *, cursor: str | None = None,
+        limit: int | None = None,
+    ) -> ReleasesPage:
+        """[ext] ``getServicesReleases``: one page of the releases of many services (all of
+        them when ``service_ids`` is None). Offered when ``capabilities()`` lists it."""
+        request: dict[str, Any] = {}
+        if service_ids is not None:
+            request["serviceIds"] = list(service_ids)
+        if cursor is not None:
+            request["cursor"] = cursor
+        if limit is not None:
+            request["limit"] = limit
+        response = await self.read(SERVICES_RELEASES, request)
+        return releases_page(response, SERVICES_RELEASES)
 
     async def get_grants(self) -> list[dict[str, Any]]:
         response = await self.read("getServiceDeploymentGrants", {})

@@ -1,10 +1,11 @@
 """Control-plane replies -> ``core.live`` models: the only reader of their wire shapes.
 
 Owns the field names of ``IService``, ``IImageRelease``, ``imageDeployment``,
-``imageRolloutStatus``, the grants and the egress lists (CONTRACT §1.2), and the shape
-checks of a typed method's response (``list_field``, ``dict_field``). Every string is
-sanitized (``core.sanitize.safe``) on the way in; a malformed reply is a
-``ProtocolError`` naming the service and the field, never a partial model.
+``imageRolloutStatus``, the grants and the egress lists (CONTRACT §1.2), the page of the
+[ext] ``getServicesReleases``, and the shape checks of a typed method's response
+(``list_field``, ``dict_field``). Every string is sanitized (``core.sanitize.safe``) on
+the way in; a malformed reply is a ``ProtocolError`` naming the service and the field,
+never a partial model.
 
 Pure: parses values handed to it; no I/O.
 """
@@ -64,6 +65,28 @@ def write_result(response: Any, method: str) -> Written:
     return Written(service=dict_field(response, "service", method),
                    replayed=isinstance(response, dict)
                    and response.get("idempotentReplay") is True)
+
+
+@dataclass(frozen=True)
+class ReleasesPage:
+    """One page of [ext] ``getServicesReleases``: each carried service's raw
+    ``IImageRelease[]``, and the cursor of the next page (None: the listing is complete)."""
+
+    releases: dict[str, list[dict[str, Any]]]
+    next_cursor: str | None
+
+
+def releases_page(response: Mapping[str, Any], method: str) -> ReleasesPage:
+    """``{releases: {serviceId: IImageRelease[]}, nextCursor}``, else ``ProtocolError``."""
+    releases = response.get("releases")
+    if not isinstance(releases, dict) or not all(
+            isinstance(k, str) and isinstance(v, list) and all(isinstance(r, dict) for r in v)
+            for k, v in releases.items()):
+        raise ProtocolError(f"{method}: response.releases is not a map of release lists")
+    cursor = response.get("nextCursor")
+    if cursor is not None and (not isinstance(cursor, str) or not cursor):
+        raise ProtocolError(f"{method}: response.nextCursor is not a string")
+    return ReleasesPage(releases=releases, next_cursor=cursor)
 
 
 def parse_service(raw: dict[str, Any], releases: list[dict[str, Any]]) -> LiveService:

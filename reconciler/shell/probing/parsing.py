@@ -1,7 +1,9 @@
 """Cluster replies -> sanitized values: the only reader of the mesh's wire shapes.
 
-Owns the field names of the health reply (``clusterId``) and of an app's status
-(CONTRACT §2 step 3), and the wording of what is malformed: a ``Malformed``
+Owns the field names of the health reply (``clusterId``; the [ext] ``extensions``
+advertising the batch status route) and of an app's status (CONTRACT §2 step 3), the
+batch status page [ext] (``{apps: [{appId, status}], nextCursor}``, each ``status``
+exactly an app's status body), and the wording of what is malformed: a ``Malformed``
 carries the reason a silent observation will say. Every server string passes
 ``core.sanitize.safe``; ``resolvedDigest`` is taken only as sent, never inferred from
 the image reference (a cluster that sends none has not proven what it runs).
@@ -41,19 +43,29 @@ def body_of(content: bytes) -> Any:
 
 @dataclass(frozen=True)
 class Health:
-    """What a health reply says: the cluster's name."""
+    """What a health reply says: the cluster's name, and the batch route it offers."""
 
     cluster_id: str
+    batch_path: str | None = None
 
 
 def parse_health(body: Any) -> Health:
-    """The health reply (CONTRACT §2 step 1); ``Malformed`` says why it names nobody."""
+    """The health reply (CONTRACT §2 step 1); ``Malformed`` says why it names nobody.
+
+    ``extensions.batchStatus`` [ext] is kept only when it is an absolute path on this
+    host (no scheme, no ``//``, no query, bounded): it is dialled at the same address."""
     if not isinstance(body, dict):
         raise Malformed("malformed JSON")
     cluster_id = body.get("clusterId")
     if not isinstance(cluster_id, str) or not cluster_id.strip():
         raise Malformed("the reply names no clusterId")
-    return Health(cluster_id=safe(cluster_id.strip(), 100))
+    extensions = body.get("extensions")
+    batch = extensions.get("batchStatus") if isinstance(extensions, dict) else None
+    usable = (isinstance(batch, str) and batch.startswith("/") and not batch.startswith("//")
+              and len(batch) <= 200 and safe(batch, 200) == batch
+              and not any(c in batch for c in "?#\\ "))
+    return Health(cluster_id=safe(cluster_id.strip(), 100),
+                  batch_path=batch if usable and isinstance(batch, str) else None)
 
 
 def parse_status(app_id: str, body: Any) -> ClusterRuntime:
@@ -68,6 +80,39 @@ def parse_status(app_id: str, body: Any) -> ClusterRuntime:
     except (TypeError, ValueError, ValidationError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise Malformed(f"malformed status: {safe(first, 160)}") from exc
+
+
+@dataclass(frozen=True)
+class BatchPage:
+    """One page of the batch status route: raw status bodies by app, and what follows."""
+
+    statuses: dict[str, Any]
+    next_cursor: str | None
+
+
+def parse_batch_page(body: Any) -> BatchPage:
+    """``{apps: [{appId, status}], nextCursor}``; ``Malformed`` for anything else.
+
+    An app listed twice on a page is malformed (which answer would count?). The status
+    bodies are left raw: each is parsed by ``parse_status`` like a per-app reply."""
+    if not isinstance(body, dict):
+        raise Malformed("malformed JSON")
+    apps = body.get("apps")
+    if not isinstance(apps, list):
+        raise Malformed("batch page: apps is not a list")
+    statuses: dict[str, Any] = {}
+    for entry in apps:
+        if not isinstance(entry, dict) or not isinstance(entry.get("appId"), str):
+            raise Malformed("batch page: an entry has no appId")
+        app_id = entry["appId"]
+        if app_id in statuses:
+            raise Malformed(f"batch page: app {safe(app_id, 80)} is listed twice")
+        statuses[app_id] = entry.get("status")
+    cursor = body.get("nextCursor")
+    if cursor is not None and (not isinstance(cursor, str) or not cursor
+                               or len(cursor) > 1000):
+        raise Malformed("batch page: nextCursor is not a string")
+    return BatchPage(statuses=statuses, next_cursor=cursor)
 
 
 def parse_runtime(body: Mapping[str, Any]) -> ClusterRuntime:

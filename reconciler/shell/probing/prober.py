@@ -3,9 +3,12 @@
 Owns one pass over the mesh (CONTRACT §2, seed 000, rebuilt): the mesh resolved once
 per pass (``resolving``), the rows of ``core.attribution`` (which cluster is asked at
 which address, which is silent and why), every (app, cluster) read in flight together
-(``reading``, bounded by the dialer), and the pass deadline after which whatever has
-not answered is silent. Within one pass -- one plan, one apply and its gate -- the mesh
-is asked once and the expected clusters only grow; ``forget_mesh`` starts the next.
+(``reading`` app by app; ``batching`` in a few pages where a cluster's health reply
+advertises the [ext] batch route, app by app again where that route answers 404, said
+once in the mesh view's notes), all bounded by the dialer, and the pass deadline after
+which whatever has not answered is silent. Within one pass -- one plan, one apply and
+its gate -- the mesh is asked once and the expected clusters only grow; ``forget_mesh``
+starts the next.
 
 It must not raise for a per-cluster problem (those are observations), must not print,
 and must not write anything to a cluster: it issues auth handshakes and GETs only.
@@ -25,6 +28,7 @@ from reconciler.core.live import MeshView, Observation
 from reconciler.shell.endpoints import Connection
 from reconciler.shell.probing import resolving
 from reconciler.shell.probing.authenticating import Authenticator
+from reconciler.shell.probing.batching import BatchReader
 from reconciler.shell.probing.dialing import DEFAULT_MAX_FAILURES, Dialer
 from reconciler.shell.probing.reading import Reader
 from reconciler.shell.progress import NullProgress, Progress
@@ -52,6 +56,7 @@ class Prober:
         self._dialer = Dialer(conn, transport=transport, max_failures=max_failures)
         self._auth = Authenticator(conn, self._dialer, signer_key=signer_key)
         self._reader = Reader(self._dialer, self._auth)
+        self._batches = BatchReader(self._dialer, self._auth)
         # Looked up at call time, so the module's resolver can be replaced in tests.
         self._resolver = resolver
         self.deadline = deadline if deadline is not None else max(60.0, 10 * conn.probe_timeout)
@@ -136,13 +141,35 @@ class Prober:
         progress.add(len(apps) * len(probed))
 
         answers: dict[tuple[str, str], Observation] = {}
+        batch_routes = {e.address: e.batch_status for e in mesh.resolved
+                        if e.batch_status is not None}
+        notes: list[str] = []
 
         async def probe(app_id: str, cluster: str, address: str) -> None:
             answers[(app_id, cluster)] = await self._reader.observe(app_id, cluster, address)
             progress.advance()
 
-        tasks = [asyncio.create_task(probe(app, row.cluster, row.address))
-                 for app in apps for row in probed if row.address is not None]
+        async def one_by_one(cluster: str, address: str) -> None:
+            await asyncio.gather(*(probe(app, cluster, address) for app in apps))
+
+        async def batch(cluster: str, address: str, path: str) -> None:
+            def record(app_id: str, observation: Observation) -> None:
+                answers[(app_id, cluster)] = observation
+                progress.advance()
+
+            if not await self._batches.read(cluster, address, path, apps, record):
+                # Advertised but not there: read app by app, and say so once per cluster.
+                notes.append(f"cluster {cluster} ({address}) advertises the batch status "
+                             f"route {path} but answered 404 on it; read app by app")
+                await one_by_one(cluster, address)
+
+        batched = [row for row in probed if row.address in batch_routes and apps]
+        tasks = [asyncio.create_task(batch(row.cluster, row.address, batch_routes[row.address]))
+                 for row in batched if row.address is not None]
+        # App by app, interleaved across clusters as ever: each address's pool stays busy.
+        tasks += [asyncio.create_task(probe(app, row.cluster, row.address))
+                  for app in apps for row in probed
+                  if row.address is not None and row not in batched]
         remaining = max(0.0, self.deadline - (time.monotonic() - started))
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=remaining)
@@ -151,5 +178,14 @@ class Prober:
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
 
+        if notes:
+            await self._note(mesh, notes)
         late = f"the probe deadline of {self.deadline:g}s passed before this cluster answered"
         return attribution.assemble(apps, rows, answers, late)
+
+    async def _note(self, mesh: MeshView, notes: Iterable[str]) -> None:
+        """Add ``notes`` to this pass's mesh view (each said once however often seen)."""
+        async with self._mesh_lock:
+            if self._mesh is mesh:
+                merged = tuple(dict.fromkeys([*mesh.notes, *sorted(notes)]))
+                self._mesh = mesh.model_copy(update={"notes": merged})

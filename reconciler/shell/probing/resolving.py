@@ -2,7 +2,8 @@
 
 Owns the DNS question (the system resolver, or the static addresses of ``--resolve`` /
 settings), its time bound, and the health route asked at every address
-(CONTRACT §2 step 1). An empty or failed DNS answer is a ``resolve_error`` -- a total
+(CONTRACT §2 step 1), which also says whether the address offers the [ext] batch
+status route. An empty or failed DNS answer is a ``resolve_error`` -- a total
 evidence gap, never "one cluster". What the answers mean for attribution (duplicates,
 unnamed addresses) is ``core.attribution``'s.
 
@@ -71,4 +72,4 @@ async def health(dialer: Dialer, address: str) -> Endpoint:
         named = parse_health(body_of(response.content))
     except Malformed as exc:
         return Endpoint(address=address, error=f"health: {exc.reason}")
-    return Endpoint(address=address, cluster_id=named.cluster_id)
+    return Endpoint(address=address, cluster_id=named.cluster_id, batch_status=named.batch_path)

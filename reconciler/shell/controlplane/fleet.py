@@ -1,0 +1,184 @@
+"""The whole fleet as the control plane holds it, read for one snapshot.
+
+Owns the control-plane half of a snapshot: ``getServices`` (every service, one call),
+the grants, and the releases of every managed service -- in pages of the [ext]
+``getServicesReleases`` when ``capabilities()`` lists it, else one
+``getServiceImageReleases`` per service as the seeds define (the real upstream) -- folded
+into ``core.live`` values. The two ways mean the same: a service ``getServices`` does not
+list is ``SERVICE_NOT_FOUND``; a service the batch listing did not carry although it
+exists is asked for on its own (it may have appeared in between); a batch page that
+fails makes every service it had not yet carried a ``ReadFailure`` with the reason, never
+"no releases".
+
+Failure policy (unknown is never absent): one service's failure is a ``ReadFailure``;
+unreadable grants are ``grants=None`` with the reason; only ``getServices`` failing (or
+the control plane being unreachable) raises, because a snapshot without any service in
+it would read as "nothing exists". Must not print; progress goes through ``Progress``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from reconciler.core.live import LiveGrant, LiveService, ReadFailure
+from reconciler.core.sanitize import safe
+from reconciler.shell.controlplane.client import SERVICES_RELEASES, ControlPlaneClient
+from reconciler.shell.controlplane.errors import ControlPlaneError, DomainError, UnknownMethod
+from reconciler.shell.controlplane.wire import parse_grants, parse_service
+from reconciler.shell.progress import Progress
+
+#: Services asked per ``getServicesReleases`` page (a server may answer fewer).
+RELEASES_PAGE: Final = 1000
+#: Pages beyond what the services explain before a listing is taken as not ending.
+SPARE_PAGES: Final = 100
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """What one read of the control plane produced."""
+
+    services: dict[str, LiveService | ReadFailure]  # every managed service id
+    grants: tuple[LiveGrant, ...] | None  # None: unreadable (``grants_error`` says why)
+    grants_error: str | None
+
+
+def failure(service_id: str, exc: ControlPlaneError, reason: str | None = None) -> ReadFailure:
+    """A service whose read failed with ``exc``."""
+    code = (safe(exc.code, 60) or None) if isinstance(exc, DomainError) else None
+    return ReadFailure(service_id=service_id, reason=reason or exc.message, code=code)
+
+
+def _parsed(raw: dict[str, Any], releases: list[dict[str, Any]]) -> LiveService | ReadFailure:
+    try:
+        return parse_service(raw, releases)
+    except ControlPlaneError as exc:
+        return failure(str(raw.get("id")), exc)
+
+
+async def read(client: ControlPlaneClient, managed: Sequence[str],
+               progress: Progress) -> Fleet:
+    """getServices, the grants and the capabilities together; then the releases of every
+    service in ``managed`` (ids, unique), in pages or one by one."""
+    progress.add(2 + len(managed))
+
+    async def grants_read() -> tuple[tuple[LiveGrant, ...] | None, str | None]:
+        try:
+            return parse_grants(await client.get_grants()), None
+        except ControlPlaneError as exc:
+            return None, exc.message
+        finally:
+            progress.advance()
+
+    grants_task = asyncio.create_task(grants_read())
+    offered = asyncio.create_task(_offered(client))
+    try:
+        raw_services = await client.get_services()
+        capabilities = await offered
+    except BaseException:
+        for task in (grants_task, offered):
+            task.cancel()
+        await asyncio.gather(grants_task, offered, return_exceptions=True)
+        raise
+    progress.advance()
+    by_id = {s.get("id"): s for s in raw_services}
+    services: dict[str, LiveService | ReadFailure] = {}
+    for service_id in managed:
+        if service_id not in by_id:
+            services[service_id] = ReadFailure(
+                service_id=service_id, code="SERVICE_NOT_FOUND",
+                reason="the control plane has no service with this id")
+            progress.advance()
+    present = [s for s in managed if s in by_id]
+    if SERVICES_RELEASES in capabilities and present:
+        services.update(await _in_pages(client, present, by_id, progress))
+    else:
+        services.update(await _one_by_one(client, present, by_id, progress))
+    grants, grants_error = await grants_task
+    return Fleet(services={s: services[s] for s in managed}, grants=grants,
+                 grants_error=grants_error)
+
+
+async def _offered(client: ControlPlaneClient) -> frozenset[str]:
+    """The extensions offered; a control plane that refuses to say offers none (its
+    failure to answer at all is ``getServices``'s to report)."""
+    try:
+        return await client.capabilities()
+    except DomainError:
+        return frozenset()
+
+
+async def _one_by_one(client: ControlPlaneClient, ids: Sequence[str],
+                      by_id: dict[Any, dict[str, Any]],
+                      progress: Progress) -> dict[str, LiveService | ReadFailure]:
+    """One ``getServiceImageReleases`` per service, at most ``client.concurrency`` in
+    flight: a call's deadline must start when it is sent, not while it queues behind
+    2,000 others for a pooled connection."""
+    slots = asyncio.Semaphore(client.concurrency)
+
+    async def one(service_id: str) -> LiveService | ReadFailure:
+        async with slots:
+            try:
+                return parse_service(by_id[service_id], await client.get_releases(service_id))
+            except ControlPlaneError as exc:
+                return failure(service_id, exc)
+            finally:
+                progress.advance()
+
+    results = await asyncio.gather(*(one(s) for s in ids))
+    return dict(zip(ids, results, strict=True))
+
+
+async def _in_pages(client: ControlPlaneClient, ids: Sequence[str],
+                    by_id: dict[Any, dict[str, Any]],
+                    progress: Progress) -> dict[str, LiveService | ReadFailure]:
+    """[ext] ``getServicesReleases`` for ``ids`` (each exists per ``getServices``)."""
+    wanted = set(ids)
+    out: dict[str, LiveService | ReadFailure] = {}
+    cursor: str | None = None
+    seen_cursors: set[str] = set()
+    most = len(ids) // RELEASES_PAGE + SPARE_PAGES
+    number = 0
+    try:
+        while True:
+            number += 1
+            page = await client.get_services_releases(ids, cursor=cursor, limit=RELEASES_PAGE)
+            for service_id, releases in page.releases.items():
+                if service_id in wanted and service_id not in out:
+                    out[service_id] = _parsed(by_id[service_id], releases)
+                    progress.advance()
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+            if cursor in seen_cursors or number >= most:
+                raise _NoEnd(f"{SERVICES_RELEASES}: the listing did not end after "
+                             f"{number} pages (its cursor repeats or runs past every service)")
+            seen_cursors.add(cursor)
+    except UnknownMethod:
+        # Listed by getCapabilities but not answered: the seeds' way for the rest.
+        out.update(await _one_by_one(client, [s for s in ids if s not in out], by_id,
+                                     progress))
+        return out
+    except (ControlPlaneError, _NoEnd) as exc:
+        message = exc.message if isinstance(exc, ControlPlaneError) else str(exc)
+        reason = (f"{message} (page {number}; this service was not on a page read "
+                  "before it)") if number > 1 else message
+        code = (safe(exc.code, 60) or None) if isinstance(exc, DomainError) else None
+        for service_id in ids:
+            if service_id not in out:
+                out[service_id] = ReadFailure(service_id=service_id, reason=reason, code=code)
+                progress.advance()
+        return out
+    # A complete listing without a service that exists: ask for it on its own.
+    missing = [s for s in ids if s not in out]
+    if missing:
+        out.update(await _one_by_one(client, missing, by_id, progress))
+    return out
+
+
+class _NoEnd(Exception):
+    """A paginated listing whose cursor never ended."""
+
+

@@ -1,0 +1,189 @@
+"""Read many apps' status from one cluster in a few requests: the [ext] batch route.
+
+Owns the batch status read of one cluster (CONTRACT §2 [ext]; docs/live-side.md): the
+query (the app ids needed when their list is short enough for a URL, else every app of
+the cluster), the pages followed by cursor, and the evidence rules of a listing:
+
+- an entry is parsed exactly like the per-app status reply (``parsing.parse_status``): a
+  malformed entry makes that one app silent;
+- an app missing from a *complete* listing (every page read) has no runtime record,
+  as a 404 says today;
+- when a page fails (transport, HTTP status, malformed or truncated body, a listing that
+  does not end), every needed app not carried by the pages read before it is silent with
+  that reason -- never "no record": without the failed page's cursor no later page can be
+  asked, so those are exactly the apps the failed page (or one after it) had to carry;
+- a route the health reply advertised but that answers 404 on its first page is not
+  there: the caller reads that cluster app by app (``None`` is returned, said once).
+
+Must not raise for a cluster's failure (those are observations) and must not print.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import urlencode
+
+import httpx
+
+from reconciler.core.live import Observation, ObservationKind
+from reconciler.core.sanitize import safe
+from reconciler.shell.probing.authenticating import Authenticator
+from reconciler.shell.probing.dialing import Dialer, Silent
+from reconciler.shell.probing.parsing import Malformed, body_of, parse_batch_page, parse_status
+
+#: Apps asked per page (a server may answer fewer: it follows with a cursor).
+PAGE_LIMIT: Final = 1000
+#: Longest ``appIds`` value sent; a longer list asks for every app of the cluster instead
+#: (one URL stays well under the 8 KiB most servers accept, and a long list costs more to
+#: send on every page than the entries it would leave out).
+MAX_APP_IDS_QUERY: Final = 2000
+#: Pages one listing may take beyond what the needed apps explain (a server whose cursor
+#: never ends must not keep a pass busy).
+SPARE_PAGES: Final = 100
+
+#: Receives each (app, observation) as soon as it is known.
+Record = Callable[[str, Observation], None]
+
+
+@dataclass(frozen=True)
+class Query:
+    """What one listing asks for: the apps needed, and whether they are named."""
+
+    apps: tuple[str, ...]  # sorted, unique
+    named: bool  # True: ``appIds`` lists them; False: every app of the cluster
+
+    @classmethod
+    def of(cls, apps: Sequence[str]) -> Query:
+        needed = tuple(sorted(set(apps)))
+        return cls(needed, len(",".join(needed)) <= MAX_APP_IDS_QUERY)
+
+    def target(self, path: str, cursor: str | None, limit: int) -> str:
+        params: dict[str, str] = {}
+        if self.named:
+            params["appIds"] = ",".join(self.apps)
+        if cursor is not None:
+            params["cursor"] = cursor
+        params["limit"] = str(limit)
+        return f"{path}?{urlencode(params, safe=',')}"
+
+
+class _PageFailed(Exception):
+    """A page that could not be read; ``reason`` is said for every app not yet carried."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _RouteMissing(Exception):
+    """The advertised route answered 404 on its first page."""
+
+
+class BatchReader:
+    """Batch status reads against the mesh's addresses, with their bearers."""
+
+    def __init__(self, dialer: Dialer, auth: Authenticator, *,
+                 page_limit: int = PAGE_LIMIT) -> None:
+        self._dialer = dialer
+        self._auth = auth
+        self.page_limit = page_limit
+
+    async def read(self, cluster: str, address: str, path: str, apps: Sequence[str],
+                   record: Record) -> bool:
+        """Record one observation per app in ``apps`` for ``cluster``; False (nothing
+        recorded) when the advertised route is not there and the caller must read the
+        apps one by one."""
+        query = Query.of(apps)
+        seen: set[str] = set()
+
+        def keep(app: str, observation: Observation) -> None:
+            seen.add(app)
+            record(app, observation)
+
+        def silent(app: str, reason: str) -> Observation:
+            return Observation(cluster_id=cluster, address=address,
+                               kind=ObservationKind.SILENT, reason=reason)
+
+        try:
+            await self._listing(cluster, address, path, query, keep, silent)
+        except _RouteMissing:
+            return False
+        except _PageFailed as exc:
+            for app in query.apps:
+                if app not in seen:
+                    record(app, silent(app, exc.reason))
+            return True
+        for app in query.apps:
+            if app not in seen:  # a complete listing without it: no runtime record
+                record(app, Observation(cluster_id=cluster, address=address,
+                                        kind=ObservationKind.NO_RECORD))
+        return True
+
+    async def _listing(self, cluster: str, address: str, path: str, query: Query,
+                       keep: Record, silent: Callable[[str, str], Observation]) -> None:
+        wanted = set(query.apps)
+        listed: set[str] = set()
+        cursor: str | None = None
+        cursors: set[str] = set()
+        most = len(query.apps) // max(1, self.page_limit) + SPARE_PAGES
+        number = 0
+        while True:
+            number += 1
+            response = await self._page(address, query.target(path, cursor, self.page_limit),
+                                        number)
+            if response.status_code == 404 and number == 1:
+                raise _RouteMissing
+            if response.status_code != 200:
+                raise _PageFailed(self._where(number, f"HTTP {response.status_code}"))
+            try:
+                page = parse_batch_page(body_of(response.content))
+            except Malformed as exc:
+                raise _PageFailed(self._where(number, exc.reason)) from exc
+            for app, status in page.statuses.items():
+                if app not in wanted:
+                    continue  # another app of this cluster (every app was asked for)
+                if app in listed:
+                    # Two pages, two answers: neither can be taken as the cluster's word.
+                    keep(app, silent(app, "batch status: listed on two pages"))
+                    continue
+                listed.add(app)
+                try:
+                    observation = Observation(cluster_id=cluster, address=address,
+                                              kind=ObservationKind.ANSWERED,
+                                              runtime=parse_status(app, status))
+                except Malformed as exc:
+                    observation = silent(app, f"batch status entry: {exc.reason}")
+                keep(app, observation)
+            cursor = page.next_cursor
+            if cursor is None:
+                return
+            if cursor in cursors or number >= most:
+                raise _PageFailed(self._where(number + 1, "the listing did not end (its "
+                                              "cursor repeats or runs past every app)"))
+            cursors.add(cursor)
+
+    async def _page(self, address: str, target: str, number: int) -> httpx.Response:
+        """One page with the address's bearer (a reused one refused is re-minted once)."""
+        try:
+            token, reused = await self._auth.token(address)
+            response = await self._dialer.request(address, "GET", target, bearer=token)
+            if response.status_code == 401 and reused:
+                token = await self._auth.remint(address, token)
+                response = await self._dialer.request(address, "GET", target, bearer=token)
+        except Silent as exc:
+            # On the first page the cluster said nothing at all: the same words as the
+            # per-app read. Later, which page it was matters.
+            raise _PageFailed(exc.reason if number == 1 else self._where(number, exc.reason)) \
+                from exc
+        if response.status_code == 401:
+            raise _PageFailed(self._where(
+                number, "auth: HTTP 401 with a freshly minted token"))
+        return response
+
+    @staticmethod
+    def _where(number: int, why: str) -> str:
+        before = "" if number == 1 else \
+            f"; this app was not on the {number - 1} page(s) read before it"
+        return f"batch status read failed on page {number}: {safe(why, 200)}{before}"
