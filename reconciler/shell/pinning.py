@@ -156,7 +156,8 @@ def verify(old: bytes, new: bytes, rel: str, service: str, values: Values) -> No
             if not isinstance(new_release, dict) or not _holds(new_release, values):
                 raise PinFileError(f"{rel}:{new_doc.line}: the rewritten release does not "
                                    "read back as the values written; nothing written")
-            old_value, new_value = _without_pin(old_value), _without_pin(new_value)
+            old_value = _without_pin(old_value, values)
+            new_value = _without_pin(new_value, values)
         if json.dumps(old_value) != json.dumps(new_value):
             raise PinFileError(f"{rel}:{new_doc.line}: rewriting the release would change "
                                "something else in the file; nothing written (edit it by hand)")
@@ -349,10 +350,11 @@ def _holds(release: dict[str, Any], values: Values) -> bool:
         or release.get("version") == values.version
 
 
-def _without_pin(document: Any) -> Any:
+def _without_pin(document: Any, values: Values) -> Any:
+    """The document without the values pin may change (``version`` only when it does)."""
     stripped = copy.deepcopy(document)
     release = stripped.get("release")
     if isinstance(release, dict):
-        for key in ("digest", "tag", "version"):
+        for key in ("digest", "tag") + (("version",) if values.version is not None else ()):
             release.pop(key, None)
     return stripped

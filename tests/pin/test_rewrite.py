@@ -290,3 +290,11 @@ def test_read_refuses_a_symbolic_link(tmp_path: Path) -> None:
     (tmp_path / "link.yaml").symlink_to(tmp_path / "real.yaml")
     with pytest.raises(PinFileError, match=r"link\.yaml: cannot read"):
         pinning.read(tmp_path, "link.yaml")
+
+
+def test_verify_refuses_a_version_change_that_was_not_asked_for() -> None:
+    source = LEDGER.read_bytes()
+    good = pinning.rewrite(source, "ledger.yaml", "ledger", Values(digest=NEW, tag="v1.1.0"))
+    bad = good.replace(b"  version: 1.0.0\n", b"  version: 9.9.9\n")
+    with pytest.raises(PinFileError, match="would change something else"):
+        pinning.verify(source, bad, "ledger.yaml", "ledger", Values(digest=NEW, tag="v1.1.0"))
