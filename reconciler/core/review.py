@@ -36,12 +36,17 @@ class Origin(StrEnum):
 
 
 class BlockerRef(_Model):
-    """A blocker as the review compares it (code, service, cluster) with its sentence."""
+    """A blocker as the review compares it (code, service, cluster, and the control
+    plane's preflight code) with its sentence."""
 
     code: str
     service: str | None = None
     cluster: str | None = None
     message: str
+    #: a preflight blocker's upstream code: one service can have several preflight
+    #: blockers under one reconcile code, and a PR that clears one and adds another
+    #: must show both
+    upstream_code: str | None = None
 
 
 class Review(_Model):
@@ -87,8 +92,8 @@ class RemovedChange(_Model):
 Review.model_rebuild()
 
 
-def _blocker_key(b: BlockerRef) -> tuple[str, str | None, str | None]:
-    return (b.code, b.service, b.cluster)
+def _blocker_key(b: BlockerRef) -> tuple[str, str | None, str | None, str | None]:
+    return (b.code, b.service, b.cluster, b.upstream_code)
 
 
 def touched_services(base: DesiredState, head: DesiredState) -> tuple[tuple[str, ...], bool]:
@@ -137,4 +142,5 @@ def review(*, base_ref: str, base_commit: str | None, head_commit: str | None,
 
 def _refs(plan: Plan) -> list[BlockerRef]:
     return [BlockerRef(code=b.code.value, service=b.service, cluster=b.cluster,
-                       message=b.message) for b in plan.blockers]
+                       message=b.message, upstream_code=b.upstream_code)
+            for b in plan.blockers]

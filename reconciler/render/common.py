@@ -12,14 +12,24 @@ bounded there too; each embedding may bound it further. Pure; no styling here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
 
 from reconciler.core.live import EgressRule, Observation, ObservationKind
-from reconciler.core.plans import Change, Plan, ReleaseRef, ServiceEvidence, Verdict
+from reconciler.core.plans import (
+    Action,
+    Blocker,
+    Change,
+    Plan,
+    ReleaseRef,
+    ServiceEvidence,
+    Verdict,
+)
+from reconciler.core.preflight import CREATE_METHOD, ServicePreflight, Status
 from reconciler.core.sanitize import safe, safe_json_text
 
 #: The bound on any one string of a plan as rendered; fields shown in tables bound harder.
@@ -34,6 +44,8 @@ REASONS = {
     "egress_revoke_all": "egress is declared empty ([]): every destination is revoked",
     "grant_differs": "the declared capabilities differ from the live grant",
     "grant_not_declared": "no Grant document declares this live grant and pruning is on",
+    "service_not_on_control_plane": "the repo declares a service the control plane does not "
+    "have",
 }
 
 VERDICT_LINE = {
@@ -131,7 +143,8 @@ def caps_text(caps: tuple[str, ...] | None) -> str:
 
 def summary_line(plan: Plan) -> str:
     counts = plan.counts()
-    parts = [
+    parts = [f"{counts['create']} to create"] if counts.get("create") else []
+    parts += [
         f"{counts['promote']} to promote",
         f"{counts['rollback']} to roll back",
         f"{counts['set_egress']} egress",
@@ -149,6 +162,8 @@ def summary_line(plan: Plan) -> str:
 
 def change_detail(change: Change) -> list[str]:
     """The before → after lines of a change, plain text."""
+    if change.action is Action.CREATE:
+        return creation_detail(change)
     if change.release_after is not None:
         return [f"release: {release_text(change.release_before)} → "
                 f"{release_text(change.release_after)}"]
@@ -171,6 +186,15 @@ def change_detail(change: Change) -> list[str]:
 def preconditions_text(change: Change) -> str:
     pre = change.preconditions
     bits = []
+    if change.action is Action.CREATE:
+        # A creation has no live value to compare and swap: it is bound to the absence of
+        # the service and to the fence of the preflight report the plan saw.
+        bits.append(f"no service {safe(change.service_id, 64)} on the control plane")
+        fence = change.creation.fence if change.creation is not None else None
+        bits.append(f"fence revision {safe(fence.source_revision[:12])}, version "
+                    f"{safe(fence.version, 64)}, index {short(fence.oci_index_digest)}, "
+                    f"namespace {safe(fence.target_namespace, 64)}" if fence is not None
+                    else "no fence (no GO report: it cannot be sent)")
     if pre.rollout_generation is not None:
         bits.append(f"generation {pre.rollout_generation}")
     if pre.rollout_id is not None:
@@ -219,3 +243,175 @@ def _row(obs: Observation) -> EvidenceRow:
 
 EVIDENCE_HEADER = EvidenceRow("cluster", "address", "status", "runs", "state",
                               "replicas r/o/h/v/f", "note")
+
+
+# -- creations and their preflight ------------------------------------------------------
+
+#: How many platforms, capabilities or attestations a compact line names before "N more".
+FACT_LIST_MAX = 8
+#: The upstream code whose presence in a report means the namespace is someone else's.
+_COLLISION = "NAMESPACE_COLLISION"
+
+
+def _plain(text: str) -> str:
+    return text
+
+
+def _mark(value: bool | str) -> str:
+    """✓ yes, ✗ no, ? unknown (the report's tri-state ``"unknown"``)."""
+    if value == "unknown":
+        return "?"
+    return "✓" if value is True else "✗"
+
+
+def _field(data: Mapping[str, Any] | None, *keys: str) -> Any:
+    """``data[k1][k2]...`` of a wire value, or None where any step is missing."""
+    value: Any = data
+    for key in keys:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
+def create_target(change: Change, wrap: Callable[[str], str] = _plain) -> str:
+    """What a create line says after its verb: ``ledger → sha256:9a5afa418cac… (v1.0.0)``.
+
+    ``wrap`` embeds each plan string (identity for a terminal, a code span in Markdown)."""
+    ref = change.release_after
+    digest = ref.digest if ref is not None else None
+    target = f"{wrap(short(digest))}…" if digest else wrap("<no digest>")
+    tags = ",".join(ref.tags) if ref is not None else ""
+    return f"{wrap(change.service)} → {target}" + (f" ({wrap(tags)})" if tags else "")
+
+
+def creation_detail(change: Change, wrap: Callable[[str], str] = _plain) -> list[str]:
+    """The lines under a create: where it goes, what it opens, the evidence it sends."""
+    creation = change.creation
+    request = creation.preflight if creation is not None else None
+    namespace = _field(request, "proposedNamespace")
+    lines = [f"service {wrap(change.service_id)} · app {wrap(change.app_id)} · namespace "
+             + (wrap(str(namespace)) if isinstance(namespace, str) else "<none declared>")]
+    if creation is not None:
+        lines.append("egress: " + (", ".join(wrap(f"{d.host}:{d.port}")
+                                             for d in creation.service.egress)
+                                   or "[] (none)"))
+    resources = _field(request, "proposedCorestoreResources")
+    if isinstance(resources, list) and resources:
+        lines.append("corestore: " + ", ".join(
+            wrap(f"{_field(r, 'capability')}/{_field(r, 'resourceName')}")
+            for r in resources[:FACT_LIST_MAX]) + _more(len(resources)))
+    attestations = _field(request, "releaseEvidence", "attestations")
+    if isinstance(attestations, list):
+        kinds = [str(_field(a, "kind")) for a in attestations]
+        lines.append("attestations sent: " + (", ".join(wrap(k) for k in kinds[:FACT_LIST_MAX])
+                                               + _more(len(kinds)) + f" ({len(kinds)})"
+                                               if kinds else "none"))
+    return lines
+
+
+def _more(count: int, shown: int = FACT_LIST_MAX) -> str:
+    return f" and {count - shown} more" if count > shown else ""
+
+
+def blocker_code(blocker: Blocker) -> str:
+    """The code a blocker is shown by: the control plane's own, verbatim, when it has one
+    (``upstream_code``, already sanitized), else reconcile's."""
+    return blocker.upstream_code or blocker.code.value
+
+
+def blocker_text(blocker: Blocker) -> str:
+    """A blocker's sentence without the ``service: CODE: `` lead the planner writes into
+    upstream blockers' messages (the renderers show service and code already). Any other
+    message is returned whole: nothing is cut that was not repeated."""
+    if blocker.upstream_code and blocker.service:
+        lead = f"{blocker.service}: {blocker.upstream_code}: "
+        if blocker.message.startswith(lead):
+            return blocker.message[len(lead):]
+    return blocker.message
+
+
+def when(epoch_ms: int) -> str:
+    """An upstream timestamp (ms since epoch) as UTC; an impossible one as its number."""
+    try:
+        return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return f"{epoch_ms} ms"
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One line of a preflight as every renderer says it: ``label`` and ``text`` are this
+    module's words with each plan string passed through the renderer's ``wrap``; ``ok``
+    says how to style it (True fine, False blocks, None neutral)."""
+
+    label: str
+    text: str
+    ok: bool | None = None
+
+
+def preflight_facts(pre: ServicePreflight, wrap: Callable[[str], str] = _plain) -> list[Fact]:
+    """The preflight of one service, compact: reconcile's decision and why, the source
+    revision and its dirty state, the authorization checks, the requested platforms,
+    the proposed namespace and version, and whether the control plane executes
+    creations. The blockers themselves are the plan's (shown where blockers are)."""
+    report = pre.report
+    facts: list[Fact] = []
+    if report is not None:
+        said = f"the control plane's report says {report.decision.value}"
+        if pre.blocked and report.decision.value == "GO":
+            said += "; reconcile blocks it (below)"
+        elif report.blockers:
+            said += f" ({len(report.blockers)} blocker(s), below)"
+        said += f" · generated {when(report.generated_at)}"
+    elif pre.problem:
+        said = wrap(pre.problem)
+    else:
+        said = pre.status.value.replace("_", " ")
+    label = "release evidence" if pre.status is Status.LOCAL_ONLY else "preflight"
+    facts.append(Fact(label, f"{pre.decision.value} — {said}", not pre.blocked))
+    if pre.purpose == "create":
+        if pre.source_revision:
+            facts.append(Fact("source", f"{wrap(pre.source_revision[:12])} "
+                              + ("dirty ✗" if pre.source_dirty else "clean ✓")
+                              + (f" · intent {wrap(short(pre.intent_digest))}…"
+                                 if pre.intent_digest else ""), not pre.source_dirty))
+        else:
+            facts.append(Fact("source", "no commit ✗ (a creation is bound to one)", False))
+    if report is not None:
+        checks = report.authorization_checks
+        facts.append(Fact("authorization", " · ".join(
+            f"{_mark(c.granted)} {wrap(c.capability)}" for c in checks[:FACT_LIST_MAX])
+            + _more(len(checks)) if checks else "none reported ✗",
+            bool(checks) and all(c.granted for c in checks)))
+        platforms = report.platforms
+        index = f"index {wrap(short(report.requested_digest))}…: " \
+            if report.requested_digest else "no index digest ✗: "
+        facts.append(Fact("platforms", index + (" · ".join(
+            f"{wrap(p.os + '/' + p.architecture)} runnable {_mark(p.runnable)} manifest "
+            f"{_mark(p.manifest_present)}" for p in platforms[:FACT_LIST_MAX])
+            + _more(len(platforms)) if platforms else "none listed ✗"),
+            bool(platforms) and report.requested_digest is not None
+            and all(p.runnable and p.manifest_present for p in platforms)))
+        collided = any(b.code == _COLLISION for b in report.blockers) \
+            or report.would_replace_existing_state is True
+        collision = "collision ✗" if collided else (
+            "collision ?" if report.would_replace_existing_state == "unknown"
+            else "no collision ✓")
+        facts.append(Fact("namespace", f"{wrap(report.namespace)}: reserved "
+                          f"{_mark(report.namespace_reserved)} · blank "
+                          f"{_mark(report.namespace_blank)} · {collision}"
+                          + ("" if report.inventory_complete else " · inventory incomplete ✗"),
+                          report.namespace_reserved and report.namespace_blank is True
+                          and not collided and report.inventory_complete))
+        facts.append(Fact("version", f"{wrap(report.version)} reserved "
+                          f"{_mark(report.version_reserved)}"
+                          + (f" · tag {wrap(report.release_tag)} reserved "
+                             f"{_mark(report.tag_reserved)}" if report.release_tag else ""),
+                          report.version_reserved
+                          and (report.release_tag is None or report.tag_reserved)))
+    if pre.purpose == "create" and pre.execution_available is not None:
+        facts.append(Fact("execution", f"{wrap(CREATE_METHOD)} "
+                          + ("offered ✓" if pre.execution_available else "not offered ✗"),
+                          pre.execution_available))
+    return facts

@@ -9,6 +9,12 @@ Reading is stricter than writing on purpose: a document whose fields this versio
 not know (a newer minor) is rejected rather than half-read, because ``apply`` must not
 execute a plan whose meaning it cannot see in full.
 
+``content_digest`` covers every field but itself, so what a reviewer approved is what
+apply executes: for a creation that includes the fence it is bound to
+(``changes[].creation.fence``: source revision, version, OCI index digest, configuration
+digest, target namespace) and the preflight report it was planned on (``preflights``);
+editing any of them after saving breaks the digest.
+
 Pure: builds and reads plain values; the caller does the file I/O.
 """
 
@@ -22,7 +28,11 @@ from pydantic import ValidationError
 
 from reconciler.core.plans import Action, Change, Plan
 
-FORMAT_VERSION = "2.1"  # 2.1 adds ``review`` (plan --base)
+#: 2.1 added ``review`` (plan --base); 2.2 adds the ``create`` action (``changes[].creation``:
+#: the preflight request, the fence, the new service), ``preflights`` (each service's
+#: preflight and report), ``blockers[].upstream_code`` and ``review.blockers_*[].upstream_code``
+#: and the ``create`` count. docs/json-plan.md describes every field.
+FORMAT_VERSION = "2.2"
 MAJOR = FORMAT_VERSION.split(".")[0]
 SCHEMA_ID = "https://reconcile.dev/schemas/plan.schema.json"
 

@@ -56,6 +56,7 @@ import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from reconciler.core import greenfield
 from reconciler.core.codes import BlockerCode, ReasonCode
 from reconciler.core.evidence import ServiceProof
 from reconciler.core.live import EgressRule
@@ -69,6 +70,7 @@ from reconciler.core.plans import (
     ServiceEvidence,
     Verdict,
 )
+from reconciler.core.preflight import ServicePreflight
 from reconciler.core.review import Origin, Review
 from reconciler.core.sanitize import safe
 from reconciler.render import common, jsonplan
@@ -192,6 +194,9 @@ def _phrase(change: Change, clusters: Sequence[str]) -> str:
     """One change as the first line says it."""
     svc = code(change.service, 64)
     warn = " ⚠️" if destructive(change) else ""
+    if change.action is Action.CREATE:
+        return (f"creates {svc} at {_version(change.release_after)} on "
+                f"{_clusters(clusters)}")
     if change.action is Action.PROMOTE:
         return (f"promotes {svc} {_version(change.release_before)} → "
                 f"{_version(change.release_after)} on {_clusters(clusters)}")
@@ -232,6 +237,8 @@ def _aggregate(action: Action, changes: Sequence[Change], named: bool) -> str:
     taking = sum(1 for c in changes if destructive(c))
     services = sorted({c.service for c in changes})
     who = ", ".join(code(s, 64) for s in services) if named else _n(len(services), "service")
+    if action is Action.CREATE:
+        return f"creates {who}"
     if action is Action.PROMOTE:
         return f"promotes {who}"
     if action is Action.ROLLBACK:
@@ -248,7 +255,8 @@ def _does(plan: Plan, changes: Sequence[Change], room: int = _TITLE_WORDS) -> st
     fits ``room`` characters, else the services named by kind, else counted by kind."""
     clusters = {e.service: e.expected_clusters for e in plan.evidence}
     kinds = [[c for c in changes if c.action is action] for action in
-             (Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS, Action.SET_GRANT)]
+             (Action.CREATE, Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS,
+              Action.SET_GRANT)]
     if len(changes) <= 6:
         detailed = "; ".join(_phrase(c, clusters.get(c.service, plan.expected_clusters))
                              for items in kinds for c in items)
@@ -267,10 +275,10 @@ def _blocker_name(blocker: Blocker) -> str:
     if blocker.code is BlockerCode.CLUSTER_SILENT and blocker.cluster and blocker.service:
         return f"cluster {code(blocker.cluster, 64)} silent for {code(blocker.service, 64)}"
     if blocker.service:
-        return f"{code(blocker.code)} on {code(blocker.service, 64)}"
+        return f"{code(common.blocker_code(blocker))} on {code(blocker.service, 64)}"
     if blocker.cluster:
         return f"{code(blocker.code)} on cluster {code(blocker.cluster, 64)}"
-    return code(blocker.code)
+    return code(common.blocker_code(blocker))
 
 
 def _cause(plan: Plan) -> str:
@@ -348,7 +356,8 @@ def _environment(plan: Plan) -> str:
         bits.append(f"commit {code(plan.commit[:12])}" if plan.commit else "no commit")
     line = "**Where:** " + " · ".join(bits) + (" (dirty)" if plan.dirty else "") + "  \n"
     counts = plan.counts()
-    line += (f"**Plan:** {counts['promote']} promote · {counts['rollback']} rollback · "
+    line += "**Plan:** " + (f"{counts['create']} create · " if counts.get("create") else "")
+    line += (f"{counts['promote']} promote · {counts['rollback']} rollback · "
              f"{counts['set_egress']} egress · {counts['set_grant']} grant · "
              f"{counts['blockers']} blocker(s) · {counts['drift']} drift")
     if plan.converging:
@@ -415,6 +424,53 @@ def _evidence(ev: ServiceEvidence) -> _Seg:
     return seg
 
 
+def _code64(text: str) -> str:
+    return code(text, 200)
+
+
+def _blocker_item(blocker: Blocker) -> str:
+    """A service's blocker; a preflight blocker by the control plane's code, verbatim in a
+    code span, with reconcile's code after it."""
+    if blocker.upstream_code:
+        return (f"- ❌ {code(common.blocker_code(blocker))} "
+                f"{code(common.blocker_text(blocker), 1000)} ({code(blocker.code)})\n")
+    return f"- ❌ {code(blocker.code)} {code(blocker.message, 1000)}\n"
+
+
+_WHO = {greenfield.Origin.LOCAL: "_checked locally, nothing sent_",
+        greenfield.Origin.CONTROL_PLANE: "_the control plane's_"}
+_PREFLIGHT_TITLE = {"create": "Preflight report", "promotion": "Release evidence (policy: "
+                    "every promotion)"}
+
+
+def _preflight(pre: ServicePreflight) -> _Seg:
+    """One service's preflight, collapsed: reconcile's decision and the facts of the
+    report, then every blocker it names (the control plane's codes verbatim) and the
+    request it answered. The ``<summary>`` holds only this module's words and numbers."""
+    report = pre.report
+    facts = common.preflight_facts(pre, _code64)
+    lines = [f"- {'✅' if f.ok else '❌' if f.ok is False else '·'} **{f.label}:** {f.text}\n"
+             for f in facts]
+    named = [*(report.blockers if report is not None else ()), *pre.local_blockers]
+    lines.extend(f"- ❌ {code(b.code, 100)} {code(b.message, 1000)} · {_WHO[b.origin]}\n"
+                 for b in named)
+    if pre.request_id:
+        lines.append(f"- _request:_ {code(pre.request_id, 120)}"
+                     + (f" · _intent:_ {code(pre.intent_digest, 100)}" if pre.intent_digest
+                        else "")
+                     + (f" · _configuration:_ {code(report.configuration_digest, 100)}"
+                        if report is not None else "") + "\n")
+    words = [pre.decision.value]
+    if named:
+        words.append(_n(len(named), "blocker"))
+    if report is not None:
+        words.append(_n(len(report.platforms), "platform"))
+    elif pre.status.value != "local_only":
+        words.append(f"no report ({pre.status.value.replace('_', ' ')})")
+    title = _PREFLIGHT_TITLE.get(pre.purpose, "Preflight")  # vocabulary, never a plan string
+    return _details(f"{title}: {' · '.join(words)}", lines)
+
+
 def _agreement(ev: ServiceEvidence | None) -> str:
     return "no evidence" if ev is None else common.agreement(ev, code)
 
@@ -425,12 +481,19 @@ def _change_item(change: Change, review: Review | None) -> str:
         origin = (" · _introduced by this PR_"
                   if review.origin(change.idempotency_key) is Origin.INTRODUCED
                   else " · _already pending on the base_")
-    lines = [f"- **{VERBS[change.action]}** — {code(change.summary)}{origin}"]
+    if change.action is Action.CREATE:
+        lines = [f"- ➕ **{VERBS[change.action]}** — {common.create_target(change, _code64)}"
+                 f"{origin}"]
+    else:
+        lines = [f"- **{VERBS[change.action]}** — {code(change.summary)}{origin}"]
     taken = destructive(change)
     if taken:
         lines.append(f"  ⚠️ **destructive:** {taken}")
     lines.append(f"  _reason:_ {_reason(change.reason)}")
-    lines.extend(f"  {code(detail.strip())}" for detail in common.change_detail(change))
+    if change.action is Action.CREATE:
+        lines.extend(f"  {detail}" for detail in common.creation_detail(change, _code64))
+    else:
+        lines.extend(f"  {code(detail.strip())}" for detail in common.change_detail(change))
     lines.append(f"  _planned against:_ {code(common.preconditions_text(change))}")
     return "  \n".join(lines) + "\n"
 
@@ -447,10 +510,13 @@ class _Index:
     evidence: dict[str, ServiceEvidence] = field(default_factory=dict)
     converging: set[str] = field(default_factory=set)
     proofs: dict[str, ServiceProof] = field(default_factory=dict)
+    preflights: dict[str, list[ServicePreflight]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         plan = self.plan
         self.proofs = {p.service: p for p in plan.proofs}
+        for pre in plan.preflights:
+            self.preflights.setdefault(pre.service, []).append(pre)
         for change in plan.changes:
             self.changes.setdefault(change.service, []).append(change)
         for blocker in plan.blockers:
@@ -491,7 +557,7 @@ def _service(index: _Index, name: str, group: str) -> _Section:
     label = f"**{mark} {code(name, 120)}**"
     items = [_change_item(c, review) for c in changes]
     items.extend(f"- ⛔ blocked by {_blocker_name(b)} (root cause, above)\n" for b in causes)
-    items.extend(f"- ❌ {code(b.code)} {code(b.message, 1000)}\n" for b in blockers)
+    items.extend(_blocker_item(b) for b in blockers)
     proof = index.proofs.get(name)
     if name in index.converging and proof is not None:
         # One entry per reason: a service unproven on hundreds of clusters still splits.
@@ -502,6 +568,7 @@ def _service(index: _Index, name: str, group: str) -> _Section:
     if not items:
         items.append("- no changes\n")
     segs = [_Seg(items)]
+    segs.extend(_preflight(p) for p in index.preflights.get(name, []))
     ev = index.evidence.get(name)
     if ev is not None:
         segs.append(_evidence(ev))
@@ -538,16 +605,17 @@ def _why_no_go(index: _Index) -> list[_Section]:
         lines.append(f"- **{_blocker_name(blocker)}** — {code(message, 600)}  \n"
                      f"  blocks {_n(len(blocker.services), 'service')}: "
                      f"{_names(blocker.services, where=' (each marked ⛔ below)')}\n")
-    lines.extend(f"- ❌ {_blocker_name(b)}: {code(b.message, 1000)}\n"
+    lines.extend(f"- ❌ {_blocker_name(b)}: {code(common.blocker_text(b), 1000)}\n"
                  for b in plan.blockers if not b.services and not b.service)
     own = sorted(index.blockers)
     count = sum(len(v) for v in index.blockers.values())
     if own and count <= _LIST_MAX:
-        lines.extend(f"- ❌ {_blocker_name(b)}: {code(b.message, 1000)}\n"
+        lines.extend(f"- ❌ {_blocker_name(b)}: {code(common.blocker_text(b), 1000)}\n"
                      for n in own for b in index.blockers[n])
     elif own:
-        shown = ", ".join(f"{code(n, 64)} ({', '.join(code(b.code) for b in index.blockers[n])})"
-                          for n in own[:_LIST_MAX])
+        shown = ", ".join(f"{code(n, 64)} ("
+                          + ", ".join(code(common.blocker_code(b)) for b in index.blockers[n])
+                          + ")" for n in own[:_LIST_MAX])
         more = f" and {len(own) - _LIST_MAX:,} more" if len(own) > _LIST_MAX else ""
         lines.append(f"- {_n(len(own), 'service')} blocked on {'its' if len(own) == 1 else 'their'}"
                      f" own: {shown}{more} — the messages are in their sections (❌)\n")
@@ -578,10 +646,10 @@ def _this_pr(index: _Index) -> list[_Section]:
             title += (f" · verdict on the base: {base} → with this PR: "
                       f"**{common.VERDICT_LINE[plan.verdict]}**")
         title += ".\n\n"
-    lines = [f"- ❌ adds blocker {code(b.code)} {code(b.message, 1000)}\n"
+    lines = [f"- ❌ adds blocker {code(b.upstream_code or b.code)} {code(b.message, 1000)}\n"
              for b in review.blockers_introduced]
-    lines.extend(f"- ✅ clears blocker {code(b.code)} {code(b.message, 1000)}\n"
-                 for b in review.blockers_cleared)
+    lines.extend(f"- ✅ clears blocker {code(b.upstream_code or b.code)} "
+                 f"{code(b.message, 1000)}\n" for b in review.blockers_cleared)
     if review.settings_changed:
         lines.append("- edits the Settings document (it may change every service's plan)\n")
     return [_Section("This PR", title, [_Seg(lines)] if lines else [])]

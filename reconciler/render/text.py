@@ -2,7 +2,9 @@
 
 Owns layout and colour for humans at a terminal: one header line per change with a
 fixed verb, the reason on its own line, before → after, the per-cluster evidence as a
-small table, blockers in red, drift apart from changes, and a summary line. Colour is a
+small table, blockers in red, drift apart from changes, and a summary line. A creation is
+a ``+ create`` line (green: something new) with its preflight report compact under it;
+the report's blockers are the service's blockers, shown by the control plane's own code. Colour is a
 parameter: the CLI turns it on only for a TTY without ``NO_COLOR``. ``render`` reads
 only ``common.untrusted(plan)``, so every string of the plan reaches the terminal passed
 through ``safe`` whatever field it comes from. Pure.
@@ -10,7 +12,8 @@ through ``safe`` whatever field it comes from. Pure.
 
 from __future__ import annotations
 
-from reconciler.core.plans import VERBS, Plan
+from reconciler.core.plans import VERBS, Action, Blocker, Plan
+from reconciler.core.preflight import ServicePreflight
 from reconciler.core.review import Origin
 from reconciler.core.sanitize import safe
 from reconciler.render import common
@@ -45,6 +48,26 @@ def _table(rows: list[EvidenceRow], indent: str) -> list[str]:
     return lines
 
 
+def _blocker(blocker: Blocker, style: _Style) -> str:
+    """A service's blocker: a preflight blocker by the control plane's code, verbatim,
+    with reconcile's own code after it (dim)."""
+    if blocker.upstream_code:
+        return ("  " + style(f"✗ {common.blocker_code(blocker)}", "red", "bold")
+                + f"  {common.blocker_text(blocker)}" + style(f"  [{blocker.code}]", "dim"))
+    return "  " + style(f"✗ {blocker.code}", "red", "bold") + f"  {blocker.message}"
+
+
+def _preflight(pre: ServicePreflight, style: _Style) -> list[str]:
+    """The preflight under its change, compact: a decision line, then one aligned line per
+    fact; a fact that stops the creation in red. Its blockers follow with the service's."""
+    first, *facts = common.preflight_facts(pre)
+    decision = style(f"{first.label}: {first.text}", "green" if first.ok else "red")
+    width = max((len(f.label) for f in facts), default=0)
+    return [f"      {decision}", *(
+        "        " + style(f"{f.label.ljust(width)}  {f.text}",
+                          *(("red",) if f.ok is False else ())) for f in facts)]
+
+
 def _review(plan: Plan, style: _Style) -> list[str]:
     """The PR's part first: what it introduces, what was pending anyway, what it removes."""
     review = plan.review
@@ -70,10 +93,12 @@ def _review(plan: Plan, style: _Style) -> list[str]:
                    "base, no longer after this PR)")
     if review.base_verdict != plan.verdict.value:
         out.append(f"  verdict: base {review.base_verdict} → head {plan.verdict.value}")
-    for blocker in review.blockers_introduced:
-        out.append("  " + style(f"✗ new blocker {blocker.code}", "red") + f"  {blocker.message}")
-    for blocker in review.blockers_cleared:
-        out.append("  " + style(f"✓ clears {blocker.code}", "green") + f"  {blocker.message}")
+    for ref in review.blockers_introduced:
+        out.append("  " + style(f"✗ new blocker {ref.upstream_code or ref.code}", "red")
+                   + f"  {ref.message}")
+    for ref in review.blockers_cleared:
+        out.append("  " + style(f"✓ clears {ref.upstream_code or ref.code}", "green")
+                   + f"  {ref.message}")
     if review.settings_changed:
         out.append("  edits the Settings document (may change every service's plan)")
     out.append("")
@@ -101,7 +126,7 @@ def render(plan: Plan, *, color: bool = False) -> str:
     if general:
         out.append(style("Blockers (root causes first):", "red", "bold"))
         for blocker in general:
-            out.append("  " + style(f"✗ {blocker.code}", "red", "bold") + f"  {blocker.message}")
+            out.append(_blocker(blocker, style))
         out.append("")
     evidence = {e.service: e for e in plan.evidence}
     changes_by_service: dict[str, list[int]] = {}
@@ -110,6 +135,7 @@ def render(plan: Plan, *, color: bool = False) -> str:
     review = plan.review
     converging = set(plan.converging)  # computed once: a property walking every proof
     proofs = {p.service: p for p in plan.proofs}
+    preflights = {(p.service, p.purpose): p for p in plan.preflights}
     for name in plan.services():
         ev = evidence.get(name)
         if review is not None and name not in review.touched and not any(
@@ -141,11 +167,19 @@ def render(plan: Plan, *, color: bool = False) -> str:
             if review is not None:
                 tag = "  [introduced by this PR]" if review.origin(
                     change.idempotency_key) is Origin.INTRODUCED else "  [already pending]"
-            out.append("  " + style(f"~ {verb}", "yellow", "bold") + f"  {change.summary}"
-                       + style(tag, "dim"))
+            if change.action is Action.CREATE:
+                out.append("  " + style(f"+ {verb}", "green", "bold")
+                           + f"  {common.create_target(change)}" + style(tag, "dim"))
+            else:
+                out.append("  " + style(f"~ {verb}", "yellow", "bold") + f"  {change.summary}"
+                           + style(tag, "dim"))
             out.append(f"      reason: {common.reason_text(change.reason)}")
             for line in common.change_detail(change):
                 out.append(f"      {line}")
+            pre = preflights.get((name, "create" if change.action is Action.CREATE
+                                  else "promotion"))
+            if pre is not None:
+                out.extend(_preflight(pre, style))
             out.append(style(f"      planned against: {common.preconditions_text(change)} · "
                              f"key {change.idempotency_key}", "dim"))
         proof = proofs.get(name)
@@ -154,7 +188,7 @@ def render(plan: Plan, *, color: bool = False) -> str:
                        "  nothing to send; apply gates it until every cluster proves it:")
             out.extend(f"      {reason}" for reason in proof.reasons()[:6])
         for blocker in service_blockers:
-            out.append("  " + style(f"✗ {blocker.code}", "red", "bold") + f"  {blocker.message}")
+            out.append(_blocker(blocker, style))
         if ev is not None:
             out.append("    evidence:")
             out.extend(_table(common.evidence_rows(ev), "      "))
