@@ -320,3 +320,28 @@ def test_blocker_text_cuts_only_the_lead_it_repeats() -> None:
         "control plane's preflight)"
     other = blocker.model_copy(update={"message": "something else entirely"})
     assert common.blocker_text(other) == "something else entirely"
+
+
+# -- the apply view -----------------------------------------------------------------------
+
+
+def test_apply_progress_names_what_a_creation_brings_into_being() -> None:
+    from reconciler.core.events import PostApply
+    from reconciler.core.outcomes import ChangeResult, Outcome
+    from reconciler.render import applyview
+
+    change = next(c for c in planned().changes if c.action is Action.CREATE)
+    assert change.creation is not None
+    done = applyview.text(PostApply(result=ChangeResult(
+        change=change, outcome=Outcome.APPLIED, detail="operation op-1 reserved")))
+    assert done == [f"  ✓ create ledger → {change.creation.digest[:19]}… (v1.0.0) "
+                    "(operation op-1 reserved)"]
+    refused = applyview.text(PostApply(result=ChangeResult(
+        change=change, outcome=Outcome.REFUSED, code="PREFLIGHT_NO_GO",
+        detail="PREFLIGHT_NO_GO: NAMESPACE_COLLISION" + HOSTILE)))
+    (line,) = refused
+    assert line.startswith("  ✗ create ledger → ") and ": refused: PREFLIGHT_NO_GO: " in line
+    _assert_no_raw_controls(line)
+    record = json.loads(applyview.json_line(PostApply(result=ChangeResult(
+        change=change, outcome=Outcome.APPLIED, detail="operation op-1 reserved"))))
+    assert record["action"] == "create" and record["service"] == "ledger"
