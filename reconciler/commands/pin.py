@@ -105,10 +105,10 @@ def show(result: PinRun, *, planned: bool) -> int:
     changed = result.after != result.before
     first = pinning.when(pin.release.first_observed_at)
     if changed:
-        print(f"{result.service}: {_release(pinned.tag, pinned.digest)} -> "
+        print(f"{result.service}: {_release(pinned.tag, pinned.digest)} → "
               f"{_release(pin.tag, pin.digest)} (first observed {first})")
         if pin.version is not None and pin.version != pinned.version:
-            print(f"{result.service}: release.version {safe(pinned.version)} -> "
+            print(f"{result.service}: release.version {safe(pinned.version)} → "
                   f"{safe(pin.version)}")
         if pin.moved_from is not None:
             print(f"warning: tag {safe(pin.tag)} moved from {safe(pin.moved_from)} to "
@@ -144,11 +144,11 @@ def show(result: PinRun, *, planned: bool) -> int:
 
 
 def unified_diff(path: str, before: bytes, after: bytes) -> list[str]:
-    """The file's change as a unified diff; each line made safe for a terminal, line
-    endings shown as ``\\r`` when the file uses CRLF (the bytes are not otherwise shown)."""
+    """The file's change as a unified diff, each line made safe for a terminal. Line
+    endings are not shown (a CRLF file keeps its CRLF: only the values change)."""
     def lines(data: bytes) -> list[str]:
-        return [line.rstrip("\n") for line in
-                data.decode("utf-8", "replace").splitlines(keepends=True)]
+        text = data.decode("utf-8", "replace").removesuffix("\n")
+        return [line.removesuffix("\r") for line in text.split("\n")]
 
     out = []
     for line in difflib.unified_diff(lines(before), lines(after), f"a/{path}", f"b/{path}",
@@ -170,7 +170,7 @@ def check(results: Sequence[PinCheck]) -> int:
             if outcome.lags:
                 lagging += 1
                 moved = (f" (its tag {safe(pinned.tag)} moved)" if outcome.moved else "")
-                print(f"{name}  lags     {_release(pinned.tag, pinned.digest)} -> "
+                print(f"{name}  lags     {_release(pinned.tag, pinned.digest)} → "
                       f"{_release(outcome.newest_tag, outcome.newest.digest)} (first observed "
                       f"{pinning.when(outcome.newest.first_observed_at)}){moved}")
             else:

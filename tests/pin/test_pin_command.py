@@ -83,3 +83,12 @@ def test_help_names_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     for needle in ("exit 21", "(22)", "(23)", "exit 20", "--allow-moved", "--dry-run",
                    "--check", "--no-plan", "firstObservedAt"):
         assert needle in text
+
+
+def test_the_diff_is_safe_for_a_terminal_and_hides_line_endings() -> None:
+    from reconciler.commands.pin import unified_diff
+
+    crlf = "".join(unified_diff("a.yaml", b"x: 1\r\ny: 2\r\n", b"x: 1\r\ny: 3\r\n"))
+    assert crlf == "--- a/a.yaml\n+++ b/a.yaml\n@@ -1,2 +1,2 @@\n x: 1\n-y: 2\n+y: 3\n"
+    hostile = "".join(unified_diff("a\x1b[2J.yaml", b"y: \x1b]0;x\x07\n", b"y: 3\n"))
+    assert "\x1b" not in hostile and "\x07" not in hostile

@@ -70,7 +70,7 @@ def test_check_exits_20_while_a_pin_lags_and_0_once_pinned(repo: Repo) -> None:
 
     code, out, err = pin(repo, "--check", "checkout")
     assert code == Exit.PIN_LAGS, err
-    assert f"checkout  lags     v2.4.0 {V240} -> v2.5.0 {pushed}" in out
+    assert f"checkout  lags     v2.4.0 {V240} → v2.5.0 {pushed}" in out
     assert (repo.path / CHECKOUT).read_bytes() == before  # --check writes nothing
 
     # Every service: catalog pins v5.0.1 (a deliberate rollback) and lags v5.1.0 too.
