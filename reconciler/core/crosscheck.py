@@ -1,7 +1,9 @@
 """Rules that span documents: what no single model can check on its own.
 
 Owns the repo-wide rules of the desired state: exactly one ``Settings``; service names,
-``serviceId``s and ``appId``s unique; every grant names a declared service; no two
+``serviceId``s and ``appId``s unique; no two services propose the same ``create.namespace``
+(the control plane would refuse the second as ``NAMESPACE_COLLISION`` only after the first
+was created); every grant names a declared service; no two
 ``Grant`` documents give the same user the same service. Called by
 ``shell.validating`` after every document has passed its own model.
 
@@ -82,6 +84,16 @@ def check(documents: Sequence[Located], *, complete: bool = True,
             claims.setdefault(getattr(doc.document, attribute), []).append((doc, (alias,)))
         label = f"service {alias}"
         problems.extend(_clashes(claims, _labeller(label)))
+
+    namespaces: dict[str, list[tuple[Located, Loc]]] = {}
+    for doc in services:
+        service = doc.document
+        assert isinstance(service, Service)
+        if service.create is not None:
+            namespaces.setdefault(service.create.namespace, []).append(
+                (doc, ("create", "namespace")))
+    problems.extend(_clashes(namespaces, _labeller("proposed namespace"),
+                             rule="two new services cannot share a namespace"))
 
     declared = {d.document.name for d in services if isinstance(d.document, Service)}
     granted: dict[tuple[str, str], list[tuple[Located, Loc]]] = {}
