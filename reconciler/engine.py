@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler.core import binding, evidence, review, staleness
+from reconciler.core import binding, evidence, freshness, review, staleness
 from reconciler.core import pinning as pin_rules
 from reconciler.core.codes import BlockerCode
 from reconciler.core.desired import DesiredState, Service
@@ -220,6 +220,9 @@ class Reconciler:
             raise EngineError(str(exc)) from exc
         self.client = ControlPlaneClient(self.connection, token=token)
         self.prober = Prober(self.connection, signer_key=signer)
+        #: The control plane's last clean read, for a conditional re-read (the prober
+        #: keeps the clusters' ETags): lives as long as this reconciler, so a watcher's.
+        self.memory = observing.Memory()
 
     async def __aenter__(self) -> Reconciler:
         return self
@@ -233,7 +236,7 @@ class Reconciler:
         try:
             return await observing.observe_async(desired, self.connection, env=self.env,
                                                  prober=self.prober, client=self.client,
-                                                 progress=progress)
+                                                 progress=progress, memory=self.memory)
         except ControlPlaneError as exc:
             raise EngineError(f"control plane {self.connection.control_plane_url}: {exc}"
                               f"{_next_step(exc, self.connection)}") from exc
@@ -481,11 +484,13 @@ class WatchSteps:
     per-cluster tokens survive between resyncs."""
 
     def __init__(self, root: Path, *, overrides: Overrides, env: Mapping[str, str],
-                 only: frozenset[str] = frozenset()) -> None:
+                 only: frozenset[str] = frozenset(),
+                 clock: Callable[[], float] = time.time) -> None:
         self.root = root
         self.overrides = overrides
         self.env = env
         self.only = only
+        self.clock = clock  # wall-clock seconds: how old a snapshot's observations are
         self.cache = validating.BlobCache()
         self._live: Reconciler | None = None
         self._settings: object = None
@@ -522,7 +527,13 @@ class WatchSteps:
         return snapshot
 
     def plan(self, desired: DesiredState, snapshot: LiveSnapshot,
-             provenance: Provenance) -> Plan:
+             provenance: Provenance, *, max_age: float | None = None) -> Plan:
+        """The plan from ``snapshot``; with ``max_age`` (seconds; the watcher's is two
+        resyncs) every observation older than that is silent first (``core.freshness``)."""
+        if max_age is not None:
+            snapshot = freshness.expire(
+                snapshot, now_ms=int(self.clock() * 1000), max_age_ms=int(max_age * 1000),
+                horizon="two resyncs")
         return restrict(make_plan(desired, snapshot, provenance, self._greenfield), self.only)
 
     async def apply(self, hook: Hook) -> ApplyRun:

@@ -163,6 +163,11 @@ class Observation(_Model):
     kind: ObservationKind
     runtime: ClusterRuntime | None = None
     reason: str | None = None
+    #: When the cluster said it (ms since the epoch; a ``304`` confirming an earlier
+    #: answer counts as saying it again). None: not asked (a row known silent without I/O).
+    #: Read by ``core.freshness``; not part of the plan's wire format, which carries the
+    #: snapshot's time (``Plan.created_at``) and stays the same for the same evidence.
+    observed_at: int | None = Field(default=None, exclude=True)
 
 
 class MeshView(_Model):

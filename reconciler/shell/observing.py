@@ -14,6 +14,13 @@ failure -- unreachable, unauthorized, or ``getServices`` itself failing -- raise
 ``ControlPlaneError``, because a snapshot without any service in it would read as
 "nothing exists".
 
+Conditional resync [ext]: with a ``Memory`` (the control plane's last clean read and
+its etag) and a prober kept from the last snapshot (each cluster's last complete batch
+listing and its ETag), an unchanged fleet costs one control-plane request and, per
+cluster, its health request and one batch request answered ``304``. Every cluster
+observation carries the time it was made (``Observation.observed_at``; a ``304`` is a
+fresh confirmation), which ``core.freshness`` holds against a maximum age.
+
 It must not print (progress goes through ``shell.progress``), decide anything about
 plans, or read the token anywhere but ``controlplane.token_from_env``.
 """
@@ -29,6 +36,7 @@ from reconciler.core import attribution
 from reconciler.core.desired import DesiredState
 from reconciler.core.live import LiveService, LiveSnapshot
 from reconciler.shell.controlplane import ControlPlaneClient, fleet, token_from_env
+from reconciler.shell.controlplane.fleet import Memory as Memory
 from reconciler.shell.endpoints import ConfigError, Connection
 from reconciler.shell.probing import Prober
 from reconciler.shell.progress import NullProgress, Progress
@@ -70,10 +78,13 @@ async def observe_async(
     progress: Progress | None = None,
     prober: Prober | None = None,
     client: ControlPlaneClient | None = None,
+    memory: Memory | None = None,
 ) -> LiveSnapshot:
     """One snapshot. ``prober``/``client`` may be shared by a caller already in a loop
-    (apply, watch: the DNS answer and the per-cluster tokens then survive between
-    snapshots); when omitted they are created and closed here."""
+    (apply, watch: the DNS answer, the per-cluster tokens and the clusters' ETags then
+    survive between snapshots); when omitted they are created and closed here.
+    ``memory`` keeps the control plane's last clean read for a conditional re-read
+    (the watcher keeps one across resyncs; a one-shot plan has none)."""
     progress = progress or NullProgress()
     taken_at = int(time.time() * 1000)
     own_client = client is None
@@ -89,7 +100,7 @@ async def observe_async(
             try:
                 read = await fleet.read(
                     client, list(dict.fromkeys(s.service_id for s in desired.services)),
-                    progress)
+                    progress, memory)
             except BaseException:
                 # A total control-plane failure ends the snapshot; stop probing too.
                 probe_task.cancel()

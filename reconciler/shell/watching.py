@@ -71,7 +71,7 @@ class Steps(Protocol):
     async def observe(self, desired: DesiredState) -> LiveSnapshot: ...
 
     def plan(self, desired: DesiredState, snapshot: LiveSnapshot,
-             provenance: Provenance) -> Plan: ...
+             provenance: Provenance, *, max_age: float | None = None) -> Plan: ...
 
     async def apply(self, hook: Hook) -> ApplyResult: ...
 
@@ -493,7 +493,10 @@ class Watcher:
             self.log.event("waiting", "no live snapshot yet; planning at the next resync")
             return
         started = time.perf_counter()
-        new = self.steps.plan(self.desired, self.snapshot, self.provenance)
+        # Two resyncs: a snapshot kept across file events (or across a long apply) whose
+        # answers are older than that shows those clusters unknown, never converged.
+        new = self.steps.plan(self.desired, self.snapshot, self.provenance,
+                              max_age=2 * self.resync)
         delta = plandiff.diff(self.plan, new)
         first = self.plan is None
         self.plan = new

@@ -23,10 +23,14 @@ from reconciler.core.sanitize import safe
 from reconciler.shell.controlplane.errors import ProtocolError, UnknownMethod
 from reconciler.shell.controlplane.session import Session
 from reconciler.shell.controlplane.wire import (
+    Grants,
     ReleasesPage,
+    Services,
     Written,
     dict_field,
+    etag_of,
     list_field,
+    not_modified,
     releases_page,
     write_result,
 )
@@ -83,8 +87,19 @@ class ControlPlaneClient(Session):
     # -- reads --------------------------------------------------------------------------
 
     async def get_services(self) -> list[dict[str, Any]]:
-        response = await self.read("getServices", {})
-        return list_field(response, "services", "getServices")
+        services = (await self.read_services()).services
+        assert services is not None  # nothing was sent to be "not modified" since
+        return services
+
+    async def read_services(self, *, if_none_match: str | None = None) -> Services:
+        """``getServices``, conditionally when ``if_none_match`` is the [ext] etag of an
+        earlier read: then ``services`` is None when nothing changed since."""
+        method = "getServices"
+        response = await self.read(method, _conditional({}, if_none_match))
+        if not_modified(response, method, if_none_match):
+            return Services(services=None, etag=if_none_match)
+        return Services(services=list_field(response, "services", method),
+                        etag=etag_of(response, method))
 
     async def get_service(self, service_id: str) -> dict[str, Any]:
         response = await self.read("getServiceById", {"serviceId": service_id})
@@ -111,8 +126,14 @@ class ControlPlaneClient(Session):
         return releases_page(response, SERVICES_RELEASES)
 
     async def get_grants(self) -> list[dict[str, Any]]:
-        response = await self.read("getServiceDeploymentGrants", {})
-        return list_field(response, "grants", "getServiceDeploymentGrants")
+        return (await self.read_grants()).grants
+
+    async def read_grants(self) -> Grants:
+        """``getServiceDeploymentGrants`` with the [ext] etag it was read at."""
+        method = "getServiceDeploymentGrants"
+        response = await self.read(method, {})
+        return Grants(grants=list_field(response, "grants", method),
+                      etag=etag_of(response, method))
 
     # -- keyed writes -------------------------------------------------------------------
 
@@ -183,3 +204,8 @@ class ControlPlaneClient(Session):
         request = {"userId": user_id, "serviceId": service_id,
                    "capabilities": list(capabilities)}
         return await self.read("configureServiceDeploymentMachineUser", request)
+
+
+def _conditional(request: dict[str, Any], if_none_match: str | None) -> dict[str, Any]:
+    """``request`` with [ext] ``ifNoneMatch`` when there is an etag to send."""
+    return request if if_none_match is None else {**request, "ifNoneMatch": if_none_match}

@@ -10,6 +10,11 @@ exists is asked for on its own (it may have appeared in between); a batch page t
 fails makes every service it had not yet carried a ``ReadFailure`` with the reason, never
 "no releases".
 
+Conditional resync [ext]: a caller that keeps a ``Memory`` across snapshots (the watcher)
+asks ``getServices`` with ``ifNoneMatch`` = the etag of its last clean read; the control
+plane's ``{notModified: true}`` means nothing changed since (one global revision), so the
+remembered services, releases and grants are reused: one request for an unchanged fleet.
+
 Failure policy (unknown is never absent): one service's failure is a ``ReadFailure``;
 unreadable grants are ``grants=None`` with the reason; only ``getServices`` failing (or
 the control plane being unreachable) raises, because a snapshot without any service in
@@ -27,7 +32,7 @@ from reconciler.core.live import LiveGrant, LiveService, ReadFailure
 from reconciler.core.sanitize import safe
 from reconciler.shell.controlplane.client import SERVICES_RELEASES, ControlPlaneClient
 from reconciler.shell.controlplane.errors import ControlPlaneError, DomainError, UnknownMethod
-from reconciler.shell.controlplane.wire import parse_grants, parse_service
+from reconciler.shell.controlplane.wire import Services, parse_grants, parse_service
 from reconciler.shell.progress import Progress
 
 #: Services asked per ``getServicesReleases`` page (a server may answer fewer).
@@ -58,47 +63,92 @@ def _parsed(raw: dict[str, Any], releases: list[dict[str, Any]]) -> LiveService 
         return failure(str(raw.get("id")), exc)
 
 
-async def read(client: ControlPlaneClient, managed: Sequence[str],
-               progress: Progress) -> Fleet:
-    """getServices, the grants and the capabilities together; then the releases of every
-    service in ``managed`` (ids, unique), in pages or one by one."""
-    progress.add(2 + len(managed))
+@dataclass
+class Memory:
+    """The last clean read and the [ext] etag it was read at, kept by a caller across
+    snapshots (the watcher's engine); empty for a one-shot plan.
 
-    async def grants_read() -> tuple[tuple[LiveGrant, ...] | None, str | None]:
+    Invariant: ``fleet`` is remembered only with an ``etag`` that ``getServices`` and the
+    grants both answered with, every managed service read (or absent from
+    ``getServices``), for exactly ``managed``. A later ``{notModified}`` for that etag
+    means nothing in the control plane changed since, so ``fleet`` is still its word."""
+
+    etag: str | None = None
+    managed: tuple[str, ...] = ()
+    fleet: Fleet | None = None
+
+    def usable(self, managed: tuple[str, ...]) -> bool:
+        return self.fleet is not None and self.etag is not None and self.managed == managed
+
+    def keep(self, managed: tuple[str, ...], fleet: Fleet, etag: str | None) -> None:
+        """Remember ``fleet`` at ``etag`` when it is clean, else forget everything."""
+        clean = etag is not None and fleet.grants is not None and all(
+            isinstance(s, LiveService) or s.code == "SERVICE_NOT_FOUND"
+            for s in fleet.services.values())
+        self.etag, self.managed, self.fleet = (etag, managed, fleet) if clean \
+            else (None, (), None)
+
+
+async def read(client: ControlPlaneClient, managed: Sequence[str], progress: Progress,
+               memory: Memory | None = None) -> Fleet:
+    """getServices, the grants and the capabilities together; then the releases of every
+    service in ``managed`` (ids, unique), in pages or one by one.
+
+    With a usable ``memory``, ``getServices`` goes first and alone, with the remembered
+    etag: ``notModified`` returns the remembered fleet (one request for an unchanged
+    fleet); anything else is a full read that starts from that reply."""
+    ids = tuple(managed)
+    first: Services | None = None
+    if memory is not None and memory.usable(ids) and memory.fleet is not None:
+        progress.add(1)
+        first = await client.read_services(if_none_match=memory.etag)
+        progress.advance()
+        if first.services is None:
+            return memory.fleet
+    progress.add((2 if first is None else 1) + len(ids))
+
+    async def grants_read() -> tuple[tuple[LiveGrant, ...] | None, str | None, str | None]:
         try:
-            return parse_grants(await client.get_grants()), None
+            reply = await client.read_grants()
+            return parse_grants(reply.grants), None, reply.etag
         except ControlPlaneError as exc:
-            return None, exc.message
+            return None, exc.message, None
         finally:
             progress.advance()
 
     grants_task = asyncio.create_task(grants_read())
     offered = asyncio.create_task(_offered(client))
     try:
-        raw_services = await client.get_services()
+        if first is None:
+            first = await client.read_services()
+            progress.advance()
         capabilities = await offered
     except BaseException:
         for task in (grants_task, offered):
             task.cancel()
         await asyncio.gather(grants_task, offered, return_exceptions=True)
         raise
-    progress.advance()
-    by_id = {s.get("id"): s for s in raw_services}
+    by_id = {s.get("id"): s for s in first.services or ()}
     services: dict[str, LiveService | ReadFailure] = {}
-    for service_id in managed:
+    for service_id in ids:
         if service_id not in by_id:
             services[service_id] = ReadFailure(
                 service_id=service_id, code="SERVICE_NOT_FOUND",
                 reason="the control plane has no service with this id")
             progress.advance()
-    present = [s for s in managed if s in by_id]
+    present = [s for s in ids if s in by_id]
     if SERVICES_RELEASES in capabilities and present:
         services.update(await _in_pages(client, present, by_id, progress))
     else:
         services.update(await _one_by_one(client, present, by_id, progress))
-    grants, grants_error = await grants_task
-    return Fleet(services={s: services[s] for s in managed}, grants=grants,
-                 grants_error=grants_error)
+    grants, grants_error, grants_etag = await grants_task
+    fleet = Fleet(services={s: services[s] for s in ids}, grants=grants,
+                  grants_error=grants_error)
+    if memory is not None:
+        # One revision for both reads, or the two may straddle a change: then nothing
+        # is remembered and the next snapshot reads everything again.
+        memory.keep(ids, fleet, first.etag if grants_etag == first.etag else None)
+    return fleet
 
 
 async def _offered(client: ControlPlaneClient) -> frozenset[str]:

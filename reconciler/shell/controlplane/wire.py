@@ -2,7 +2,8 @@
 
 Owns the field names of ``IService``, ``IImageRelease``, ``imageDeployment``,
 ``imageRolloutStatus``, the grants and the egress lists (CONTRACT §1.2), the page of the
-[ext] ``getServicesReleases``, and the shape checks of a typed method's response
+[ext] ``getServicesReleases``, the [ext] ``etag`` / ``notModified`` of the fleet reads,
+and the shape checks of a typed method's response
 (``list_field``, ``dict_field``). Every string is sanitized (``core.sanitize.safe``) on
 the way in; a malformed reply is a ``ProtocolError`` naming the service and the field,
 never a partial model.
@@ -67,6 +68,48 @@ def write_result(response: Any, method: str) -> Written:
                    and response.get("idempotentReplay") is True)
 
 
+#: The longest ``etag`` kept and sent back as ``ifNoneMatch``.
+MAX_ETAG = 512
+
+
+def etag_of(response: Mapping[str, Any], method: str) -> str | None:
+    """[ext] ``etag``: the control plane's one state revision this reply was read at
+    (None: it sent none -- the real upstream -- so nothing can be reused later)."""
+    etag = response.get("etag")
+    if etag is None:
+        return None
+    if not isinstance(etag, str) or not etag or len(etag) > MAX_ETAG or not etag.isprintable():
+        raise ProtocolError(f"{method}: response.etag is not a short string")
+    return etag
+
+
+def not_modified(response: Mapping[str, Any], method: str, sent: str | None) -> bool:
+    """Whether the reply is [ext] ``{notModified: true, etag}`` for the ``ifNoneMatch``
+    sent. One that was not asked for, or names another etag, is malformed: reusing an
+    earlier read on its word would be trusting an answer to another question."""
+    if response.get("notModified") is not True:
+        return False
+    if sent is None or etag_of(response, method) != sent:
+        raise ProtocolError(f"{method}: notModified for a revision that was not asked about")
+    return True
+
+
+@dataclass(frozen=True)
+class Services:
+    """``getServices``: every ``IService`` (None: not modified since the etag sent)."""
+
+    services: list[dict[str, Any]] | None
+    etag: str | None
+
+
+@dataclass(frozen=True)
+class Grants:
+    """``getServiceDeploymentGrants``: every grant, and the revision it was read at."""
+
+    grants: list[dict[str, Any]]
+    etag: str | None
+
+
 @dataclass(frozen=True)
 class ReleasesPage:
     """One page of [ext] ``getServicesReleases``: each carried service's raw
@@ -74,6 +117,7 @@ class ReleasesPage:
 
     releases: dict[str, list[dict[str, Any]]]
     next_cursor: str | None
+    etag: str | None = None
 
 
 def releases_page(response: Mapping[str, Any], method: str) -> ReleasesPage:
@@ -86,7 +130,7 @@ def releases_page(response: Mapping[str, Any], method: str) -> ReleasesPage:
     cursor = response.get("nextCursor")
     if cursor is not None and (not isinstance(cursor, str) or not cursor):
         raise ProtocolError(f"{method}: response.nextCursor is not a string")
-    return ReleasesPage(releases=releases, next_cursor=cursor)
+    return ReleasesPage(releases=releases, next_cursor=cursor, etag=etag_of(response, method))
 
 
 def parse_service(raw: dict[str, Any], releases: list[dict[str, Any]]) -> LiveService:

@@ -13,7 +13,16 @@ the cluster), the pages followed by cursor, and the evidence rules of a listing:
   that reason -- never "no record": without the failed page's cursor no later page can be
   asked, so those are exactly the apps the failed page (or one after it) had to carry;
 - a route the health reply advertised but that answers 404 on its first page is not
-  there: the caller reads that cluster app by app (``None`` is returned, said once).
+  there: the caller reads that cluster app by app (``read`` returns False).
+
+Conditional resync: the first page of a complete listing leaves its ``ETag`` and the
+observations it produced in ``BatchReader``'s memory (one entry per address, for the
+exact query); the next read of the same query sends ``If-None-Match``, and a ``304``
+reuses those observations, stamped with the time of the ``304`` (a fresh confirmation).
+That relies on the route's contract that the ETag changes whenever anything the listing
+could show changes (it is the cluster's runtime revision, docs/extensions.md §1), so an
+unchanged first page speaks for every page. The memory lives as long as the prober: a
+watcher keeps it across resyncs; a one-shot plan starts without one.
 
 Must not raise for a cluster's failure (those are observations) and must not print.
 """
@@ -30,7 +39,7 @@ import httpx
 from reconciler.core.live import Observation, ObservationKind
 from reconciler.core.sanitize import safe
 from reconciler.shell.probing.authenticating import Authenticator
-from reconciler.shell.probing.dialing import Dialer, Silent
+from reconciler.shell.probing.dialing import Dialer, Silent, now_ms
 from reconciler.shell.probing.parsing import Malformed, body_of, parse_batch_page, parse_status
 
 #: Apps asked per page (a server may answer fewer: it follows with a cursor).
@@ -42,6 +51,8 @@ MAX_APP_IDS_QUERY: Final = 2000
 #: Pages one listing may take beyond what the needed apps explain (a server whose cursor
 #: never ends must not keep a pass busy).
 SPARE_PAGES: Final = 100
+#: The longest ETag kept and sent back (anything longer is not remembered).
+MAX_ETAG: Final = 512
 
 #: Receives each (app, observation) as soon as it is known.
 Record = Callable[[str, Observation], None]
@@ -69,6 +80,17 @@ class Query:
         return f"{path}?{urlencode(params, safe=',')}"
 
 
+@dataclass(frozen=True)
+class Remembered:
+    """A complete listing: what it asked, its first page's ETag, what it showed."""
+
+    cluster: str
+    path: str
+    query: Query
+    etag: str
+    observations: dict[str, Observation]
+
+
 class _PageFailed(Exception):
     """A page that could not be read; ``reason`` is said for every app not yet carried."""
 
@@ -81,14 +103,20 @@ class _RouteMissing(Exception):
     """The advertised route answered 404 on its first page."""
 
 
+class _Unchanged(Exception):
+    """The first page answered 304 to the remembered ETag."""
+
+
 class BatchReader:
-    """Batch status reads against the mesh's addresses, with their bearers."""
+    """Batch status reads against the mesh's addresses, with their bearers; remembers
+    the last complete listing per address for conditional re-reads."""
 
     def __init__(self, dialer: Dialer, auth: Authenticator, *,
                  page_limit: int = PAGE_LIMIT) -> None:
         self._dialer = dialer
         self._auth = auth
         self.page_limit = page_limit
+        self._memory: dict[str, Remembered] = {}
 
     async def read(self, cluster: str, address: str, path: str, apps: Sequence[str],
                    record: Record) -> bool:
@@ -96,43 +124,66 @@ class BatchReader:
         recorded) when the advertised route is not there and the caller must read the
         apps one by one."""
         query = Query.of(apps)
-        seen: set[str] = set()
+        seen: dict[str, Observation] = {}
+        known = self._memory.get(address)
+        if known is not None and (known.cluster, known.path, known.query) != (
+                cluster, path, query):
+            known = None  # another question (or another cluster there now): ask afresh
 
         def keep(app: str, observation: Observation) -> None:
-            seen.add(app)
+            seen[app] = observation
             record(app, observation)
 
-        def silent(app: str, reason: str) -> Observation:
-            return Observation(cluster_id=cluster, address=address,
-                               kind=ObservationKind.SILENT, reason=reason)
-
         try:
-            await self._listing(cluster, address, path, query, keep, silent)
+            etag = await self._listing(cluster, address, path, query, keep, known)
+        except _Unchanged:
+            assert known is not None
+            confirmed = now_ms()
+            for app in query.apps:
+                record(app, known.observations[app].model_copy(
+                    update={"observed_at": confirmed}))
+            return True
         except _RouteMissing:
+            self._memory.pop(address, None)
             return False
         except _PageFailed as exc:
+            self._memory.pop(address, None)
+            failed = now_ms()
             for app in query.apps:
                 if app not in seen:
-                    record(app, silent(app, exc.reason))
+                    record(app, Observation(cluster_id=cluster, address=address,
+                                            kind=ObservationKind.SILENT, reason=exc.reason,
+                                            observed_at=failed))
             return True
+        done = now_ms()
         for app in query.apps:
             if app not in seen:  # a complete listing without it: no runtime record
-                record(app, Observation(cluster_id=cluster, address=address,
-                                        kind=ObservationKind.NO_RECORD))
+                keep(app, Observation(cluster_id=cluster, address=address,
+                                      kind=ObservationKind.NO_RECORD, observed_at=done))
+        if etag is None:
+            self._memory.pop(address, None)
+        else:
+            self._memory[address] = Remembered(cluster, path, query, etag, seen)
         return True
 
     async def _listing(self, cluster: str, address: str, path: str, query: Query,
-                       keep: Record, silent: Callable[[str, str], Observation]) -> None:
+                       keep: Record, known: Remembered | None) -> str | None:
+        """Every page, in order; the first page's ETag (None: it sent none)."""
         wanted = set(query.apps)
         listed: set[str] = set()
         cursor: str | None = None
         cursors: set[str] = set()
         most = len(query.apps) // max(1, self.page_limit) + SPARE_PAGES
+        etag: str | None = None
         number = 0
         while True:
             number += 1
-            response = await self._page(address, query.target(path, cursor, self.page_limit),
-                                        number)
+            conditional = known.etag if known is not None and number == 1 else None
+            response = await self._page(
+                address, query.target(path, cursor, self.page_limit), number, conditional)
+            arrived = now_ms()
+            if response.status_code == 304 and conditional is not None:
+                raise _Unchanged
             if response.status_code == 404 and number == 1:
                 raise _RouteMissing
             if response.status_code != 200:
@@ -141,37 +192,47 @@ class BatchReader:
                 page = parse_batch_page(body_of(response.content))
             except Malformed as exc:
                 raise _PageFailed(self._where(number, exc.reason)) from exc
+            if number == 1:
+                sent = response.headers.get("ETag")
+                etag = sent if sent and len(sent) <= MAX_ETAG and sent.isprintable() else None
             for app, status in page.statuses.items():
                 if app not in wanted:
                     continue  # another app of this cluster (every app was asked for)
                 if app in listed:
                     # Two pages, two answers: neither can be taken as the cluster's word.
-                    keep(app, silent(app, "batch status: listed on two pages"))
+                    keep(app, self._silent(cluster, address, "batch status: listed on two "
+                                           "pages", arrived))
                     continue
                 listed.add(app)
                 try:
                     observation = Observation(cluster_id=cluster, address=address,
                                               kind=ObservationKind.ANSWERED,
-                                              runtime=parse_status(app, status))
+                                              runtime=parse_status(app, status),
+                                              observed_at=arrived)
                 except Malformed as exc:
-                    observation = silent(app, f"batch status entry: {exc.reason}")
+                    observation = self._silent(cluster, address,
+                                               f"batch status entry: {exc.reason}", arrived)
                 keep(app, observation)
             cursor = page.next_cursor
             if cursor is None:
-                return
+                return etag
             if cursor in cursors or number >= most:
                 raise _PageFailed(self._where(number + 1, "the listing did not end (its "
                                               "cursor repeats or runs past every app)"))
             cursors.add(cursor)
 
-    async def _page(self, address: str, target: str, number: int) -> httpx.Response:
+    async def _page(self, address: str, target: str, number: int,
+                    etag: str | None) -> httpx.Response:
         """One page with the address's bearer (a reused one refused is re-minted once)."""
+        headers = {"If-None-Match": etag} if etag is not None else None
         try:
             token, reused = await self._auth.token(address)
-            response = await self._dialer.request(address, "GET", target, bearer=token)
+            response = await self._dialer.request(address, "GET", target, bearer=token,
+                                                  headers=headers)
             if response.status_code == 401 and reused:
                 token = await self._auth.remint(address, token)
-                response = await self._dialer.request(address, "GET", target, bearer=token)
+                response = await self._dialer.request(address, "GET", target, bearer=token,
+                                                      headers=headers)
         except Silent as exc:
             # On the first page the cluster said nothing at all: the same words as the
             # per-app read. Later, which page it was matters.
@@ -181,6 +242,11 @@ class BatchReader:
             raise _PageFailed(self._where(
                 number, "auth: HTTP 401 with a freshly minted token"))
         return response
+
+    @staticmethod
+    def _silent(cluster: str, address: str, reason: str, at: int) -> Observation:
+        return Observation(cluster_id=cluster, address=address, kind=ObservationKind.SILENT,
+                           reason=reason, observed_at=at)
 
     @staticmethod
     def _where(number: int, why: str) -> str:

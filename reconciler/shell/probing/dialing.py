@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import time
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -140,6 +141,11 @@ class Dialer:
     async def _trace(self, event: str, info: Mapping[str, Any]) -> None:
         if event == CONNECT_EVENT:
             self.connections_opened += 1
+
+
+def now_ms() -> int:
+    """The wall clock in ms since the epoch: when a reply (an observation) arrived."""
+    return int(time.time() * 1000)
 
 
 def origin(address: str, port: int) -> str:

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 from reconciler.core.live import ClusterRuntime, Observation, ObservationKind
 from reconciler.shell.probing.authenticating import Authenticator
-from reconciler.shell.probing.dialing import Dialer, Silent
+from reconciler.shell.probing.dialing import Dialer, Silent, now_ms
 from reconciler.shell.probing.parsing import Malformed, body_of, parse_status
 
 STATUS_PATH: Final = "/host/api/v3/baas/deployment/apps/{app_id}/status"
@@ -34,8 +34,10 @@ class Reader:
             kind, runtime = await self._status(app_id, address)
         except Silent as exc:
             return Observation(cluster_id=cluster, address=address,
-                               kind=ObservationKind.SILENT, reason=exc.reason)
-        return Observation(cluster_id=cluster, address=address, kind=kind, runtime=runtime)
+                               kind=ObservationKind.SILENT, reason=exc.reason,
+                               observed_at=now_ms())
+        return Observation(cluster_id=cluster, address=address, kind=kind, runtime=runtime,
+                           observed_at=now_ms())
 
     async def _status(self, app_id: str, address: str) -> tuple[ObservationKind,
                                                                    ClusterRuntime | None]:
