@@ -332,7 +332,8 @@ def check(run: Mapping[str, Any], *, mode: str, services: int) -> list[str]:
         problems.append(f"the sandbox audited {run['audit']['requests']} requests, the "
                         f"client counted {counted}")
     if run.get("resync_same") is False:
-        problems.append("the resync read something else than the first observation")
+        problems.append("the resync read something else than the first observation: "
+                        + ", ".join(run.get("resync_differs", [])))
     return problems
 
 

@@ -104,6 +104,28 @@ def kinds(snapshot: LiveSnapshot) -> dict[str, int]:
             **{k: n for k, n in counted.items() if k != ObservationKind.ANSWERED.value}}
 
 
+def differences(first: LiveSnapshot, again: LiveSnapshot) -> list[str]:
+    """What two readings of the same fleet disagree on, times of reading aside (at most
+    a few examples)."""
+    found: list[str] = []
+    if again.services != first.services:
+        found += [f"service {sid}" for sid in first.services
+                  if again.services.get(sid) != first.services[sid]][:3] or ["services"]
+    if again.grants != first.grants or again.grants_error != first.grants_error:
+        found.append("grants")
+    if again.mesh.expected_clusters != first.mesh.expected_clusters:
+        found.append("expected clusters")
+
+    def rows(snapshot: LiveSnapshot, app: str) -> list[tuple[object, ...]]:
+        return [(o.cluster_id, o.address, o.kind, o.runtime, o.reason)
+                for o in snapshot.observations.get(app, ())]
+
+    apps = set(first.observations) | set(again.observations)
+    found += [f"observations of {app}" for app in sorted(apps)
+              if rows(first, app) != rows(again, app)][:3]
+    return found
+
+
 def maxrss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
@@ -147,13 +169,12 @@ async def measure(repo: Path, env: Mapping[str, str], resync_if_under: float) ->
                 "resync_seconds": t6 - t5,
                 "resync_wire": delta(w3, wire.mark()),
                 "resync_observations": kinds(again),
+                "resync_peak_rss_mb": maxrss_mb(),
                 # An unchanged fleet must read back exactly as it was the first time
                 # (modulo when it was read).
-                "resync_same": (again.services == snapshot.services
-                                and again.observations == snapshot.observations
-                                and again.grants == snapshot.grants),
-                "resync_peak_rss_mb": maxrss_mb(),
+                "resync_differs": differences(snapshot, again),
             })
+            out["resync_same"] = not out["resync_differs"]
     finally:
         await steps.close()
     return out
