@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.serialization import (
 from reconciler.shell.endpoints import Connection
 
 CANARY = "canary-tok-7f3a9c1e5b2d4f6a8c0e"
+BATCH_PATH = "/host/api/v3/baas/deployment/apps/status"
 GATEWAY = "gateway.test"
 PORT = 18444
 
@@ -137,6 +138,13 @@ class FakeCluster:
     verify_status: int = 200
     tokens: dict[str, int] = field(default_factory=dict)
     minted: int = 0
+    # [ext] batch status route: advertised in health when ``batch``; ``batch_missing``
+    # answers 404 on it; ``batch_pages`` overrides page N (0-based) with an int status,
+    # raw bytes or a JSON body; ``etag`` is sent on every page and answers 304 to it.
+    batch: bool = False
+    batch_missing: bool = False
+    batch_pages: dict[int, Any] = field(default_factory=dict)
+    etag: str | None = None
 
 
 @dataclass
@@ -164,7 +172,10 @@ class FakeMesh:
                 return httpx.Response(cluster.health)
             if isinstance(cluster.health, bytes):
                 return httpx.Response(200, content=cluster.health)
-            return httpx.Response(200, json={"clusterId": cluster.cluster_id, "gateway": {}})
+            health: dict[str, Any] = {"clusterId": cluster.cluster_id, "gateway": {}}
+            if cluster.batch:
+                health["extensions"] = {"batchStatus": BATCH_PATH}
+            return httpx.Response(200, json=health)
         if path.endswith("/auth/challenge"):
             body = json.loads(request.content)
             assert body["chain"] == "ed25519"
@@ -185,6 +196,11 @@ class FakeMesh:
             token = f"{address}-{cluster.minted}-{secrets.token_hex(4)}"
             cluster.tokens[token] = 0
             return httpx.Response(200, json={"token": token, "expiresAt": 0})
+        if path == BATCH_PATH and cluster.batch:
+            token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+            if token not in cluster.tokens:
+                return httpx.Response(401, json={"error": "unknown token"})
+            return self.batch_page(cluster, request)
         if "/deployment/apps/" in path:
             auth = request.headers.get("Authorization", "")
             token = auth.removeprefix("Bearer ")
@@ -201,6 +217,35 @@ class FakeMesh:
                 return httpx.Response(200, content=body)
             return httpx.Response(200, json=body)
         return httpx.Response(404)
+
+
+    @staticmethod
+    def batch_page(cluster: FakeCluster, request: httpx.Request) -> httpx.Response:
+        """Keyset pages over the apps with a record (a dict body), sorted; the cursor is
+        the page index as text."""
+        if cluster.batch_missing:
+            return httpx.Response(404, json={"error": "not found"})
+        params = request.url.params
+        index = int(params.get("cursor") or 0)
+        limit = int(params.get("limit") or 1000)
+        headers = {"ETag": cluster.etag} if cluster.etag else {}
+        if cluster.etag and request.headers.get("If-None-Match") == cluster.etag:
+            return httpx.Response(304, headers=headers)
+        override = cluster.batch_pages.get(index)
+        if isinstance(override, int):
+            return httpx.Response(override, json={"error": "page failed"})
+        if isinstance(override, bytes):
+            return httpx.Response(200, content=override, headers=headers)
+        if isinstance(override, dict):
+            return httpx.Response(200, json=override, headers=headers)
+        wanted = params.get("appIds")
+        ids = sorted(a for a, body in cluster.status.items() if isinstance(body, dict)
+                     and (wanted is None or a in wanted.split(",")))
+        page = ids[index * limit:(index + 1) * limit]
+        more = (index + 1) * limit < len(ids)
+        return httpx.Response(200, headers=headers, json={
+            "apps": [{"appId": a, "status": cluster.status[a]} for a in page],
+            "nextCursor": str(index + 1) if more else None})
 
 
 def runtime(app: str, digest: str | None = "sha256:" + "a" * 64, **extra: Any) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from reconciler.core.live import MeshView, Observation
 from reconciler.shell.endpoints import Connection
 from reconciler.shell.probing import resolving
 from reconciler.shell.probing.authenticating import Authenticator
-from reconciler.shell.probing.batching import BatchReader
+from reconciler.shell.probing.batching import PAGE_LIMIT, BatchReader
 from reconciler.shell.probing.dialing import DEFAULT_MAX_FAILURES, Dialer
 from reconciler.shell.probing.reading import Reader
 from reconciler.shell.progress import NullProgress, Progress
@@ -39,6 +39,7 @@ class Prober:
 
     ``transport`` and ``resolver`` are seams for tests. ``deadline`` bounds one
     ``observe_apps`` pass (default ``max(60, 10 × probe_timeout)`` seconds).
+    ``batch_page`` is how many apps one batch status page asks for.
     ``requests_sent`` and ``connections_opened`` count what went over the wire.
     """
 
@@ -51,12 +52,13 @@ class Prober:
         resolver: resolving.Resolver | None = None,
         deadline: float | None = None,
         max_failures: int = DEFAULT_MAX_FAILURES,
+        batch_page: int = PAGE_LIMIT,
     ) -> None:
         self._conn = conn
         self._dialer = Dialer(conn, transport=transport, max_failures=max_failures)
         self._auth = Authenticator(conn, self._dialer, signer_key=signer_key)
         self._reader = Reader(self._dialer, self._auth)
-        self._batches = BatchReader(self._dialer, self._auth)
+        self._batches = BatchReader(self._dialer, self._auth, page_limit=batch_page)
         # Looked up at call time, so the module's resolver can be replaced in tests.
         self._resolver = resolver
         self.deadline = deadline if deadline is not None else max(60.0, 10 * conn.probe_timeout)

@@ -1,0 +1,199 @@
+"""The control plane's half of a snapshot over a fake: releases in [ext] pages or one by
+one with the same meaning, and the conditional re-read of an unchanged fleet."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from reconciler.core.live import LiveService, ReadFailure
+from reconciler.shell.controlplane import ControlPlaneClient, ProtocolError, fleet
+from reconciler.shell.progress import NullProgress
+from tests.live.fakes import CANARY, FakeControlPlane, connection, error
+
+IDS = ("svc-a", "svc-b", "svc-c")
+ALL_METHODS = {"methods": ["getServices", "getServicesReleases", "getServiceImageReleases",
+                           "getServiceDeploymentGrants", "getCapabilities"]}
+
+
+def raw(service_id: str) -> dict[str, Any]:
+    return {"id": service_id, "data": {"name": service_id.removeprefix("svc-"),
+                                       "egressRevision": 0}}
+
+
+def release(service_id: str) -> dict[str, Any]:
+    return {"id": f"rel-{service_id}", "data": {
+        "registryHost": "registry.test", "repository": f"shop/{service_id}",
+        "registryRootDigest": "sha256:" + "b" * 64,
+        "manifestMediaType": "application/vnd.oci.image.index.v1+json",
+        "observedTags": ["v1"], "firstObservedAt": 1}}
+
+
+def paged(env: dict[str, Any], per_page: int = 2, etag: str | None = None) -> dict[str, Any]:
+    """getServicesReleases over IDS: ``per_page`` services a page, cursor = index."""
+    request = env["request"]
+    wanted = sorted(request.get("serviceIds") or IDS)
+    index = int(request.get("cursor") or 0)
+    page = wanted[index * per_page:(index + 1) * per_page]
+    more = (index + 1) * per_page < len(wanted)
+    reply: dict[str, Any] = {"releases": {s: [release(s)] for s in page},
+                             "nextCursor": str(index + 1) if more else None}
+    return reply if etag is None else {**reply, "etag": etag}
+
+
+def control_plane(**script: list[Any]) -> FakeControlPlane:
+    base: dict[str, list[Any]] = {
+        "getCapabilities": [ALL_METHODS],
+        "getServices": [{"services": [raw(s) for s in IDS]}],
+        "getServicesReleases": [paged],
+        "getServiceImageReleases": [lambda env: {"releases": [release(
+            env["request"]["serviceId"])]}],
+        "getServiceDeploymentGrants": [{"grants": []}],
+    }
+    base.update(script)
+    return FakeControlPlane(script=base)
+
+
+def read(cp: FakeControlPlane, ids: Sequence[str] = IDS, *, passes: int = 1,
+         memory: fleet.Memory | None = None) -> list[fleet.Fleet]:
+    """``passes`` reads with one client (and ``memory``, when given); what was sent is
+    cleared before the last pass, so ``cp.sent`` holds what that one cost."""
+    async def go() -> list[fleet.Fleet]:
+        async with ControlPlaneClient(connection(), token=CANARY,
+                                      transport=cp.transport()) as client:
+            out = []
+            for number in range(passes):
+                if number == passes - 1 and passes > 1:
+                    cp.sent.clear()
+                out.append(await fleet.read(client, list(ids), NullProgress(), memory))
+            return out
+
+    return asyncio.run(go())
+
+
+def methods(cp: FakeControlPlane) -> list[str]:
+    return [e["method"] for e in cp.sent if e["method"] != "getIdentityByToken"]
+
+
+def test_releases_come_in_pages_when_the_control_plane_offers_them() -> None:
+    cp = control_plane()
+    [result] = read(cp)
+    assert methods(cp).count("getServicesReleases") == 2  # three services, two a page
+    assert "getServiceImageReleases" not in methods(cp)
+    assert cp.calls("getServicesReleases")[0]["request"]["serviceIds"] == list(IDS)
+    assert all(isinstance(s, LiveService) and s.releases[0].id == f"rel-{i}"
+               for i, s in result.services.items())
+
+
+def test_pages_and_one_by_one_read_the_same_fleet() -> None:
+    [batched] = read(control_plane())
+    upstream = control_plane(getCapabilities=[None])  # the seeds' control plane: unknown
+    [one_by_one] = read(upstream)
+    assert methods(upstream).count("getServiceImageReleases") == len(IDS)
+    assert batched == one_by_one
+
+
+def test_a_failed_page_is_a_read_failure_for_the_services_it_had_not_carried() -> None:
+    cp = control_plane(getServicesReleases=[paged, error("INTERNAL", "page two broke")])
+    [result] = read(cp)
+    assert all(isinstance(result.services[s], LiveService) for s in ("svc-a", "svc-b"))
+    failed = result.services["svc-c"]
+    assert isinstance(failed, ReadFailure)
+    assert failed.reason == ("getServicesReleases: INTERNAL: page two broke (page 2; this "
+                             "service was not on a page read before it)")
+    assert failed.code == "INTERNAL"
+
+
+def test_a_listed_method_that_is_not_answered_falls_back_one_by_one() -> None:
+    cp = control_plane(getServicesReleases=[None])
+    [result] = read(cp)
+    assert methods(cp).count("getServiceImageReleases") == len(IDS)
+    assert all(isinstance(s, LiveService) for s in result.services.values())
+
+
+def test_a_service_a_complete_listing_left_out_is_asked_for_on_its_own() -> None:
+    cp = control_plane(getServicesReleases=[lambda env: {
+        "releases": {"svc-a": [], "svc-b": []}, "nextCursor": None}])
+    [result] = read(cp)
+    assert [c["request"]["serviceId"] for c in cp.calls("getServiceImageReleases")] == \
+        ["svc-c"]
+    assert isinstance(result.services["svc-c"], LiveService)
+
+
+def test_a_service_get_services_does_not_list_is_not_found_either_way() -> None:
+    cp = control_plane()
+    [result] = read(cp, (*IDS, "svc-gone"))
+    gone = result.services["svc-gone"]
+    assert isinstance(gone, ReadFailure) and gone.code == "SERVICE_NOT_FOUND"
+    assert "svc-gone" not in cp.calls("getServicesReleases")[0]["request"]["serviceIds"]
+
+
+def conditional_services(env: dict[str, Any]) -> dict[str, Any]:
+    if env["request"].get("ifNoneMatch") == "rev-1":
+        return {"notModified": True, "etag": "rev-1"}
+    return {"services": [raw(s) for s in IDS], "etag": "rev-1"}
+
+
+def test_an_unchanged_fleet_is_confirmed_with_one_request() -> None:
+    cp = control_plane(getServices=[conditional_services],
+                       getServiceDeploymentGrants=[{"grants": [], "etag": "rev-1"}])
+    memory = fleet.Memory()
+    first, second = read(cp, passes=2, memory=memory)  # one client, as the watcher's
+    assert memory.etag == "rev-1"
+    assert [e["method"] for e in cp.sent] == ["getServices"]
+    assert cp.sent[-1]["request"]["ifNoneMatch"] == "rev-1"
+    assert second == first
+
+
+def test_a_changed_fleet_is_read_in_full_from_the_conditional_reply() -> None:
+    revision = {"now": "rev-1"}
+
+    def services(env: dict[str, Any]) -> dict[str, Any]:
+        if env["request"].get("ifNoneMatch") == revision["now"]:
+            return {"notModified": True, "etag": revision["now"]}
+        ids = IDS if revision["now"] == "rev-1" else IDS[:2]
+        return {"services": [raw(s) for s in ids], "etag": revision["now"]}
+
+    cp = control_plane(getServices=[services], getServiceDeploymentGrants=[
+        lambda env: {"grants": [], "etag": revision["now"]}])
+    memory = fleet.Memory()
+    read(cp, memory=memory)
+    revision["now"] = "rev-2"  # svc-c deleted upstream
+    [second] = read(cp, memory=memory)
+    [conditional] = cp.calls("getServices")[1:]  # its reply is the full read's services
+    assert conditional["request"]["ifNoneMatch"] == "rev-1"
+    gone = second.services["svc-c"]
+    assert isinstance(gone, ReadFailure) and gone.code == "SERVICE_NOT_FOUND"
+    assert memory.etag == "rev-2"
+
+
+@pytest.mark.parametrize(("grants", "why"), [
+    ({"grants": [], "etag": "rev-0"}, "the grants were read at another revision"),
+    ({"grants": []}, "the grants carry no revision"),
+    (error("FORBIDDEN", "no"), "the grants could not be read"),
+])
+def test_nothing_is_remembered_from_a_read_that_may_straddle_a_change(
+        grants: dict[str, Any], why: str) -> None:
+    cp = control_plane(getServices=[conditional_services], getServiceDeploymentGrants=[grants])
+    memory = fleet.Memory()
+    read(cp, passes=2, memory=memory)
+    assert memory.etag is None, why
+    assert "ifNoneMatch" not in cp.calls("getServices")[-1]["request"]
+
+
+def test_nothing_is_remembered_when_a_service_could_not_be_read() -> None:
+    cp = control_plane(getServices=[conditional_services],
+                       getServiceDeploymentGrants=[{"grants": [], "etag": "rev-1"}],
+                       getServicesReleases=[error("INTERNAL", "broken")])
+    memory = fleet.Memory()
+    read(cp, memory=memory)
+    assert memory.etag is None and memory.fleet is None
+
+
+def test_not_modified_for_a_revision_not_asked_about_is_malformed() -> None:
+    cp = control_plane(getServices=[{"notModified": True, "etag": "rev-9"}])
+    with pytest.raises(ProtocolError, match="notModified"):
+        read(cp)
