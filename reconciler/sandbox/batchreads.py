@@ -116,9 +116,14 @@ def services_releases(conn: sqlite3.Connection, req: JsonDict, *, caller: Caller
     """
     caller(conn, req)
     wanted = _service_ids(req, error)
+    limit_value = req.get("limit")
+    if limit_value is not None and (not isinstance(limit_value, int)
+                                    or isinstance(limit_value, bool)):
+        # JSON carries a number; decimal text is a query string's form only.
+        raise error("INVALID_REQUEST", "limit must be a positive integer", field="limit")
     try:
         cursor = batch.decode_cursor(req.get("cursor"))
-        limit = batch.page_size(req.get("limit"))
+        limit = batch.page_size(limit_value)
     except batch.PageRequestError as exc:
         field = "cursor" if "cursor" in str(exc) else "limit"
         raise error("INVALID_REQUEST", str(exc), field=field) from exc

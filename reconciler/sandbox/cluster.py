@@ -53,6 +53,10 @@ VERIFY_PATH = "/host/api/v3/baas/auth/verify"
 STATUS_RE = re.compile(r"^/host/api/v3/baas/deployment/apps/([^/?]+)/status$")
 CHALLENGE_TTL_MS = 120_000
 SYNC_INTERVAL_S = 0.1
+#: Reports per sync call: a fleet's worth (after a start or a new seed) goes out over
+#: several ticks, so no call keeps the control plane busy for seconds.
+REPORTS_PER_SYNC = 500
+SYNC_TIMEOUT_S = 30.0
 ANSI_ERROR = ("\x1b[31;1mERROR\x1b[0m image pull failed\r\n\x1b[2K\x1b]0;owned\x07"
               "\x1b[?25l\x1b[1A\x1b[Hdeploy \x1b[32mOK\x1b[0m\x08\x08\x00\u202e\x9b31m done")
 
@@ -161,7 +165,8 @@ class Cluster:
         for attempt in (1, 2):
             if self._cp is None:
                 self._cp = http.client.HTTPSConnection(
-                    self.cp_host, int(self.cp_port), context=self._cp_ctx, timeout=5)
+                    self.cp_host, int(self.cp_port), context=self._cp_ctx,
+                    timeout=SYNC_TIMEOUT_S)
             try:
                 self._cp.request("POST", "/sandbox/internal/sync", body=json.dumps(body),
                                  headers={"Content-Type": "application/json",
@@ -226,7 +231,10 @@ class Cluster:
             self.dirty.clear()
             out: list[JsonDict] = []
             fingerprints: dict[str, str] = {}
-            for app_id in candidates:
+            for index, app_id in enumerate(candidates):
+                if len(out) >= REPORTS_PER_SYNC:
+                    self.dirty.update(candidates[index:])  # the next ticks send the rest
+                    break
                 want = self.desired.get(app_id)
                 item = None if want is None else self._report(app_id, want, now)
                 if item is None:
@@ -264,7 +272,12 @@ class Cluster:
                 self.sent.clear()
             self.version = int(answer["version"])
         self.converge()
-        self.synced.set()
+        with self.lock:
+            quiet = not reports and not self.dirty and not self.full_reports
+        if quiet:
+            # Ready once every report is acknowledged: a sandbox that has just started
+            # is quiet (its control-plane revision holds still) rather than settling.
+            self.synced.set()
 
     def converge(self) -> None:
         now = time.monotonic()
