@@ -55,6 +55,10 @@ def register(subparsers: Any) -> None:
     up.add_argument("--seed", type=Path, default=None, metavar="FILE",
                     help="seed file (services, releases, grants) for a fresh state "
                     "(default: the built-in seed)")
+    up.add_argument("--no-greenfield", dest="greenfield", action="store_false",
+                    help="offer no [ext] greenfield creation (createGreenfieldDeployment), "
+                    "like the real upstream: the preflight then says "
+                    "GREENFIELD_EXECUTION_UNAVAILABLE (docs/extensions.md)")
     up.add_argument("--no-batch-reads", dest="batch_reads", action="store_false",
                     help="serve no [ext] batch reads (cluster batch status route, "
                     "getServicesReleases, etags), like the real upstream "
@@ -136,6 +140,7 @@ def human_lines(sb: launcher.Sandbox) -> list[str]:
         f"signer key      {sb.signer_key_file}  (wallet {sb.wallet_address}, "
         f"appId {sb.auth_app_id})",
         f"batch reads     {'on' if sb.batch_reads else 'off (per-item only, like upstream)'}",
+        f"greenfield      {'on' if sb.greenfield else 'off (no creation, like upstream)'}",
     ]
 
 
@@ -163,7 +168,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         sb = launcher.start(args.state, clusters=args.clusters, port=args.port,
                             mesh_port=args.mesh_port, converge_delay_ms=args.converge_delay_ms,
-                            seed=args.seed, detach=detach, batch_reads=args.batch_reads)
+                            seed=args.seed, detach=detach, batch_reads=args.batch_reads,
+                            greenfield=args.greenfield)
     except (launcher.SandboxError, OSError) as exc:
         print(f"reconcile sandbox up: {safe(exc, 2000)}", file=sys.stderr)
         return Exit.ERROR

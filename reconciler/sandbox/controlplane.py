@@ -6,7 +6,9 @@ unknown-method text, body ``null`` without a correlation, HTTP 400 for non-JSON)
 rollback transitions, grants, egress, identities with expiry, FORBIDDEN), the audit row of
 every request, the control-plane faults, and one internal route the clusters use
 (``POST /sandbox/internal/sync``: report rollout status, fetch the desired rollouts and
-egress), kept apart from the contract's methods and guarded by a shared secret.
+egress), kept apart from the contract's methods and guarded by a shared secret. The
+greenfield preflight and the [ext] creation are ``greenfield``'s (``--no-greenfield``
+leaves the creation out of the table); the [ext] batch reads are ``batchreads``'.
 
 Each request runs in one ``BEGIN IMMEDIATE`` transaction (see ``store``). Must not reach
 into the clusters: they pull from here.
@@ -28,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reconciler.sandbox import batchreads, faults, pki, rollouts, serving, store
+from reconciler.sandbox import batchreads, faults, greenfield, pki, rollouts, serving, store
 
 JsonDict = dict[str, Any]
 
@@ -39,7 +41,7 @@ SECRET_FILE = "cluster-secret"
 #: Audited request fields (never the identity, a token or a jwt).
 AUDIT_KEYS = ("serviceId", "releaseId", "idempotencyKey", "expectedRolloutGeneration",
               "expectedCurrentRolloutId", "expectedEgressRevision", "userId", "capabilities",
-              "egress", "requestId")
+              "egress", "requestId", "operationId")
 IDEMPOTENCY_TTL_MS = 7 * 86_400_000
 
 
@@ -81,12 +83,14 @@ class ControlPlane:
     """The methods, over a per-thread SQLite connection."""
 
     def __init__(self, state_dir: Path, *, identity_ttl_ms: int,
-                 batch_reads: bool = True) -> None:
+                 batch_reads: bool = True, greenfield_execution: bool = True) -> None:
         self.state_dir = state_dir
         self.identity_ttl_ms = identity_ttl_ms
         self.faults = faults.FaultView(state_dir, faults.CONTROL_PLANE)
         self.secret = (state_dir / SECRET_FILE).read_text(encoding="utf-8").strip()
         self._local = threading.local()
+        # Issue 12: the preflight, and the [ext] creation unless switched off.
+        self.creations = greenfield.Greenfield(self, DomainError, enabled=greenfield_execution)
         self.methods: dict[str, Callable[[sqlite3.Connection, JsonDict], JsonDict]] = {
             "getIdentityByToken": self.get_identity_by_token,
             "getServiceById": self.get_service_by_id,
@@ -94,11 +98,12 @@ class ControlPlane:
             "getServiceImageReleases": self.get_service_image_releases,
             "promoteServiceImageRelease": self.promote,
             "rollbackServiceImageRelease": self.rollback,
-            "getDeploymentPreflight": self.preflight,
+            "getDeploymentPreflight": self.creations.preflight,
             "configureServiceDeploymentMachineUser": self.configure_grant,
             "getServiceDeploymentGrants": self.get_grants,
             "setServiceEgress": self.set_egress,
             "getCapabilities": self.get_capabilities,
+            **self.creations.methods(),
         }
         # [ext] issue 13: getServicesReleases and the etag of the fleet reads, or neither.
         self.methods = batchreads.with_batch_reads(
@@ -256,6 +261,7 @@ class ControlPlane:
                               releaseId=release_id)
         plan: JsonDict | None = service["data"].get("imageDeployment")
         self._cas(plan, req, id_required=rollback)
+        self.creations.refresh_service(conn, service_id)
         now = store.now_ms()
         if rollback and not release["data"].get("acceptedAt"):
             raise DomainError("ROLLBACK_TARGET_NOT_ACCEPTED",
@@ -288,60 +294,6 @@ class ControlPlane:
     def rollback(self, conn: sqlite3.Connection, req: JsonDict) -> JsonDict:
         return self._roll(conn, req, rollback=True)
 
-    def preflight(self, conn: sqlite3.Connection, req: JsonDict) -> JsonDict:
-        caller = self.caller(conn, req)
-        service = self.service(conn, _require_str(req, "serviceId"))
-        data = service["data"]
-        granted = caller.admin or "deployment:preflight" in store.capabilities(
-            conn, caller.user_id, service["id"])
-        blockers: list[JsonDict] = []
-        if not granted:
-            blockers.append({"code": "AUTHORIZATION_MISSING",
-                             "message": f"{caller.user_id} lacks deployment:preflight"})
-        plan = data.get("imageDeployment") or {}
-        status = rollouts.aggregate(plan, store.load_reports(conn, service["id"])) if plan else {}
-        requested = req.get("ociIndexDigest")
-        report: JsonDict = {
-            "schemaVersion": 2,
-            "decision": "NO-GO" if blockers else "GO",
-            "mutationPerformed": False,
-            "generatedAt": store.now_ms(),
-            "service": {"serviceId": service["id"], "serviceName": data["name"],
-                        "workspaceIdentity": service["id"],
-                        "registryHost": plan.get("registryHost", ""),
-                        "registryRepository": plan.get("repository", ""),
-                        "deployOnPush": False},
-            "source": {"revision": str(req.get("sourceRevision", "")),
-                       "dirty": bool(req.get("sourceDirty", False)),
-                       "version": str(req.get("version", "")),
-                       "intentDigest": str(req.get("intentDigest", "")),
-                       "configurationDigest": str(req.get("configurationDigest", ""))},
-            "currentImage": {"tag": data.get("imageVersion") or None,
-                             "digest": plan.get("requestedDigest"),
-                             "imageReference": plan.get("digestPinnedImageReference"),
-                             "mutableReference": False,
-                             "mediaType": plan.get("manifestMediaType"), "platforms": []},
-            "requestedImage": {"digest": requested if isinstance(requested, str) else None,
-                               "releaseTag": req.get("releaseTag"), "tagReserved": False,
-                               "platforms": []},
-            "runtimeTasks": [],
-            "runtimeAttestation": {
-                "requiredReplicaCount": status.get("requiredReplicaCount", 0),
-                "observedReplicaCount": status.get("observedReplicaCount", 0),
-                "healthyReplicaCount": status.get("healthyReplicaCount", 0),
-                "verifiedReplicaCount": status.get("verifiedReplicaCount", 0),
-                "consistentDigest": status.get("status") in ("succeeded", "rolled-back")},
-            "platformBindings": [],
-            "corestoreResources": [],
-            "proposed": {"namespace": str(req.get("proposedNamespace", "")),
-                         "corestoreResources": [], "namespaceReserved": False,
-                         "inventoryComplete": True, "namespaceBlank": "unknown",
-                         "versionReserved": False, "wouldReplaceExistingState": "unknown"},
-            "authorizationChecks": [{"capability": "deployment:preflight", "granted": granted}],
-            "compatibilityBlockers": blockers,
-        }
-        return {"report": report}
-
     def configure_grant(self, conn: sqlite3.Connection, req: JsonDict) -> JsonDict:
         user_id = _require_str(req, "userId")
         service_id = _require_str(req, "serviceId")
@@ -351,7 +303,8 @@ class ControlPlane:
                               + ", ".join(sorted(CAPABILITIES)), field="capabilities")
         caller = self.caller(conn, req)
         self.require(conn, caller, service_id, None)
-        self.service(conn, service_id)
+        # No existence check: a grant may name a service that does not exist yet, which is
+        # how a new (greenfield) service is authorised before it is created.
         unique = sorted(set(caps))
         store.set_grant(conn, user_id, service_id, unique)
         return {"userId": user_id, "serviceId": service_id, "capabilities": unique,
@@ -364,12 +317,8 @@ class ControlPlane:
             rows = [g for g in rows if g["userId"] == caller.user_id]
         return {"grants": rows}
 
-    def set_egress(self, conn: sqlite3.Connection, req: JsonDict) -> JsonDict:
-        method = "setServiceEgress"
-        service_id = _require_str(req, "serviceId")
-        key = _require_str(req, "idempotencyKey")
-        expected = _require_int(req, "expectedEgressRevision")
-        egress = req.get("egress")
+    def egress_from(self, egress: object) -> list[JsonDict]:
+        """A declared egress list, checked: at most 50 unique ``{host, port}``."""
         if not isinstance(egress, list) or len(egress) > 50:
             raise DomainError("INVALID_REQUEST", "egress must be a list of at most 50",
                               field="egress")
@@ -386,6 +335,14 @@ class ControlPlane:
                 raise DomainError("INVALID_REQUEST", f"duplicate egress {host}:{port}",
                                   field="egress")
             clean.append({"host": host, "port": port})
+        return clean
+
+    def set_egress(self, conn: sqlite3.Connection, req: JsonDict) -> JsonDict:
+        method = "setServiceEgress"
+        service_id = _require_str(req, "serviceId")
+        key = _require_str(req, "idempotencyKey")
+        expected = _require_int(req, "expectedEgressRevision")
+        clean = self.egress_from(req.get("egress"))
         caller = self.caller(conn, req)
         self.require(conn, caller, service_id, None)
         service = self.service(conn, service_id)
@@ -420,6 +377,9 @@ class ControlPlane:
         reply.pop("retry", None)
         fields = {k: req[k] for k in AUDIT_KEYS if isinstance(req, dict) and k in req}
         fields["correlationId"] = envelope["correlation"].get("id")
+        nested = req.get("preflight") if isinstance(req, dict) else None
+        if isinstance(nested, dict) and "serviceId" in nested:
+            fields.setdefault("serviceId", nested["serviceId"])
         handler = self.methods.get(method) if isinstance(method, str) else None
         conn = self.conn()
         with store.transaction(conn):
@@ -467,8 +427,10 @@ class ControlPlane:
             changed = False
             for item in body.get("reports", []):
                 service_id = str(item.get("serviceId"))
-                if store.load_service(conn, service_id) is not None:
-                    changed |= store.save_report(conn, service_id, item["report"])
+                if store.load_service(conn, service_id) is not None and \
+                        store.save_report(conn, service_id, item["report"]):
+                    changed = True
+                    self.creations.refresh_service(conn, service_id)
             if changed:
                 store.audit(conn, cluster_id, "sandboxClusterSync",
                             {"reports": len(body.get("reports", []))}, "ok")
@@ -478,7 +440,7 @@ class ControlPlane:
             services = []
             for service in store.all_services(conn):
                 data = service["data"]
-                services.append({"serviceId": service["id"], "appId": data["name"],
+                services.append({"serviceId": service["id"], "appId": greenfield.app_id_of(service),
                                  "plan": data.get("imageDeployment"),
                                  "egress": data.get("egress"),
                                  "egressRevision": data.get("egressRevision", 0)})
@@ -573,6 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=18443)
     parser.add_argument("--parent-fd", type=int, default=-1)
     parser.add_argument("--identity-ttl-ms", type=int, default=3_600_000)
+    parser.add_argument("--no-greenfield", dest="greenfield", action="store_false",
+                        help="no [ext] greenfield creation (as on the real upstream)")
     parser.add_argument("--no-batch-reads", dest="batch_reads", action="store_false",
                         help="no [ext] getServicesReleases and etags (as on the real upstream)")
     args = parser.parse_args(argv)
@@ -582,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     sock = (socket.socket(fileno=args.fd) if args.fd >= 0
             else serving.listen_socket("127.0.0.1", args.port))
     plane = ControlPlane(state, identity_ttl_ms=args.identity_ttl_ms,
-                         batch_reads=args.batch_reads)
+                         batch_reads=args.batch_reads, greenfield_execution=args.greenfield)
     server = ControlPlaneServer(
         sock, Handler, serving.server_context(state / pki.CONTROL_PLANE_CERT,
                                               state / pki.CONTROL_PLANE_KEY))

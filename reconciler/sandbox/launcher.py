@@ -105,6 +105,8 @@ class Sandbox:
     deploy_bot_token_file: Path | None = None
     #: [ext] batch reads served (docs/extensions.md); False = per-item only, like upstream.
     batch_reads: bool = True
+    #: [ext] greenfield creation offered (docs/extensions.md); False = like upstream.
+    greenfield: bool = True
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     _argv: dict[str, list[str]] = field(default_factory=dict, repr=False)
     _pids: dict[str, int] = field(default_factory=dict, repr=False)
@@ -459,6 +461,7 @@ def _write_descriptor(sandbox: Sandbox, extra: dict[str, Any] | None = None) -> 
         "argv": sandbox._argv,
         "pids": {name: sandbox.pid(name) for name in sandbox._argv},
         "batchReads": sandbox.batch_reads,
+        "greenfield": sandbox.greenfield,
     })
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(descriptor, indent=2))
@@ -504,12 +507,15 @@ def start(state_dir: Path, *, clusters: int = 3, port: int | None = None,
           mesh_port: int | None = None, converge_delay_ms: int | dict[str, int] = 300,
           seed: Path | None = None, latency_ms: int = 0, detach: bool = False,
           identity_ttl_ms: int = 3_600_000, token_ttl_ms: int = 900_000,
-          gateway: str = GATEWAY, batch_reads: bool = True) -> Sandbox:
+          gateway: str = GATEWAY, batch_reads: bool = True,
+          greenfield: bool = True) -> Sandbox:
     """Start a control plane and ``clusters`` clusters; returns once all of them serve.
 
     ``port``/``mesh_port`` None pick free ports. ``latency_ms`` switches the ``latency``
     fault on everywhere. Without ``detach`` the processes die with this one.
     ``batch_reads=False`` serves no [ext] batch reads (docs/extensions.md), like upstream.
+    ``greenfield=False`` offers no [ext] greenfield creation: its two methods are unknown
+    and the preflight says GREENFIELD_EXECUTION_UNAVAILABLE (docs/extensions.md).
     """
     if not 1 <= clusters <= 200:
         raise SandboxError("clusters must be between 1 and 200")
@@ -537,6 +543,7 @@ def start(state_dir: Path, *, clusters: int = 3, port: int | None = None,
         signer_key_file=state_dir / pki.SIGNER_KEY_FILE,
         deploy_bot_token_file=state_dir / "token-deploy-bot",
         batch_reads=batch_reads,
+        greenfield=greenfield,
     )
     sandbox._detached = detach
     if not detach:
@@ -545,7 +552,8 @@ def start(state_dir: Path, *, clusters: int = 3, port: int | None = None,
     sandbox._argv[CONTROL_PLANE] = [
         *_python_argv("reconciler.sandbox.controlplane"), "--state", str(state_dir),
         "--port", str(cp_port), "--identity-ttl-ms", str(identity_ttl_ms),
-        *([] if batch_reads else ["--no-batch-reads"])]
+        *([] if batch_reads else ["--no-batch-reads"]),
+        *([] if greenfield else ["--no-greenfield"])]
     for cid, address in addresses.items():
         delay = (converge_delay_ms.get(cid, 300) if isinstance(converge_delay_ms, dict)
                  else converge_delay_ms)
@@ -596,6 +604,7 @@ def attach(state_dir: Path) -> Sandbox:
         signer_key_file=state_dir / pki.SIGNER_KEY_FILE,
         deploy_bot_token_file=state_dir / "token-deploy-bot",
         batch_reads=bool(descriptor.get("batchReads", True)),
+        greenfield=bool(descriptor.get("greenfield", True)),
     )
     sandbox._argv = {k: list(v) for k, v in descriptor.get("argv", {}).items()}
     sandbox._pids = {k: int(v) for k, v in descriptor.get("pids", {}).items() if v}

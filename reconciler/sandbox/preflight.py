@@ -58,11 +58,14 @@ def _js_length(value: str) -> int:
     return len(value.encode("utf-16-le")) // 2
 
 
+#: ECMAScript WhiteSpace and LineTerminator: what ``String.prototype.trim`` strips. Python's
+#: ``str.strip()`` differs (it strips U+001C..U+001F and U+0085, and not U+FEFF).
+_JS_WHITESPACE = ("\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
+                  "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff")
+
+
 def _js_trim(value: str) -> str:
-    # JS trim() strips the Unicode White_Space set and line terminators plus U+FEFF;
-    # Python's str.strip() without arguments strips str.isspace() characters, which
-    # covers the same set, and U+FEFF is added explicitly.
-    return value.strip().strip("\ufeff").strip()
+    return value.strip(_JS_WHITESPACE)
 
 
 def _is_record(value: object) -> bool:

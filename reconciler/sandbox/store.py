@@ -271,6 +271,7 @@ def read_audit(state_dir: Path, source: str = "control-plane") -> list[JsonDict]
     return [{"seq": r[0], "at": r[1], "method": r[2], **json.loads(r[3]), "result": r[4]}
             for r in rows]
 
+
 # -- the registry simulation and greenfield operations (``registry``, ``greenfield``) ------
 
 

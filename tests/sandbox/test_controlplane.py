@@ -303,8 +303,15 @@ def test_preflight_reports_schema_version_2(cp: ControlPlaneClient,
                "version": "2.4.0", "configurationDigest": "sha256:" + "0" * 64,
                "proposedNamespace": "checkout", "greenfield": True}
     report = cp.ok("getDeploymentPreflight", **request)["report"]
-    assert report["schemaVersion"] == 2 and report["decision"] == "GO"
+    # Seed 002 (12.0.0) is greenfield-only and fails closed: a service that exists would
+    # be replaced, and this request omits sourceDirty, intentDigest, the Corestore list,
+    # the index digest and the evidence (the greenfield GO case is in test_greenfield.py).
+    assert report["schemaVersion"] == 2 and report["decision"] == "NO-GO"
     assert report["mutationPerformed"] is False
+    codes = {b["code"] for b in report["compatibilityBlockers"]}
+    assert {"WOULD_REPLACE_EXISTING_STATE", "INVALID_REQUEST", "INTENT_DIGEST_INVALID",
+            "OCI_INDEX_DIGEST_REQUIRED", "RELEASE_EVIDENCE_MISSING"} <= codes
+    assert report["proposed"]["wouldReplaceExistingState"] is True
     denied = bot.ok("getDeploymentPreflight", **{**request, "serviceId": "svc-notifications"})
     assert denied["report"]["decision"] == "NO-GO"
     assert denied["report"]["compatibilityBlockers"][0]["code"] == "AUTHORIZATION_MISSING"
