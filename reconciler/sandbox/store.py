@@ -51,6 +51,7 @@ CREATE TABLE IF NOT EXISTS registry_indexes (
     repository TEXT NOT NULL, digest TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL,
     PRIMARY KEY (repository, digest));
 CREATE INDEX IF NOT EXISTS registry_by_digest ON registry_indexes (digest, seq);
+CREATE INDEX IF NOT EXISTS registry_by_seq ON registry_indexes (seq);
 CREATE TABLE IF NOT EXISTS registry_tags (
     repository TEXT NOT NULL, tag TEXT NOT NULL, digest TEXT NOT NULL,
     PRIMARY KEY (repository, tag));
