@@ -7,10 +7,11 @@ A change the saved plan holds and the fresh one does not is accepted only when t
 staleness check calls it already live or ours (a rerun after a crash); the caller passes
 those keys. Each difference is one sentence naming both sides.
 
-A ``create`` is bound to the preflight the plan saw: its key is derived from the request
-and the fence of that report, so a fresh preflight that yields another fence (revision,
+A ``create`` is bound to the preflight the plan saw: its payload carries the request and
+the fence of that report, so a fresh preflight that yields another fence (revision,
 version, digest, configuration digest, namespace) is another creation -- named field by
-field, never sent in the reviewed one's place.
+field, never sent in the reviewed one's place (same key or not: the key follows the
+intent, the fence follows the report).
 
 Must not: read files or the network; the caller hands over both plans.
 """
@@ -99,6 +100,11 @@ def changes(saved: Plan, fresh: Plan, settled: Collection[str] = ()) -> list[str
                              + (f" ({change.user_id})" if change.user_id else "")
                              + f" [{key}], which a fresh plan does not: {change.summary}")
         elif _content(other) != _content(change):
+            if change.action is Action.CREATE:
+                diffs.append(f"create {change.service} [{key}]: the fresh preflight binds "
+                             "another creation than the reviewed one: "
+                             + "; ".join(_creation_diffs(change, other)))
+                continue
             fields = sorted(k for k, v in _content(change).items() if _content(other).get(k) != v)
             diffs.append(f"{change.action.value} {change.service} [{key}] differs from a fresh "
                          f"plan in {', '.join(fields)}")

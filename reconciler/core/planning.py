@@ -429,10 +429,13 @@ class _Planner:
             f"{svc.release.tag or _short(svc.release.digest)} ({_short(svc.release.digest)})"
             f"{where}",
             preconditions=pre,
+            # From the intent alone (the canonical service document), not the commit: the
+            # same new service is the same change at any commit, so a PR review calls a
+            # creation pending on the base "already pending", and a rerun at a later
+            # commit replays the key. The fence (and so the commit) is in the payload,
+            # which binding compares; the control plane keeps keys of creations made.
             idempotency_key=idempotency_key(
-                Action.CREATE, svc.service_id,
-                {"preflight": creation.preflight,
-                 "fence": fence.wire() if fence else None, "service": new.wire()}, pre),
+                Action.CREATE, svc.service_id, {"intent": greenfield.intent_digest(svc)}, pre),
             release_after=ReleaseRef(digest=svc.release.digest,
                                      tags=(svc.release.tag,) if svc.release.tag else (),
                                      reference=svc.release.reference),

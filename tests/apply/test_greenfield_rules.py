@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from reconciler.core import binding, staleness
 from reconciler.core.live import LiveSnapshot
+from reconciler.core.planning import Provenance, creation_requests
 from reconciler.core.plans import Action, Change
 from reconciler.core.staleness import Freshness
 from tests.plan import builders as b
 from tests.plan.test_greenfield_plan import (
+    COMMIT,
     desired_with,
     ledger_doc,
     live_without_ledger,
     planned,
+    report_for,
 )
 
 
@@ -56,6 +59,20 @@ def test_a_saved_create_binds_to_the_fence_of_the_preflight_it_saw() -> None:
     diffs = binding.changes(saved, fresh)
     assert len(diffs) == 1 and diffs[0].startswith("create ledger: the fresh preflight binds")
     assert "fence.version 1.0.0 → 1.0.1" in diffs[0]
+
+
+def test_a_saved_create_whose_fresh_report_binds_another_fence_is_refused() -> None:
+    # Same intent (same key), but the control plane now reports another configuration.
+    saved = planned()
+    desired = desired_with()
+    live = live_without_ledger()
+    prov = Provenance(commit=COMMIT)
+    ask = creation_requests(desired, live, prov)[0]
+    other = report_for(ask.request)
+    other["source"]["configurationDigest"] = "sha256:" + "f" * 64
+    fresh = planned(reply=other)
+    diffs = binding.changes(saved, fresh)
+    assert len(diffs) == 1 and "fence.configuration_digest" in diffs[0], diffs
 
 
 def test_a_saved_create_settled_by_a_crashed_run_is_accepted() -> None:

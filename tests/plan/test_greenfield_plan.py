@@ -147,6 +147,13 @@ def test_the_idempotency_key_is_derived_from_the_intent() -> None:
     moved = planned(desired_with(ledger_doc(create={"namespace": "ledger-2"})))
     other = next(c for c in moved.changes if c.action is Action.CREATE)
     assert other.idempotency_key != first.idempotency_key
+    # Another commit, same document: the same creation (a PR review calls it pending),
+    # though its request and fence name the new commit.
+    later = next(c for c in planned(provenance=Provenance(commit="e" * 40)).changes
+                 if c.action is Action.CREATE)
+    assert later.idempotency_key == first.idempotency_key
+    assert later.creation is not None and later.creation.fence is not None
+    assert later.creation.fence.source_revision == "e" * 40
 
 
 @pytest.mark.parametrize("code", ["NAMESPACE_COLLISION", "OCI_PLATFORM_MANIFEST_MISSING",
