@@ -1,0 +1,258 @@
+"""Issue 12 end to end: a new service through the control plane's greenfield preflight and
+``createGreenfieldDeployment`` [ext], against real sandbox processes and the real CLI.
+
+What the sandbox proves: the control plane's audit log (was a creation ever sent?), the
+services it holds, and what every cluster runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconciler.exitcodes import Exit
+from reconciler.sandbox import seeding
+from reconciler.sandbox.launcher import Sandbox
+from tests.e2e_repo import Repo, make_repo
+from tests.plan.builders import digest
+
+pytestmark = pytest.mark.integration
+
+FIXTURE = Path(__file__).resolve().parents[1] / "validation" / "fixtures" / "ledger.yaml"
+LEDGER = digest("ledger", "v1.0.0")
+KINDS = ("provenance", "sbom", "signature", "vulnerability-policy", "release-authorization")
+CREATE = "createGreenfieldDeployment"
+
+
+def creations(sandbox: Sandbox) -> list[dict[str, Any]]:
+    return [a for a in sandbox.audit() if a["method"] == CREATE]
+
+
+def preflights(sandbox: Sandbox) -> list[dict[str, Any]]:
+    return [a for a in sandbox.audit() if a["method"] == "getDeploymentPreflight"]
+
+
+def ledger_yaml(*, digest_: str = LEDGER, tag: str = "v1.0.0", version: str = "1.0.0",
+                namespace: str = "ledger", kinds: tuple[str, ...] = KINDS,
+                statements: dict[str, str] | None = None) -> str:
+    """The Service document of the new service (the fixture's shape), evidence bound to
+    ``digest_``; ``statements``: kind -> statement digest (default: the sandbox's)."""
+    name = "ledger"
+    evidence = "".join(
+        f"    - kind: {k}\n"
+        f"      statementDigest: {(statements or {}).get(k) or digest(name, f'{tag}:{k}')}\n"
+        f"      subjectDigest: {digest_}\n"
+        "      verifier: sandbox-verifier\n"
+        "      verifiedAt: 1780000000000\n" for k in kinds)
+    return ("apiVersion: reconcile/v1\nkind: Service\nname: ledger\nserviceId: svc-ledger\n"
+            "appId: ledger\nrelease:\n  registryHost: registry.sandbox.test\n"
+            f"  repository: shop/ledger\n  digest: {digest_}\n  tag: {tag}\n"
+            f"  version: {version}\n" + (f"  evidence:\n{evidence}" if kinds else "")
+            + f"create:\n  namespace: {namespace}\negress:\n  - host: api.stripe.com\n")
+
+
+def with_ledger(repo: Repo, text: str | None = None, *, commit: bool = True) -> Repo:
+    (repo.path / "services" / "ledger.yaml").write_text(text or ledger_yaml())
+    if commit:
+        repo.commit("ledger")
+    return repo
+
+
+def plan_json(repo: Repo, *args: str, **env: str) -> tuple[int, dict[str, Any]]:
+    result = repo.run("plan", str(repo.path), "--format", "json", "--detailed-exitcode",
+                      *args, **env)
+    assert result.out.strip(), result.err
+    return result.code, json.loads(result.out)
+
+
+def ledger_part(document: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] | None,
+                                                   set[str | None]]:
+    changes = [c for c in document["changes"] if c["service"] == "ledger"]
+    pre = next((p for p in document["preflights"] if p["service"] == "ledger"), None)
+    upstream = {b["upstream_code"] for b in document["blockers"] if b["service"] == "ledger"}
+    return changes, pre, upstream
+
+
+def test_the_fixture_is_what_this_file_builds() -> None:
+    # The examples' ledger.yaml is D1's fixture; the tests build variants of the same.
+    body = "\n".join(x for x in FIXTURE.read_text().splitlines() if not x.startswith("#"))
+    assert body.strip() == ledger_yaml().strip()
+
+
+def test_complete_evidence_plans_a_go_create_that_converges_everywhere(
+        repo: Repo, sandbox: Sandbox) -> None:
+    with_ledger(repo)
+    code, document = plan_json(repo)
+    assert code == Exit.CHANGES, document["blockers"]
+    changes, pre, upstream = ledger_part(document)
+    assert [c["actions"] for c in changes] == [["create"]] and not upstream
+    assert pre is not None and pre["status"] == "go" and pre["report"]["decision"] == "GO"
+    assert pre["report"]["namespace"] == "ledger" and pre["source_revision"] == document["commit"]
+    assert {p["architecture"]: p["manifest_present"]
+            for p in pre["report"]["platforms"]} == {"amd64": True, "arm64": True}
+    assert creations(sandbox) == []  # a plan only reads
+
+    applied = repo.run("apply", str(repo.path), "--auto-approve")
+    assert applied.code == Exit.OK, applied.out + applied.err
+    assert "Converged" in applied.out
+    assert len(creations(sandbox)) == 1
+    status = sandbox.cluster_status()
+    for cluster in ("sn1", "sn2", "sn3"):
+        assert status[cluster]["ledger"]["resolvedDigest"] == LEDGER
+
+    again = repo.run("plan", str(repo.path), "--detailed-exitcode")
+    assert again.code == Exit.OK, again.out + again.err
+    second = repo.run("apply", str(repo.path), "--auto-approve")
+    assert second.code == Exit.OK and "No changes" in second.out
+    assert len(creations(sandbox)) == 1
+
+
+def test_a_saved_plan_with_a_create_applies_what_was_reviewed(
+        repo: Repo, sandbox: Sandbox, tmp_path: Path) -> None:
+    with_ledger(repo)
+    saved = tmp_path / "plan.json"
+    made = repo.run("plan", str(repo.path), "--out", str(saved))
+    assert made.code == Exit.OK, made.out + made.err
+    applied = repo.run("apply", str(saved), "--auto-approve")
+    assert applied.code == Exit.OK, applied.out + applied.err
+    assert len(creations(sandbox)) == 1
+    # The same saved plan, applied again: its create is settled (the service runs it).
+    again = repo.run("apply", str(saved), "--auto-approve")
+    assert again.code == Exit.OK, again.out + again.err
+    assert len(creations(sandbox)) == 1
+
+
+def assert_no_go(repo: Repo, sandbox: Sandbox, code: str, **env: str) -> dict[str, Any]:
+    exit_code, document = plan_json(repo, **env)
+    assert exit_code == Exit.CHANGES_NO_GO, document["blockers"]
+    _, pre, upstream = ledger_part(document)
+    assert code in upstream, document["blockers"]
+    applied = repo.run("apply", str(repo.path), "--auto-approve", **env)
+    assert applied.code != Exit.OK
+    assert code in applied.err, applied.err
+    assert creations(sandbox) == [], "a creation was sent from a NO-GO plan"
+    assert pre is not None
+    return pre
+
+
+def test_a_missing_kind_in_the_repo_is_refused_before_anything_is_sent(
+        repo: Repo, sandbox: Sandbox) -> None:
+    with_ledger(repo, ledger_yaml(kinds=tuple(k for k in KINDS if k != "sbom")))
+    pre = assert_no_go(repo, sandbox, "RELEASE_EVIDENCE_MISSING")
+    assert pre["status"] == "not_sent"
+    assert any("Missing sbom evidence" in b["message"] for b in pre["local_blockers"])
+    assert preflights(sandbox) == []  # fail closed: not even the read was sent
+
+
+def test_a_kind_the_registry_never_published_is_named_by_the_control_plane(
+        repo: Repo, sandbox: Sandbox) -> None:
+    index = sandbox.push("ledger", "v1.1.0", repository="shop/ledger",
+                         evidence=[k for k in KINDS if k != "signature"])
+    with_ledger(repo, ledger_yaml(digest_=index, tag="v1.1.0", version="1.1.0"))
+    pre = assert_no_go(repo, sandbox, "RELEASE_EVIDENCE_MISSING")
+    assert pre["status"] == "no_go" and pre["report"]["decision"] == "NO-GO"
+
+
+def test_evidence_bound_to_another_image_is_refused(repo: Repo, sandbox: Sandbox) -> None:
+    other = digest("checkout", "v2.4.0")
+    index = sandbox.push("ledger", "v1.1.0", repository="shop/ledger", evidence_subject=other)
+    # The repo says the evidence is about the pinned index; the registry says otherwise.
+    with_ledger(repo, ledger_yaml(digest_=index, tag="v1.1.0", version="1.1.0"))
+    pre = assert_no_go(repo, sandbox, "RELEASE_EVIDENCE_INVALID")
+    assert pre["status"] == "no_go"
+
+
+def test_a_platform_manifest_missing_is_refused(repo: Repo, sandbox: Sandbox) -> None:
+    index = sandbox.push("ledger", "v1.1.0", repository="shop/ledger",
+                         missing_manifests=["linux/arm64"])
+    with_ledger(repo, ledger_yaml(digest_=index, tag="v1.1.0", version="1.1.0"))
+    pre = assert_no_go(repo, sandbox, "OCI_PLATFORM_MANIFEST_MISSING")
+    platforms = {p["architecture"]: p["manifest_present"] for p in pre["report"]["platforms"]}
+    assert platforms == {"amd64": True, "arm64": False}
+
+
+def test_a_namespace_taken_is_refused(repo: Repo, sandbox: Sandbox) -> None:
+    with_ledger(repo, ledger_yaml(namespace="checkout"))
+    pre = assert_no_go(repo, sandbox, "NAMESPACE_COLLISION")
+    assert pre["report"]["namespace"] == "checkout"
+
+
+def test_a_dirty_repo_sends_nothing(repo: Repo, sandbox: Sandbox) -> None:
+    with_ledger(repo)
+    with_ledger(repo, ledger_yaml() + "# an edit nobody committed\n", commit=False)
+    exit_code, document = plan_json(repo)
+    assert exit_code == Exit.CHANGES_NO_GO
+    _, pre, upstream = ledger_part(document)
+    assert "SOURCE_WORKTREE_DIRTY" in upstream and pre is not None
+    assert pre["status"] == "not_sent" and preflights(sandbox) == []
+    applied = repo.run("apply", str(repo.path), "--auto-approve")
+    assert applied.code == Exit.REFUSED_COMMIT
+    assert creations(sandbox) == []
+
+
+def test_the_create_capability_missing_is_refused(
+        repo_factory: Callable[..., Repo], sandbox: Sandbox) -> None:
+    # reconcile runs as deploy-bot, which may preflight svc-ledger but not create it.
+    seed = copy.deepcopy(seeding.DEFAULT_SEED)
+    for grant in seed["grants"]:
+        if grant["serviceId"] == "svc-ledger":
+            grant["capabilities"] = ["deployment:preflight"]
+    sandbox.seed(seed)
+    repo = with_ledger(repo_factory(sandbox))
+    token = sandbox.deploy_bot_token_file.read_text().strip()
+    pre = assert_no_go(repo, sandbox, "AUTHORIZATION_MISSING", RECONCILE_TOKEN=token)
+    checks = {c["capability"]: c["granted"] for c in pre["report"]["authorization_checks"]}
+    assert checks.get("deployment:create-greenfield") is False
+
+
+def test_without_the_creation_request_the_plan_says_greenfield_execution_unavailable(
+        sandbox_factory: Callable[..., Sandbox], tmp_path: Path) -> None:
+    sandbox = sandbox_factory(greenfield=False)
+    repo = with_ledger(make_repo(tmp_path, sandbox))
+    pre = assert_no_go(repo, sandbox, "GREENFIELD_EXECUTION_UNAVAILABLE")
+    assert pre["execution_available"] is False
+
+
+@pytest.mark.parametrize("point", ["before-send:create", "after-send:create"])
+def test_a_killed_creation_reruns_to_exactly_one_service(
+        repo: Repo, sandbox: Sandbox, point: str) -> None:
+    with_ledger(repo)
+    crashed = repo.run("apply", str(repo.path), "--auto-approve", RECONCILE_CRASH_AT=point)
+    assert crashed.code == -9, crashed.out + crashed.err
+    rerun = repo.run("apply", str(repo.path), "--auto-approve")
+    assert rerun.code == Exit.OK, rerun.out + rerun.err
+    sent = creations(sandbox)
+    # before-send: nothing had been sent, the rerun sends it once; after-send: the rerun
+    # sees the service and sends nothing more.
+    assert len(sent) == 1, sent
+    statuses = sandbox.rollout_statuses()
+    assert int(statuses["svc-ledger"]["rolloutGeneration"]) == 1  # one rollout, never two
+    final = repo.run("plan", str(repo.path), "--detailed-exitcode")
+    assert final.code == Exit.OK, final.out + final.err
+
+
+def test_plan_base_tells_a_creation_this_pr_introduces_from_one_already_pending(
+        repo: Repo, sandbox: Sandbox) -> None:
+    with_ledger(repo)  # HEAD~1 has no ledger: this PR introduces it
+    result = repo.run("plan", str(repo.path), "--base", "HEAD~1", "--format", "json")
+    document = json.loads(result.out)
+    key = next(c["idempotency_key"] for c in document["changes"] if c["service"] == "ledger")
+    assert document["review"]["origins"][key] == "introduced"
+    (repo.path / "services" / "search.yaml").write_text(
+        (repo.path / "services" / "search.yaml").read_text() + "# reviewed\n")
+    repo.commit("an unrelated edit")  # HEAD~1 has the ledger too: it was pending already
+    result = repo.run("plan", str(repo.path), "--base", "HEAD~1", "--format", "json")
+    document = json.loads(result.out)
+    again = next(c for c in document["changes"] if c["service"] == "ledger")
+    assert again["idempotency_key"] == key
+    assert document["review"]["origins"][key] == "already_pending"
+    assert not [r for r in document["review"]["removed"] if r["service"] == "ledger"]
+    # Each side was asked at its own commit; nothing was created.
+    revisions = {p["source_revision"] for p in document["preflights"]}
+    assert revisions == {document["commit"]}
+    assert creations(sandbox) == []
