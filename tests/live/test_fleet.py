@@ -139,6 +139,7 @@ def conditional_services(env: dict[str, Any]) -> dict[str, Any]:
 
 def test_an_unchanged_fleet_is_confirmed_with_one_request() -> None:
     cp = control_plane(getServices=[conditional_services],
+                       getServicesReleases=[lambda env: paged(env, etag="rev-1")],
                        getServiceDeploymentGrants=[{"grants": [], "etag": "rev-1"}])
     memory = fleet.Memory()
     first, second = read(cp, passes=2, memory=memory)  # one client, as the watcher's
@@ -158,7 +159,8 @@ def test_a_changed_fleet_is_read_in_full_from_the_conditional_reply() -> None:
         return {"services": [raw(s) for s in ids], "etag": revision["now"]}
 
     cp = control_plane(getServices=[services], getServiceDeploymentGrants=[
-        lambda env: {"grants": [], "etag": revision["now"]}])
+        lambda env: {"grants": [], "etag": revision["now"]}], getServicesReleases=[
+        lambda env: paged(env, etag=revision["now"])])
     memory = fleet.Memory()
     read(cp, memory=memory)
     revision["now"] = "rev-2"  # svc-c deleted upstream
@@ -170,14 +172,17 @@ def test_a_changed_fleet_is_read_in_full_from_the_conditional_reply() -> None:
     assert memory.etag == "rev-2"
 
 
-@pytest.mark.parametrize(("grants", "why"), [
-    ({"grants": [], "etag": "rev-0"}, "the grants were read at another revision"),
-    ({"grants": []}, "the grants carry no revision"),
-    (error("FORBIDDEN", "no"), "the grants could not be read"),
+@pytest.mark.parametrize(("grants", "releases", "why"), [
+    ({"grants": [], "etag": "rev-0"}, "rev-1", "the grants were read at another revision"),
+    ({"grants": []}, "rev-1", "the grants carry no revision"),
+    (error("FORBIDDEN", "no"), "rev-1", "the grants could not be read"),
+    ({"grants": [], "etag": "rev-1"}, "rev-2", "a releases page was read at another one"),
+    ({"grants": [], "etag": "rev-1"}, None, "a releases page carries no revision"),
 ])
 def test_nothing_is_remembered_from_a_read_that_may_straddle_a_change(
-        grants: dict[str, Any], why: str) -> None:
-    cp = control_plane(getServices=[conditional_services], getServiceDeploymentGrants=[grants])
+        grants: dict[str, Any], releases: str | None, why: str) -> None:
+    cp = control_plane(getServices=[conditional_services], getServiceDeploymentGrants=[grants],
+                       getServicesReleases=[lambda env: paged(env, etag=releases)])
     memory = fleet.Memory()
     read(cp, passes=2, memory=memory)
     assert memory.etag is None, why

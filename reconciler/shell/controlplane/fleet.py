@@ -137,17 +137,19 @@ async def read(client: ControlPlaneClient, managed: Sequence[str], progress: Pro
                 reason="the control plane has no service with this id")
             progress.advance()
     present = [s for s in ids if s in by_id]
+    revisions: set[str | None] = {first.etag}  # every revision this read saw
     if SERVICES_RELEASES in capabilities and present:
-        services.update(await _in_pages(client, present, by_id, progress))
+        services.update(await _in_pages(client, present, by_id, progress, revisions))
     else:
         services.update(await _one_by_one(client, present, by_id, progress))
     grants, grants_error, grants_etag = await grants_task
+    revisions.add(grants_etag)
     fleet = Fleet(services={s: services[s] for s in ids}, grants=grants,
                   grants_error=grants_error)
     if memory is not None:
-        # One revision for both reads, or the two may straddle a change: then nothing
-        # is remembered and the next snapshot reads everything again.
-        memory.keep(ids, fleet, first.etag if grants_etag == first.etag else None)
+        # One revision for every read, or they may straddle a change: then nothing is
+        # remembered and the next snapshot reads everything again.
+        memory.keep(ids, fleet, first.etag if revisions == {first.etag} else None)
     return fleet
 
 
@@ -182,9 +184,10 @@ async def _one_by_one(client: ControlPlaneClient, ids: Sequence[str],
 
 
 async def _in_pages(client: ControlPlaneClient, ids: Sequence[str],
-                    by_id: dict[Any, dict[str, Any]],
-                    progress: Progress) -> dict[str, LiveService | ReadFailure]:
-    """[ext] ``getServicesReleases`` for ``ids`` (each exists per ``getServices``)."""
+                    by_id: dict[Any, dict[str, Any]], progress: Progress,
+                    revisions: set[str | None]) -> dict[str, LiveService | ReadFailure]:
+    """[ext] ``getServicesReleases`` for ``ids`` (each exists per ``getServices``); the
+    etag of every page goes into ``revisions``."""
     wanted = set(ids)
     out: dict[str, LiveService | ReadFailure] = {}
     cursor: str | None = None
@@ -195,6 +198,7 @@ async def _in_pages(client: ControlPlaneClient, ids: Sequence[str],
         while True:
             number += 1
             page = await client.get_services_releases(ids, cursor=cursor, limit=RELEASES_PAGE)
+            revisions.add(page.etag)
             for service_id, releases in page.releases.items():
                 if service_id in wanted and service_id not in out:
                     out[service_id] = _parsed(by_id[service_id], releases)
