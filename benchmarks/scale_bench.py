@@ -18,7 +18,8 @@ Each run is a fresh process (``benchmarks/scale_child.py``): read the commit, ob
 interpreter's start), then observe again with what the watcher keeps (**resync** of the
 unchanged fleet). Reported per configuration: median wall time over ``--runs`` (one run
 when a run is slow), requests (the sandbox's audit logs; the client's own count per host
-alongside), HTTP bytes, peak RSS of the reconcile process (``os.wait4``), its CPU time.
+alongside), HTTP bytes, peak RSS of the reconcile process (its own ``VmHWM``) and its CPU
+time (``os.wait4``).
 Per-item runs past ``--per-item-max`` service×cluster pairs are skipped and their time
 extrapolated from the largest measured per-item run (marked as such).
 
@@ -59,6 +60,8 @@ OUT_DIR = Path(__file__).resolve().parent / "out"
 MODES = ("batch", "per-item")
 #: A run slower than this is not repeated (its median is its one value).
 REPEAT_UNDER_S = 25.0
+#: How long a big sandbox may take to start (see ``Fleet._start``).
+READY_TIMEOUT_S = 180.0
 #: Per-item: the resync is a second full read; done only when the first took less.
 PER_ITEM_RESYNC_UNDER_S = 8.0
 NOTE = ("Wall times from one machine whose cores the sandbox (a control plane and up to "
@@ -172,6 +175,10 @@ class Fleet:
             kwargs["batch_reads"] = self.batch
         if ports is not None:
             kwargs["port"], kwargs["mesh_port"] = ports
+        # Ten clusters taking over 10,000 apps each need more than the launcher's 15 s
+        # to say READY on two busy cores; start() has no parameter for it, so this
+        # process (and only it) waits longer.
+        launcher.READY_TIMEOUT_S = max(launcher.READY_TIMEOUT_S, READY_TIMEOUT_S)
         return launcher.start(self.tmp / "sb", **kwargs)
 
     def _settle(self, timeout: float = 900.0) -> None:
@@ -183,7 +190,8 @@ class Fleet:
             if all(n >= self.services for n in counts.values()):
                 return
             if time.monotonic() > deadline:
-                raise SystemExit(f"clusters did not take every app in {timeout:g}s: {counts}")
+                raise launcher.SandboxError(
+                    f"clusters did not take every app in {timeout:g}s: {counts}")
             time.sleep(0.5)
 
     def _slow_down(self) -> None:
@@ -215,10 +223,10 @@ class Fleet:
 
 def run_child(repo: Path, env: Mapping[str, str], resync_if_under: float,
               audit: Audit, scratch: Path) -> dict[str, Any]:
-    """One cold run in its own process; returns its figures, the audit's count, and its
-    peak RSS and CPU time as the kernel accounts them for that process alone (``wait4``
-    on its pid; ``RUSAGE_CHILDREN`` would also hold every sandbox process stopped so
-    far)."""
+    """One cold run in its own process; returns its figures (peak RSS its own, read by
+    itself), the audit's count, and its CPU time as the kernel accounts it for that
+    process (``wait4`` on its pid; ``RUSAGE_CHILDREN`` would also hold every sandbox
+    process stopped so far)."""
     audit.mark()
     errors = scratch / "child.stderr"
     started = time.perf_counter()
@@ -234,12 +242,13 @@ def run_child(repo: Path, env: Mapping[str, str], resync_if_under: float,
         proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
-        raise SystemExit(f"scale_child exited {proc.returncode}:\n"
-                         f"{errors.read_text(errors='replace')[-3000:]}")
+        raise ChildFailed(f"scale_child exited {proc.returncode}:\n"
+                          f"{errors.read_text(errors='replace')[-3000:]}")
     result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
     result.update({
         "process_seconds": wall, "audit": audit.since(),
-        "peak_rss_mb": usage.ru_maxrss / 1024,  # Linux: KiB
+        # The child's own peak RSS comes from the child (VmHWM, see scale_child.maxrss_mb):
+        # wait4's ru_maxrss would include this process's size at the fork.
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
         "load_average": os.getloadavg()[0],
     })
@@ -341,60 +350,79 @@ def check(run: Mapping[str, Any], *, mode: str, services: int) -> list[str]:
 
 
 def measure_all(args: argparse.Namespace) -> dict[str, Any]:
+    """Every configuration; the report is written again after each one, so a run cut
+    short (or one configuration failing) still leaves everything measured before it."""
     modes = [m for m in args.modes if m in MODES]
     available = batch_switch()
     if not available and "batch" in modes:
         print("note: this sandbox has no batch_reads switch yet; measuring per-item only",
               flush=True)
         modes = ["per-item"]
-    results: list[dict[str, Any]] = []
-    skipped: list[dict[str, Any]] = []
+    report: dict[str, Any] = {
+        "latency_ms": args.latency_ms, "batch_switch": available, "seconds": 0.0,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "platform": platform.platform(), "note": NOTE,
+                    "load_average_before": os.getloadavg(),
+                    "load_average_after": os.getloadavg(), "operator_note": args.note},
+        "results": [], "skipped": [], "failed": [], "targets": [],
+    }
+    results: list[dict[str, Any]] = report["results"]
     started = time.perf_counter()
-    load_before = os.getloadavg()
     for clusters in args.clusters:
         for services in args.sizes:
             pairs = services * clusters
             todo = [m for m in modes if m != "per-item" or pairs <= args.per_item_max]
             if "per-item" in modes and "per-item" not in todo:
-                skipped.append({"services": services, "clusters": clusters,
-                                "mode": "per-item",
-                                "reason": f"{pairs:,} service×cluster pairs > --per-item-max "
-                                          f"{args.per_item_max:,}"})
-            if not todo:
-                continue
-            print(f"\n--- {services:,} services × {clusters} clusters: {', '.join(todo)}",
-                  flush=True)
-            with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp_:
-                fleet_ = Fleet(Path(tmp_), services, clusters, args.latency_ms)
+                report["skipped"].append({
+                    "services": services, "clusters": clusters, "mode": "per-item",
+                    "reason": f"{pairs:,} service×cluster pairs > --per-item-max "
+                              f"{args.per_item_max:,}"})
+            if todo:
+                print(f"\n--- {services:,} services × {clusters} clusters: {', '.join(todo)}",
+                      flush=True)
                 try:
-                    print(f"    sandbox seeded and settled in "
-                          f"{fleet_.setup['sandbox_seconds']:.1f} s, repo written in "
-                          f"{fleet_.setup['repo_seconds']:.1f} s", flush=True)
-                    for mode in todo:
-                        fleet_.use(mode)
-                        measured = measure_mode(
-                            fleet_, mode, runs=args.runs,
-                            resync_if_under=(float("inf") if mode == "batch"
-                                             else PER_ITEM_RESYNC_UNDER_S))
-                        entry = {"services": services, "clusters": clusters, "mode": mode,
-                                 "setup": fleet_.setup, **measured}
-                        results.append(entry)
-                        print_row(entry)
-                finally:
-                    fleet_.stop()
-    extrapolate(skipped, results)
-    return {
-        "latency_ms": args.latency_ms,
-        "batch_switch": available,
-        "seconds": time.perf_counter() - started,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform(), "note": NOTE,
-                    "load_average_before": load_before, "load_average_after": os.getloadavg(),
-                    "operator_note": args.note},
-        "results": results,
-        "skipped": skipped,
-        "targets": targets(results),
-    }
+                    measure_size(args, services, clusters, todo, results)
+                except (launcher.SandboxError, ChildFailed, OSError) as exc:
+                    print(f"    failed: {exc}", flush=True)
+                    report["failed"].append({"services": services, "clusters": clusters,
+                                             "error": str(exc)[-2000:]})
+            extrapolate(report["skipped"], results)
+            report["targets"] = targets(results)
+            report["seconds"] = time.perf_counter() - started
+            report["machine"]["load_average_after"] = os.getloadavg()
+            write(report)
+    return report
+
+
+class ChildFailed(RuntimeError):
+    """A measuring process exited non-zero."""
+
+
+def measure_size(args: argparse.Namespace, services: int, clusters: int, todo: list[str],
+                 results: list[dict[str, Any]]) -> None:
+    with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp_:
+        fleet_ = Fleet(Path(tmp_), services, clusters, args.latency_ms)
+        try:
+            print(f"    sandbox seeded and settled in {fleet_.setup['sandbox_seconds']:.1f} s, "
+                  f"repo written in {fleet_.setup['repo_seconds']:.1f} s", flush=True)
+            for mode in todo:
+                fleet_.use(mode)
+                measured = measure_mode(
+                    fleet_, mode, runs=args.runs,
+                    resync_if_under=(float("inf") if mode == "batch"
+                                     else PER_ITEM_RESYNC_UNDER_S))
+                entry = {"services": services, "clusters": clusters, "mode": mode,
+                         "setup": fleet_.setup, **measured}
+                results.append(entry)
+                print_row(entry)
+        finally:
+            fleet_.stop()
+
+
+def write(report: Mapping[str, Any]) -> None:
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    (OUT_DIR / "scale.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (OUT_DIR / "scale.md").write_text(markdown(report), encoding="utf-8")
 
 
 def extrapolate(skipped: list[dict[str, Any]], results: list[dict[str, Any]]) -> None:
@@ -493,6 +521,9 @@ def markdown(report: Mapping[str, Any]) -> str:
         lines += ["", "Issue 13's targets (batch mode):", ""]
         lines += [f"- {t['target']}: {t['measured']} -- {'met' if t['met'] else 'MISSED'}"
                   for t in report["targets"]]
+    for entry in report["failed"]:
+        lines.append(f"| {entry['services']:,} × {entry['clusters']} | - | failed: "
+                     f"{entry['error'].splitlines()[-1][:200]} |" + " |" * (len(HEADER) - 3))
     problems = [(e, p) for e in report["results"] for p in e["problems"]]
     if problems:
         lines += ["", "⚠ Problems (figures of these rows are suspect):", ""]
@@ -549,9 +580,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="runs per configuration while a run takes under "
                              f"{REPEAT_UNDER_S:g} s (median reported)")
     parser.add_argument("--latency-ms", type=int, default=20)
-    parser.add_argument("--per-item-max", type=int, default=30_000,
+    parser.add_argument("--per-item-max", type=int, default=10_000,
                         help="skip per-item runs past this many service×cluster pairs "
-                             "(default 30000: 10,000 × 10 per-item alone would take ~8 min)")
+                             "(default 10000: per-item reads of 10,000 services × 3 clusters "
+                             "take minutes on two cores, and time out under load)")
     parser.add_argument("--note", default="",
                         help="a sentence for the report (e.g. what else ran on the machine)")
     parser.add_argument("--quick", action="store_true",
@@ -562,14 +594,10 @@ def main(argv: list[str] | None = None) -> int:
     if not all(1 <= c <= 10 for c in args.clusters):
         parser.error("--clusters: each between 1 and 10 (127.0.0.2–127.0.0.11)")
     report = measure_all(args)
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    (OUT_DIR / "scale.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    table = markdown(report)
-    (OUT_DIR / "scale.md").write_text(table, encoding="utf-8")
-    print("\n" + table)
+    print("\n" + markdown(report))
     print(f"wrote {(OUT_DIR / 'scale.json').relative_to(ROOT)} and "
           f"{(OUT_DIR / 'scale.md').relative_to(ROOT)}")
-    return 1 if any(e["problems"] for e in report["results"]) else 0
+    return 1 if report["failed"] or any(e["problems"] for e in report["results"]) else 0
 
 
 if __name__ == "__main__":

@@ -127,7 +127,21 @@ def differences(first: LiveSnapshot, again: LiveSnapshot) -> list[str]:
 
 
 def maxrss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    """This process's peak resident set so far, in MiB.
+
+    ``VmHWM`` (Linux): the high-water mark of this process's own address space, which
+    starts at ``exec``. Not ``ru_maxrss``: Linux carries the parent's peak across
+    fork+exec into the child's ``ru_maxrss`` (``RUSAGE_SELF`` and ``wait4`` alike), so a
+    child of a large benchmark process would report the benchmark's size, not its own.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # elsewhere: best effort
 
 
 async def measure(repo: Path, env: Mapping[str, str], resync_if_under: float) -> dict[str, Any]:
@@ -187,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="observe a second time only when the first took less (seconds)")
     args = parser.parse_args(argv)
     result = asyncio.run(measure(args.repo, dict(os.environ), args.resync_if_under))
+    result["peak_rss_mb"] = maxrss_mb()
     print(json.dumps(result), flush=True)
     return 0
 
