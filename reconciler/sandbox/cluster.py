@@ -119,7 +119,12 @@ class Cluster:
         self.secret = (self.state_dir / controlplane.SECRET_FILE).read_text().strip()
         self.wallets = {args.wallet: (self.state_dir / pki.SIGNER_PUB_FILE).read_text().strip()}
         self.auth_app_id: str = args.auth_app_id
-        self.session = f"{self.id}-{secrets.token_hex(4)}"
+        # A cluster adopting a fresh seed reports as the seed's reporter session did
+        # (seeding.full_report), so its first reports equal the seeded ones and change
+        # nothing: a fresh sandbox starts quiet. Any later start is a new session.
+        self.session = f"{self.id}-seed" if args.adopt else f"{self.id}-{secrets.token_hex(4)}"
+        #: This process's run: part of every ETag, so a restart never repeats one.
+        self.incarnation = secrets.token_hex(6)
         self.faults = faults.FaultView(self.state_dir, self.id)
         self.lock = threading.Lock()
         self.audit_lock = threading.Lock()
@@ -427,10 +432,10 @@ class Cluster:
 
     def page_etag(self, app_ids: list[str] | None, cursor: batch.Cursor, limit: int) -> str:
         """This cluster's runtime revision (caller holds the lock) plus the query. The
-        session makes a restarted cluster's ETags new; the view faults are part of what
-        a reply shows."""
+        incarnation makes a restarted cluster's ETags new; the view faults are part of
+        what a reply shows."""
         query = batch.query_digest(app_ids, cursor.after, cursor.page, limit)
-        return batch.strong(f"{self.session}.{self.revision}.{self.view_faults()}.{query}")
+        return batch.strong(f"{self.incarnation}.{self.revision}.{self.view_faults()}.{query}")
 
     def status_page(self, app_ids: list[str] | None, cursor: batch.Cursor,
                     limit: int) -> bytes:

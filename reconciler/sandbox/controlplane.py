@@ -107,7 +107,8 @@ class ControlPlane:
         }
         # [ext] issue 13: getServicesReleases and the etag of the fleet reads, or neither.
         self.methods = batchreads.with_batch_reads(
-            self.methods, caller=self.caller, error=DomainError, enabled=batch_reads)
+            self.methods, caller=self.caller, error=DomainError, enabled=batch_reads,
+            with_status=self.with_status, connect=self.conn)
 
     def conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)

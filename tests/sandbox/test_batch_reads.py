@@ -339,3 +339,32 @@ def test_switched_off_nothing_is_advertised_or_served(
 def test_switched_on_the_method_is_listed(cp: ControlPlaneClient, sandbox: Sandbox) -> None:
     assert "getServicesReleases" in cp.ok("getCapabilities")["methods"]
     assert launcher.attach(sandbox.state_dir).batch_reads is True
+
+
+def test_a_fresh_sandbox_starts_quiet(cp: ControlPlaneClient, batch: Batch) -> None:
+    etag = cp.ok("getServices")["etag"]
+    page = batch.get().headers["ETag"]
+    time.sleep(QUIET_S)  # clusters adopt the seed and report it: that changes nothing
+    assert cp.ok("getServices", ifNoneMatch=etag) == {"notModified": True, "etag": etag}
+    assert batch.get(if_none_match=page).status_code == 304
+
+
+def test_get_services_equals_the_per_item_reads_across_changes(
+        sandbox: Sandbox, cp: ControlPlaneClient) -> None:
+    def same() -> None:
+        services = cp.ok("getServices")["services"]
+        assert [s["id"] for s in services] == SERVICES
+        for service in services:
+            assert service == cp.service(service["id"])
+
+    same()
+    release = cp.release_by_tag("svc-checkout", "v2.4.0")
+    assert "error" not in cp.promote("svc-checkout", release["id"])
+    same()  # pending: one service's status recomputed, the others reused
+    sandbox.wait_settled()
+    same()
+    sandbox.seed({"services": [{"id": "svc-solo", "name": "solo",
+                                "releases": [{"tag": "v1"}], "current": "v1"}]})
+    services = cp.ok("getServices")["services"]
+    assert [s["id"] for s in services] == ["svc-solo"]
+    assert services[0] == cp.service("svc-solo")
