@@ -285,13 +285,34 @@ class Cluster:
                 # equal to the one it holds).
                 self.sent.clear()
             self.version = int(answer["version"])
+        adopting = self.adopt and bool(self.desired)
         self.converge()
+        if adopting:
+            self._adopted_reports()
         with self.lock:
             quiet = not reports and not self.dirty and not self.full_reports
         if quiet:
             # Ready once every report is acknowledged: a sandbox that has just started
             # is quiet (its control-plane revision holds still) rather than settling.
             self.synced.set()
+
+    def _adopted_reports(self) -> None:
+        """On a fresh seed the control plane already holds this cluster's reports:
+        seeding wrote them as this reporter session (converged, no faults: the launcher
+        clears them first, and starts an adopting cluster right after seeding, before any
+        client can write). Count them as acknowledged instead of sending 10,000 copies."""
+        view = self.view_faults()
+        now = store.now_ms()
+        with self.lock:
+            for app_id, want in self.desired.items():
+                item = self._report(app_id, want, now)
+                if item is not None:
+                    self.sent[app_id] = store.canonical(
+                        {k: v for k, v in item["report"].items()
+                         if k not in ("reportedAt", "reportSequence")})
+            self.dirty.clear()
+            self.full_reports = False
+            self._view_faults = view
 
     def converge(self) -> None:
         now = time.monotonic()
