@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -334,6 +337,30 @@ def test_switched_off_nothing_is_advertised_or_served(
     finally:
         mesh.close()
         cp.close()
+
+
+def test_cli_up_no_batch_reads(tmp_path: Path) -> None:
+    state = tmp_path / "cli"
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "reconciler", "sandbox", "--state", str(state), *argv],
+            capture_output=True, text=True, timeout=60,
+            cwd=Path(__file__).resolve().parents[2])
+
+    up = run("up", "--detach", "--port", "0", "--mesh-port", "0", "--clusters", "1",
+             "--no-batch-reads")
+    assert up.returncode == 0, up.stderr
+    assert "batch reads     off" in up.stdout
+    sb = launcher.attach(state)
+    mesh = MeshClient(sb)
+    try:
+        assert sb.batch_reads is False
+        assert "extensions" not in mesh.health("sn1").json()
+    finally:
+        mesh.close()
+        down = run("down")
+    assert down.returncode == 0, down.stderr
 
 
 def test_switched_on_the_method_is_listed(cp: ControlPlaneClient, sandbox: Sandbox) -> None:
