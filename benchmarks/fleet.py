@@ -38,9 +38,15 @@ def write_seed(path: Path, n: int) -> Path:
     return path
 
 
-def write_repo(root: Path, sandbox: Sandbox, n: int, *, pin: str, **policy: Any) -> Path:
+def write_repo(root: Path, sandbox: Sandbox, n: int, *, pin: str,
+               timeouts: tuple[float, float] | None = None, **policy: Any) -> Path:
+    """The repo, committed. ``timeouts``: (controlPlane.timeoutSeconds,
+    mesh.timeoutSeconds) instead of the defaults (10 s, 5 s)."""
     (root / "services").mkdir(parents=True)
-    (root / "settings.yaml").write_text(sandbox.settings_yaml(**policy))
+    settings = json.loads(sandbox.settings_yaml(**policy))
+    if timeouts is not None:
+        settings["controlPlane"]["timeoutSeconds"], settings["mesh"]["timeoutSeconds"] = timeouts
+    (root / "settings.yaml").write_text(json.dumps(settings, indent=2) + "\n")
     tag = "v1.1.0" if pin == "new" else "v1.0.0"
     for i in range(n):
         svc = name(i)

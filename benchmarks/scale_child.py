@@ -154,10 +154,12 @@ async def measure(repo: Path, env: Mapping[str, str], resync_if_under: float) ->
         if loaded.state is None:
             raise SystemExit(f"{repo}: the desired state is invalid: {loaded.problems[:3]}")
         t1 = time.perf_counter()
+        load_rss = maxrss_mb()
         w1 = wire.mark()
         snapshot = await steps.observe(loaded.state)
         t2 = time.perf_counter()
         w2 = wire.mark()
+        snapshot_rss = maxrss_mb()
         made = steps.plan(loaded.state, snapshot, loaded.provenance)
         t3 = time.perf_counter()
         text.render(made)
@@ -172,6 +174,8 @@ async def measure(repo: Path, env: Mapping[str, str], resync_if_under: float) ->
                                  for s in snapshot.services.values()),
             "changes": len(made.changes), "blockers": len(made.blockers),
             "verdict": made.verdict.value,
+            # Peak RSS (a high-water mark) after each phase: where the memory went.
+            "load_peak_rss_mb": load_rss, "snapshot_peak_rss_mb": snapshot_rss,
             "plan_peak_rss_mb": maxrss_mb(),
         }
         if t2 - t1 < resync_if_under:
