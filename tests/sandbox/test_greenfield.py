@@ -495,3 +495,42 @@ def test_switched_off_like_upstream(sandbox_factory: Callable[..., Sandbox]) -> 
         assert launcher.attach(sb.state_dir).greenfield is False
     finally:
         client.close()
+
+
+def test_cli_up_no_greenfield_is_kept_for_attach(tmp_path: Path) -> None:
+    state = tmp_path / "cli"
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "reconciler", "sandbox", "--state", str(state), *argv],
+            capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+
+    up = run("up", "--detach", "--port", "0", "--mesh-port", "0", "--clusters", "1",
+             "--no-greenfield")
+    assert up.returncode == 0, up.stderr
+    assert "greenfield      off" in up.stdout
+    try:
+        sb = launcher.attach(state)
+        assert sb.greenfield is False
+        client = ControlPlaneClient(sb)
+        try:
+            assert not GREENFIELD_METHODS & set(client.ok("getCapabilities")["methods"])
+        finally:
+            client.close()
+    finally:
+        assert run("down").returncode == 0
+
+
+def test_a_failing_cluster_fails_the_operation(sandbox: Sandbox,
+                                               bot: ControlPlaneClient) -> None:
+    sandbox.fault("sn2", "failed")
+    operation = bot.ok("createGreenfieldDeployment", **creation(sandbox))["operation"]
+    seen = wait_terminal(bot, operation["id"])
+    assert seen[-1] == "failed", seen
+    final = bot.ok("getGreenfieldDeploymentOperation", operationId=operation["id"])
+    assert final["operation"]["data"]["failureCode"] == "replica-failed"
+    # Final for the operation: the cluster recovering later does not rewrite it.
+    sandbox.clear_faults()
+    sandbox.wait_settled()
+    again = bot.ok("getGreenfieldDeploymentOperation", operationId=operation["id"])
+    assert again["operation"]["data"]["state"] == "failed"
