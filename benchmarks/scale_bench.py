@@ -23,8 +23,9 @@ time (``os.wait4``).
 Per-item runs past ``--per-item-max`` service×cluster pairs are skipped and their time
 extrapolated from the largest measured per-item run (marked as such).
 
-Writes ``benchmarks/out/scale.json`` and ``benchmarks/out/scale.md`` and nothing else: a
-benchmark never edits a tracked file (the README's table is copied by hand from a run).
+Writes ``benchmarks/out/scale.json`` and ``benchmarks/out/scale.md`` (``--quick``:
+``scale-quick.*``) and nothing else: a benchmark never edits a tracked file (the README's
+table is copied by hand from a run).
 The figures are wall times on whatever machine runs this; the sandbox (one control plane,
 up to ten clusters) shares its cores with the reconcile process, so the load average is
 recorded with every run.
@@ -365,6 +366,8 @@ def measure_all(args: argparse.Namespace) -> dict[str, Any]:
               flush=True)
         modes = ["per-item"]
     report: dict[str, Any] = {
+        # --quick writes beside the full curve, never over it.
+        "name": "scale-quick" if args.quick else "scale",
         "latency_ms": args.latency_ms, "batch_switch": available, "seconds": 0.0,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform(), "note": NOTE,
@@ -427,8 +430,9 @@ def measure_size(args: argparse.Namespace, services: int, clusters: int, todo: l
 
 def write(report: Mapping[str, Any]) -> None:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
-    (OUT_DIR / "scale.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    (OUT_DIR / "scale.md").write_text(markdown(report), encoding="utf-8")
+    name = report["name"]
+    (OUT_DIR / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (OUT_DIR / f"{name}.md").write_text(markdown(report), encoding="utf-8")
 
 
 def extrapolate(skipped: list[dict[str, Any]], results: list[dict[str, Any]]) -> None:
@@ -596,7 +600,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--note", default="",
                         help="a sentence for the report (e.g. what else ran on the machine)")
     parser.add_argument("--quick", action="store_true",
-                        help="100 and 1,000 services × 3 clusters, one run each")
+                        help="100 and 1,000 services × 3 clusters, one run each (written "
+                             "to benchmarks/out/scale-quick.*, not over the full curve)")
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.clusters, args.runs = [100, 1000], [3], 1
@@ -604,8 +609,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--clusters: each between 1 and 10 (127.0.0.2–127.0.0.11)")
     report = measure_all(args)
     print("\n" + markdown(report))
-    print(f"wrote {(OUT_DIR / 'scale.json').relative_to(ROOT)} and "
-          f"{(OUT_DIR / 'scale.md').relative_to(ROOT)}")
+    print(f"wrote {(OUT_DIR / (report['name'] + '.json')).relative_to(ROOT)} and "
+          f"{(OUT_DIR / (report['name'] + '.md')).relative_to(ROOT)}")
     return 1 if report["failed"] or any(e["problems"] for e in report["results"]) else 0
 
 
