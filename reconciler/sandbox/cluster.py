@@ -276,14 +276,7 @@ class Cluster:
             self.sent.update(fingerprints)
             self.report_seq += 1
         if not answer.get("unchanged"):
-            with self.lock:
-                self.desired = {s["appId"]: s for s in answer.get("services", [])}
-                self.full_converge = True
-                self.full_reports = True
-                # A new desired state may come from a new seed, which replaced every
-                # stored report: say everything again (the control plane ignores a report
-                # equal to the one it holds).
-                self.sent.clear()
+            self._new_desired({s["appId"]: s for s in answer.get("services", [])})
             self.version = int(answer["version"])
         adopting = self.adopt and bool(self.desired)
         self.converge()
@@ -295,6 +288,31 @@ class Cluster:
             # Ready once every report is acknowledged: a sandbox that has just started
             # is quiet (its control-plane revision holds still) rather than settling.
             self.synced.set()
+
+    def _new_desired(self, desired: dict[str, JsonDict]) -> None:
+        """Take a new desired state; mark the reports it may have made stale.
+
+        Only what can differ is said again (a promotion must not make every cluster
+        resend every report: over an apply of n services that would be n x n): the apps
+        whose desired entry changed, and those whose report may differ from the converged
+        one a new seed writes for every cluster (``seeding.full_report``) -- the apps still
+        converging or stuck, and every app while a fault changes the view.
+        """
+        view = self.view_faults()
+        with self.lock:
+            stale = {a for a, want in desired.items() if self.desired.get(a) != want}
+            stale |= set(self.pending)
+            stale |= {a for a, record in self.apps.items() if record.get("_stuckOn")}
+            self.desired = desired
+            self.full_converge = True
+            for app_id in set(self.sent) - set(desired):
+                del self.sent[app_id]
+            if view != "-":
+                self.full_reports = True
+                self.sent.clear()
+            for app_id in stale:
+                self.sent.pop(app_id, None)
+            self.dirty |= stale
 
     def _adopted_reports(self) -> None:
         """On a fresh seed the control plane already holds this cluster's reports:

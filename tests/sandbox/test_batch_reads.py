@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from reconciler.sandbox import launcher
+from reconciler.sandbox import launcher, store
 from reconciler.sandbox.launcher import Sandbox
 from tests.sandbox.wire import ControlPlaneClient, MeshClient, wait_for
 
@@ -395,3 +395,20 @@ def test_get_services_equals_the_per_item_reads_across_changes(
     services = cp.ok("getServices")["services"]
     assert [s["id"] for s in services] == ["svc-solo"]
     assert services[0] == cp.service("svc-solo")
+
+
+def test_a_promotion_makes_clusters_report_that_service_only(
+        sandbox: Sandbox, cp: ControlPlaneClient) -> None:
+    # Resending every report on every change would make an apply of n services cost
+    # n x n report comparisons on the control plane.
+    def syncs(cluster_id: str) -> list[dict[str, Any]]:
+        return [row for row in store.read_audit(sandbox.state_dir, cluster_id)
+                if row["method"] == "sandboxClusterSync"]
+
+    before = {cid: len(syncs(cid)) for cid in sandbox.clusters}
+    release = cp.release_by_tag("svc-checkout", "v2.4.0")
+    assert "error" not in cp.promote("svc-checkout", release["id"])
+    sandbox.wait_settled()
+    after = [row for cid in sandbox.clusters for row in syncs(cid)[before[cid]:]]
+    assert {row["reports"] for row in after} == {1}, after
+    assert len(after) >= len(sandbox.clusters)  # every cluster reported the rollout
