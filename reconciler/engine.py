@@ -494,8 +494,10 @@ class WatchSteps:
         self.cache = validating.BlobCache()
         self._live: Reconciler | None = None
         self._settings: object = None
-        #: the preflight answers read with the last snapshot (at the commit HEAD was at)
+        #: the preflight answers read with the last snapshot (at the commit HEAD was at),
+        #: asked again at a new commit by ``load``; and that snapshot
         self._greenfield: Greenfield | None = None
+        self._snapshot: LiveSnapshot | None = None
 
     def head(self) -> Provenance:
         try:
@@ -504,11 +506,29 @@ class WatchSteps:
             return Provenance()
 
     def load(self) -> Loaded:
+        """Read the commit (the watcher calls this in a worker thread when HEAD or the
+        dirty state moved). A plan of the new commit needs its creations' preflights at
+        that commit: they are asked again here, against the last snapshot, with a client
+        of this thread's own loop (the shared one belongs to the watcher's loop)."""
         try:
             result, provenance = read_commit(self.root, self.cache)
         except EngineError as exc:
             return Loaded(None, (str(exc),), Provenance())
+        if result.state is not None and self._live is not None and self._snapshot is not None \
+                and absent(result.state, self._snapshot):
+            self._greenfield = asyncio.run(self._ask_again(result.state, provenance))
         return Loaded(result.state, tuple(d.render() for d in result.diagnostics), provenance)
+
+    async def _ask_again(self, desired: DesiredState, provenance: Provenance,
+                         ) -> Greenfield | None:
+        assert self._live is not None and self._snapshot is not None
+        try:
+            token = token_from_env(self._live.connection, self.env)
+        except ConfigError:
+            return None  # planned as "not asked": the next resync says why
+        async with ControlPlaneClient(self._live.connection, token=token) as client:
+            return await greenfield.read(
+                client, creation_requests(desired, self._snapshot, provenance), creating=True)
 
     async def observe(self, desired: DesiredState) -> LiveSnapshot:
         if self._live is None or self._settings != desired.settings:
@@ -519,11 +539,12 @@ class WatchSteps:
         # cluster that appeared, or came back, must be seen); tokens are kept.
         self._live.prober.forget_mesh()
         snapshot = await self._live.observe(desired)
-        # Creations are asked about at the commit HEAD is at now; a plan made later for
-        # another commit finds no answer for its request and says so (preflight_not_asked)
-        # until the next resync asks again.
+        # Creations are asked about at the commit HEAD is at now; when HEAD moves, ``load``
+        # asks again at the new commit (a plan for a commit nobody asked about says so:
+        # preflight_not_asked, never a creation planned unchecked).
         provenance = await asyncio.to_thread(self.head)
         self._greenfield = await self._live.preflights([(desired, provenance)], snapshot)
+        self._snapshot = snapshot
         return snapshot
 
     def plan(self, desired: DesiredState, snapshot: LiveSnapshot,

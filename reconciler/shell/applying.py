@@ -122,6 +122,15 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
         journal.result(change, Outcome.REFUSED.value, detail)
         return ChangeResult(change=change, outcome=Outcome.REFUSED, detail=detail, code=exc.code)
     except DomainError as exc:
+        if change.action is Action.CREATE and exc.code in greenfield.CREATED_ELSEWHERE \
+                and await _landed(client, change):
+            # Another apply (another commit: same key, other payload; or another key)
+            # created the very service first, rolled out to this digest: nothing is left
+            # to send. The gate still judges everything else the repo declares.
+            detail = f"someone else created {change.service} with this release first " \
+                f"({exc.code})"
+            journal.result(change, Outcome.ALREADY_APPLIED.value, detail)
+            return ChangeResult(change=change, outcome=Outcome.ALREADY_APPLIED, detail=detail)
         detail = greenfield.refusal_detail(exc) if change.action is Action.CREATE else str(exc)
         journal.result(change, Outcome.REFUSED.value, detail)
         return ChangeResult(change=change, outcome=Outcome.REFUSED, detail=detail,

@@ -36,6 +36,9 @@ from reconciler.shell.controlplane import (
 )
 
 PREFLIGHT_METHOD = "getDeploymentPreflight"
+#: Refusals of a creation that may mean "someone else created it first": the executor then
+#: looks whether the service now runs the pinned digest before calling it refused.
+CREATED_ELSEWHERE = frozenset({"WOULD_REPLACE_EXISTING_STATE", "IDEMPOTENCY_KEY_REUSED"})
 OPERATION_METHOD = "getGreenfieldDeploymentOperation"
 
 

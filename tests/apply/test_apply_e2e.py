@@ -40,7 +40,8 @@ def test_apply_converges_then_a_second_plan_is_empty_and_a_second_apply_sends_no
         repo: Repo, sandbox: Sandbox) -> None:
     first = repo.run("apply", str(repo.path), "--auto-approve")
     assert first.code == Exit.OK, first.out + first.err
-    assert "5 applied" in first.out and "Converged" in first.out
+    # 5 writes and the creation of ledger, the reference repo's new service (issue 12).
+    assert "6 applied" in first.out and "Converged" in first.out
     sent = writes(sandbox)
     assert sorted(str(w["method"]) for w in sent) == sorted([
         "configureServiceDeploymentMachineUser", "setServiceEgress", "setServiceEgress",

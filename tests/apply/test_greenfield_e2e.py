@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +22,7 @@ import pytest
 from reconciler.exitcodes import Exit
 from reconciler.sandbox import seeding
 from reconciler.sandbox.launcher import Sandbox
-from tests.e2e_repo import Repo, make_repo
+from tests.e2e_repo import PROJECT, Repo, git, make_repo
 from tests.plan.builders import digest
 
 pytestmark = pytest.mark.integration
@@ -54,6 +58,20 @@ def ledger_yaml(*, digest_: str = LEDGER, tag: str = "v1.0.0", version: str = "1
             f"  repository: shop/ledger\n  digest: {digest_}\n  tag: {tag}\n"
             f"  version: {version}\n" + (f"  evidence:\n{evidence}" if kinds else "")
             + f"create:\n  namespace: {namespace}\negress:\n  - host: api.stripe.com\n")
+
+
+LEDGER_GRANT = ("  # ledger is new: the control plane authorises its creation by this grant "
+                "on its id.\n  - service: ledger\n"
+                "    capabilities: [deployment:preflight, deployment:create-greenfield]\n")
+
+
+def without_ledger(path: Path, message: str = "no new service") -> None:
+    """Commit the reference repo at ``path`` without its new service (and its grant)."""
+    (path / "services" / "ledger.yaml").unlink(missing_ok=True)
+    grants = path / "grants" / "deploy-bot.yaml"
+    grants.write_text(grants.read_text().replace(LEDGER_GRANT, ""))
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "--allow-empty", "-m", message)
 
 
 def with_ledger(repo: Repo, text: str | None = None, *, commit: bool = True) -> Repo:
@@ -238,6 +256,7 @@ def test_a_killed_creation_reruns_to_exactly_one_service(
 
 def test_plan_base_tells_a_creation_this_pr_introduces_from_one_already_pending(
         repo: Repo, sandbox: Sandbox) -> None:
+    without_ledger(repo.path, "no ledger yet")
     with_ledger(repo)  # HEAD~1 has no ledger: this PR introduces it
     result = repo.run("plan", str(repo.path), "--base", "HEAD~1", "--format", "json")
     document = json.loads(result.out)
@@ -256,3 +275,34 @@ def test_plan_base_tells_a_creation_this_pr_introduces_from_one_already_pending(
     revisions = {p["source_revision"] for p in document["preflights"]}
     assert revisions == {document["commit"]}
     assert creations(sandbox) == []
+
+
+def test_two_applies_creating_the_same_service_at_once_make_exactly_one(
+        repo: Repo, sandbox: Sandbox, tmp_path: Path) -> None:
+    with_ledger(repo)
+    other = tmp_path / "other"
+    shutil.copytree(repo.path, other)
+    git(other, "commit", "-q", "--allow-empty", "-m", "another commit, same desired state")
+    # sn3 answers slowly while both plan, so both read "no ledger" before either creates.
+    sandbox.fault("sn3", "slow", ms=1500)
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "reconciler", "apply", str(path), "--auto-approve"],
+        cwd=PROJECT, env=repo.env(RECONCILE_STATE_DIR=str(tmp_path / f"state-{n}")),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        for n, path in enumerate((repo.path, other))]
+    deadline = time.monotonic() + 90
+    while len(preflights(sandbox)) < 2 and all(p.poll() is None for p in procs):
+        assert time.monotonic() < deadline, "the applies never asked their preflights"
+        time.sleep(0.05)
+    sandbox.fault("sn3", "slow", on=False)
+    results = [p.communicate(timeout=180) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    made = [a for a in creations(sandbox) if a["result"] == "ok"]
+    assert len(made) == 1, creations(sandbox)
+    assert int(sandbox.rollout_statuses()["svc-ledger"]["rolloutGeneration"]) == 1
+    # The loser either saw the service in its preflight (NO-GO, nothing sent) or lost the
+    # race at the control plane and found the service created with its release: never a
+    # second creation, never a failure of its own making.
+    assert codes in ([Exit.OK, Exit.OK], [Exit.OK, Exit.REFUSED_NO_GO]), results
+    if codes == [Exit.OK, Exit.OK] and len(creations(sandbox)) == 2:
+        assert any("someone else created ledger" in out for out, _ in results), results

@@ -30,6 +30,7 @@ from reconciler.sandbox import cluster as cluster_mod
 from reconciler.sandbox import seeding, store
 from reconciler.sandbox.launcher import Sandbox
 from reconciler.shell.journal import Journal
+from tests.apply.test_greenfield_e2e import without_ledger
 from tests.e2e_repo import PROJECT, Repo, git
 from tests.plan.builders import digest
 
@@ -39,7 +40,8 @@ WRITES = {"promoteServiceImageRelease", "rollbackServiceImageRelease", "setServi
           "configureServiceDeploymentMachineUser"}
 OLD_CHECKOUT = digest("checkout", "v2.3.0")
 NEW_CHECKOUT = digest("checkout", "v2.4.0")
-SERVICES = ["catalog", "checkout", "notifications", "search"]
+# ledger is the reference repo's new service (issue 12): sn2 down blocks it too.
+SERVICES = ["catalog", "checkout", "ledger", "notifications", "search"]
 
 
 def writes(sandbox: Sandbox) -> list[dict[str, Any]]:
@@ -400,6 +402,10 @@ def test_the_loser_of_rival_promotions_is_refused_and_does_not_gate_on_its_diges
     attempts, interval = 40, 0.5
     rival_digest = sandbox.push("checkout", "v2.5.0")
     repo = repo_factory(sandbox, attempts=attempts, interval_seconds=interval)
+    # A scenario about rival promotions: the reference repo's new service (ledger) would
+    # add a creation race (the loser's preflight may already see it created, NO-GO 10),
+    # which test_greenfield_e2e covers on its own.
+    without_ledger(repo.path, "no new service in this scenario")
     rival = tmp_path / "rival"
     shutil.copytree(repo.path, rival)
     checkout = rival / "services" / "checkout.yaml"

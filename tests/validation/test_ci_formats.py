@@ -86,7 +86,7 @@ def test_github_annotations_over_a_broken_repo(broken: Path, validate: Callable[
     assert run.lines[:4] == GOLDEN_GITHUB[:4]
     assert run.lines[4].startswith(GOLDEN_GITHUB[4])
     assert len(run.lines) == 5
-    assert run.err.strip() == "invalid: 5 problems in 8 files"
+    assert run.err.strip() == "invalid: 5 problems in 9 files"
 
 
 def test_github_paths_without_a_workspace_join_the_validated_path(
@@ -117,7 +117,7 @@ def test_a_repo_outside_the_workspace_keeps_its_path(broken: Path, tmp_path: Pat
 def test_a_valid_repo_prints_no_annotation(repo: Path, validate: Callable[..., Run]) -> None:
     run = validate("--format", "github", str(repo))
     assert run.code == 0
-    assert run.lines == ["valid: 4 services, 2 grants, 1 settings in 6 files"]
+    assert run.lines == ["valid: 5 services, 2 grants, 1 settings in 7 files"]
     sarif = validate("--format", "sarif", str(repo))
     assert sarif.code == 0
     log = json.loads(sarif.out)

@@ -211,11 +211,15 @@ def test_missing_evidence_kinds_and_no_create_are_valid_files(
 
 
 def test_the_new_fields_are_optional_and_default_to_nothing(repo: Path) -> None:
-    # Every existing example is still valid and reads as no version, no evidence, no create.
+    # Every existing example is still valid and reads as no version, no evidence, no create
+    # -- but ledger, the reference repo's new service, which uses all three.
     for document in _documents(repo):
         model, problems = validating.validate_document(document)
         assert not problems
-        if isinstance(model, Service):
+        if isinstance(model, Service) and model.name == "ledger":
+            assert model.release.version == "1.0.0" and len(model.release.evidence) == 5
+            assert model.create is not None and model.create.namespace == "ledger"
+        elif isinstance(model, Service):
             assert model.release.version is None
             assert model.release.evidence == ()
             assert model.create is None

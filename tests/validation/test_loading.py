@@ -100,15 +100,15 @@ def test_cache_reparses_only_changed_files(repo: Path) -> None:
         _age(path)
     cache = RepoCache()
     first = load_repo(repo, cache=cache)
-    assert first.valid and cache.misses == 6 and cache.hits == 0
+    assert first.valid and cache.misses == 7 and cache.hits == 0
     second = load_repo(repo, cache=cache)
-    assert second.state == first.state and cache.hits == 6
+    assert second.state == first.state and cache.hits == 7
 
     changed = repo / "services" / "search.yaml"
     changed.write_text(changed.read_text().replace("egress: []", "egress: [{host: x.example}]"))
     _age(changed, 30)
     third = load_repo(repo, cache=cache)
-    assert cache.misses == 7 and cache.hits == 11
+    assert cache.misses == 8 and cache.hits == 13
     assert third.state is not None
     search = third.state.service_by_name("search")
     assert search is not None and search.egress is not None and search.egress[0].host == "x.example"

@@ -14,7 +14,7 @@ from tests.validation.conftest import EXAMPLES, Run
 def test_the_reference_repo_is_valid(validate: Callable[..., Run]) -> None:
     run = validate(str(EXAMPLES))
     assert run.code == 0
-    assert run.out.strip() == "valid: 4 services, 2 grants, 1 settings in 6 files"
+    assert run.out.strip() == "valid: 5 services, 2 grants, 1 settings in 7 files"
     assert run.err == ""
 
 
@@ -22,14 +22,15 @@ def test_load_repo_fills_the_model_and_sources() -> None:
     result = load_repo(EXAMPLES)
     assert result.valid and result.state is not None
     state = result.state
-    assert sorted(s.name for s in state.services) == ["catalog", "checkout", "notifications",
-                                                      "search"]
+    assert sorted(s.name for s in state.services) == ["catalog", "checkout", "ledger",
+                                                      "notifications", "search"]
     assert state.sources["Service/checkout"].path == "services/checkout.yaml"
     assert state.sources["Service/checkout"].line == 3
     assert state.sources["Settings"].path == "settings.yaml"
-    assert state.sources["Grant/release-train"].line == 16
+    assert state.sources["Grant/release-train"].line == 19  # after ledger's grant
     assert result.files == ("grants/deploy-bot.yaml", "services/catalog.yaml",
-                            "services/checkout.yaml", "services/notifications.yaml",
+                            "services/checkout.yaml", "services/ledger.yaml",
+                            "services/notifications.yaml",
                             "services/search.yaml", "settings.yaml")
 
 
@@ -68,7 +69,7 @@ def test_every_problem_is_reported_sorted(repo: Path, validate: Callable[..., Ru
     assert run.lines[1].startswith("services/a.yaml:1:7: kind: unknown kind 'Nope'")
     assert run.lines[2].startswith("services/b.yaml:")
     assert run.lines[3].startswith("services/checkout.yaml:17:11: egress[1].port: ")
-    assert run.err.strip() == "invalid: 4 problems in 8 files"
+    assert run.err.strip() == "invalid: 4 problems in 9 files"
 
 
 def test_json_format(repo: Path, validate: Callable[..., Run]) -> None:

@@ -98,18 +98,22 @@ def test_an_edit_produces_a_new_plan_showing_only_the_difference(repo: Repo) -> 
         search = repo.path / "services" / "search.yaml"
         search.write_text(search.read_text().replace("egress: []", ""))
         # An uncommitted edit is not desired state: the plan still reads the commit and
-        # only says the tree is dirty.
+        # only says the tree is dirty -- for the repo, and for the new service (ledger)
+        # whose preflight would carry sourceDirty (SOURCE_WORKTREE_DIRTY, not sent).
         event = w.wait_for(lambda e: is_plan(e) and "files changed" in e["message"])
-        assert event["lines"] == [line for line in event["lines"]
-                                  if line.startswith("+ blocker repo_dirty")], event["lines"]
-        assert len(event["lines"]) == 1
+        assert sorted(line.split(":", 1)[0] for line in event["lines"]) == [
+            "+ blocker preflight_no_go", "+ blocker repo_dirty"], event["lines"]
+        assert "ledger: SOURCE_WORKTREE_DIRTY" in event["lines"][0], event["lines"]
         repo.commit("search: leave egress alone")
         event = w.wait_for(lambda e: is_plan(e) and e["message"].startswith(
             ("files changed", "HEAD moved")) and len(e.get("lines", [])) > 1)
         assert "- set egress: search: egress revokes api.openai.com:443, es.example.net:9200" \
             in event["lines"]
         assert any(line.startswith("- blocker repo_dirty") for line in event["lines"])
-        assert len(event["lines"]) == 2  # the difference, not the whole plan again
+        # ...and ledger's SOURCE_WORKTREE_DIRTY, its preflight asked again at the new commit
+        assert any(line.startswith("- blocker preflight_no_go: ledger: SOURCE_WORKTREE_DIRTY")
+                   for line in event["lines"]), event["lines"]
+        assert len(event["lines"]) == 3  # the difference, not the whole plan again
 
 
 def test_an_invalid_edit_keeps_the_last_good_state_and_is_reported_once(repo: Repo) -> None:
