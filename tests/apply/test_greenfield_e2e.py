@@ -306,3 +306,20 @@ def test_two_applies_creating_the_same_service_at_once_make_exactly_one(
     assert codes in ([Exit.OK, Exit.OK], [Exit.OK, Exit.REFUSED_NO_GO]), results
     if codes == [Exit.OK, Exit.OK] and len(creations(sandbox)) == 2:
         assert any("someone else created ledger" in out for out, _ in results), results
+
+
+def test_every_promotion_policy_refuses_a_promotion_without_evidence_sending_nothing(
+        repo_factory: Callable[..., Repo], sandbox: Sandbox) -> None:
+    repo = repo_factory(sandbox, releaseEvidence="every-promotion")
+    exit_code, document = plan_json(repo)
+    assert exit_code == Exit.CHANGES_NO_GO
+    found = {b["upstream_code"] for b in document["blockers"]
+             if b["service"] == "checkout" and b["code"] == "release_evidence_required"}
+    assert "RELEASE_EVIDENCE_MISSING" in found, document["blockers"]
+    pre = next(p for p in document["preflights"] if p["service"] == "checkout")
+    assert pre["purpose"] == "promotion" and pre["status"] == "local_only"
+    # Checked locally: the upstream preflight is greenfield-only, so none is sent for it.
+    assert not [a for a in preflights(sandbox) if a.get("serviceId") == "svc-checkout"]
+    applied = repo.run("apply", str(repo.path), "--auto-approve")
+    assert applied.code == Exit.REFUSED_NO_GO, applied.out + applied.err
+    assert not [a for a in sandbox.audit() if a["method"] == "promoteServiceImageRelease"]
