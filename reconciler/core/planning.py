@@ -385,8 +385,8 @@ class _Planner:
             block(BlockerCode.PREFLIGHT_FAILED, "whether the control plane can execute a "
                   "creation is unknown: its capabilities could not be read "
                   f"({safe(self.answers.capabilities_error)})")
-        elif not execution and not (report and any(b.code == unavailable
-                                                   for b in report.blockers)):
+        elif self.answers is not None and not execution and not (
+                report and any(b.code == unavailable for b in report.blockers)):
             # Honest, never a silent skip: without the request that starts a creation,
             # a GO preflight would only promise what apply cannot do.
             block(BlockerCode.PREFLIGHT_NO_GO, f"{unavailable}: the control plane does not "
