@@ -718,6 +718,7 @@ class _Planner:
             repo_path=provenance.path,
             repo_root=provenance.root,
             untracked=provenance.untracked,
+            notes=self.live.mesh.notes,
             control_plane_url=self.live.control_plane_url,
             gateway=self.live.mesh.gateway,
             expected_clusters=self.live.mesh.expected_clusters,

@@ -186,6 +186,9 @@ class Plan(_Model):
     review: Review | None = None  # plan --base: what this PR changes (the plan is the head's)
     #: per new service (and, by policy, per promotion): the preflight and its report
     preflights: tuple[ServicePreflight, ...] = ()
+    #: what the reading side wants the reader to know once, e.g. a cluster that advertised
+    #: batch reads but had to be read app by app (the evidence is the same, the cost is not)
+    notes: tuple[str, ...] = ()
 
     @property
     def verdict(self) -> Verdict:

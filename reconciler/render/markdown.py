@@ -366,6 +366,8 @@ def _environment(plan: Plan) -> str:
     if plan.untracked:
         line += (f"⚠️ Not desired state (in no commit, never read): "
                  f"{_names(plan.untracked, 10)}\n\n")
+    for note in plan.notes:
+        line += f"ℹ️ {esc(note)}\n\n"
     return line
 
 

@@ -120,6 +120,7 @@ def render(plan: Plan, *, color: bool = False) -> str:
                          f"{', '.join(plan.untracked[:10])}"
                          + (f" and {len(plan.untracked) - 10} more" if len(plan.untracked) > 10
                             else ""), "yellow"))
+    out.extend(style(f"note: {safe(note)}", "dim") for note in plan.notes)
     out.append("")
     out.extend(_review(plan, style))
     general = [b for b in plan.blockers if b.service is None]

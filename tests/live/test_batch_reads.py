@@ -146,6 +146,21 @@ def test_a_cluster_advertising_the_route_but_answering_404_is_read_app_by_app_sa
     assert [e["path"] for e in sb.audit("sn1")[-1:]] == [BATCH_PATH]
 
 
+def test_the_fallback_is_said_once_in_the_plan_a_reader_sees(
+        sb: launcher.Sandbox, tmp_path: Path) -> None:
+    sb.fault("sn3", "batch-route-missing")
+    repo = make_repo(tmp_path, sb)
+    env = repo.env()
+    made = engine.plan(repo.path, overrides=Overrides.from_env(env), env=env)
+    said = (f"cluster sn3 ({sb.addresses['sn3']}) advertises the batch status route "
+            f"{BATCH_PATH} but answered 404 on it; read app by app")
+    assert made.notes == (said,)
+    rendered = text.render(made)
+    assert rendered.count("answered 404 on it") == 1
+    assert f"note: {said}" in rendered
+    assert jsonplan.from_wire(json.loads(jsonplan.dumps(made))).notes == (said,)
+
+
 # -- batch on and off: the same plan ------------------------------------------------------
 
 
