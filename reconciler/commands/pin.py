@@ -160,7 +160,7 @@ def unified_diff(path: str, before: bytes, after: bytes) -> list[str]:
 def check(results: Sequence[PinCheck]) -> int:
     """``--check``: one line per service; 20 when any lags, 1 when any could not be
     compared (and none lags), 0 when every pin is current."""
-    lagging = unknown = 0
+    lagging = unknown = current = absent = untagged = 0
     width = max((len(r.service) for r in results), default=0)
     for result in results:
         name = result.service.ljust(width)
@@ -174,14 +174,17 @@ def check(results: Sequence[PinCheck]) -> int:
                       f"{_release(outcome.newest_tag, outcome.newest.digest)} (first observed "
                       f"{pinning.when(outcome.newest.first_observed_at)}){moved}")
             else:
+                current += 1
                 print(f"{name}  current  {_release(pinned.tag, pinned.digest)}")
         elif isinstance(outcome, pinning.Refused):
             unknown += 1
             print(f"{name}  unknown  {safe(outcome.message, 2000)}")
         elif isinstance(outcome, ReadFailure):
+            absent += 1
             print(f"{name}  absent   the control plane has no service {safe(outcome.service_id)}"
                   f" ({safe(outcome.code or outcome.reason)}): nothing to compare with")
         else:
+            untagged += 1
             print(f"{name}  none     the control plane observed no tagged release: nothing "
                   "to compare with")
     total = len(results)
@@ -192,5 +195,10 @@ def check(results: Sequence[PinCheck]) -> int:
     if unknown:
         print(f"{unknown} of {total} pin(s) could not be compared", file=sys.stderr)
         return int(Exit.ERROR)
-    print(f"all {total} pin(s) current", file=sys.stderr)
+    # Only what was compared is called current; the rest is counted, not glossed over.
+    uncompared = [f"{absent} not on the control plane"] if absent else []
+    uncompared += [f"{untagged} without a tagged release"] if untagged else []
+    print(f"{current} of {total} pin(s) current"
+          + (f"; not compared: {', '.join(uncompared)}" if uncompared else ""),
+          file=sys.stderr)
     return int(Exit.OK)

@@ -202,3 +202,39 @@ def test_not_modified_for_a_revision_not_asked_about_is_malformed() -> None:
     cp = control_plane(getServices=[{"notModified": True, "etag": "rev-9"}])
     with pytest.raises(ProtocolError, match="notModified"):
         read(cp)
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["in pages", "one by one"])
+def test_a_listed_service_whose_releases_say_not_found_is_a_failed_read_never_absent(
+        batched: bool) -> None:
+    # SERVICE_NOT_FOUND is what makes the planner call a service absent (a creation);
+    # getServices just listed these, so a release read saying otherwise is a failure --
+    # and a fleet with a failure is never remembered for the next resync.
+    refusal = error("SERVICE_NOT_FOUND", "no such service")
+    script: dict[str, list[Any]] = (
+        {"getServicesReleases": [paged, refusal]} if batched else
+        {"getCapabilities": [None], "getServiceImageReleases": [
+            lambda env: refusal if env["request"]["serviceId"] == "svc-c"
+            else {"releases": [release(env["request"]["serviceId"])]}]})
+    cp = control_plane(getServices=[conditional_services],
+                       getServiceDeploymentGrants=[{"grants": [], "etag": "rev-1"}], **script)
+    memory = fleet.Memory()
+    [result] = read(cp, memory=memory)
+    failed = result.services["svc-c"]
+    assert isinstance(failed, ReadFailure)
+    assert failed.code is None
+    assert "SERVICE_NOT_FOUND" in failed.reason
+    assert memory.etag is None and memory.fleet is None
+
+
+def test_a_service_listed_on_two_pages_is_a_failed_read() -> None:
+    def twice(env: dict[str, Any]) -> dict[str, Any]:
+        cursor = env["request"].get("cursor")
+        return ({"releases": {"svc-a": [release("svc-a")], "svc-b": [release("svc-b")]},
+                 "nextCursor": "1"} if cursor is None else
+                {"releases": {"svc-b": [release("svc-b")], "svc-c": [release("svc-c")]},
+                 "nextCursor": None})
+    [result] = read(control_plane(getServicesReleases=[twice]))
+    doubled = result.services["svc-b"]
+    assert isinstance(doubled, ReadFailure) and "listed on two pages" in doubled.reason
+    assert all(isinstance(result.services[s], LiveService) for s in ("svc-a", "svc-c"))

@@ -50,10 +50,18 @@ class Fleet:
     grants_error: str | None
 
 
-def failure(service_id: str, exc: ControlPlaneError, reason: str | None = None) -> ReadFailure:
-    """A service whose read failed with ``exc``."""
+def failure(service_id: str, exc: ControlPlaneError | None, reason: str | None = None
+            ) -> ReadFailure:
+    """A service that ``getServices`` listed but whose releases could not be read.
+
+    The control plane's code is kept, except ``SERVICE_NOT_FOUND``: the planner takes that
+    code for "the service does not exist" (a creation), and this service was just listed,
+    so a release read saying otherwise is a failed read, never an absence."""
     code = (safe(exc.code, 60) or None) if isinstance(exc, DomainError) else None
-    return ReadFailure(service_id=service_id, reason=reason or exc.message, code=code)
+    if code == "SERVICE_NOT_FOUND":
+        code = None
+    message = exc.message if exc is not None else ""
+    return ReadFailure(service_id=service_id, reason=reason or message, code=code)
 
 
 def _parsed(raw: dict[str, Any], releases: list[dict[str, Any]]) -> LiveService | ReadFailure:
@@ -200,9 +208,15 @@ async def _in_pages(client: ControlPlaneClient, ids: Sequence[str],
             page = await client.get_services_releases(ids, cursor=cursor, limit=RELEASES_PAGE)
             revisions.add(page.etag)
             for service_id, releases in page.releases.items():
-                if service_id in wanted and service_id not in out:
-                    out[service_id] = _parsed(by_id[service_id], releases)
-                    progress.advance()
+                if service_id not in wanted:
+                    continue
+                if service_id in out:
+                    # Two answers for one service: neither is its word.
+                    out[service_id] = failure(service_id, None, reason=(
+                        f"{SERVICES_RELEASES}: listed on two pages"))
+                    continue
+                out[service_id] = _parsed(by_id[service_id], releases)
+                progress.advance()
             cursor = page.next_cursor
             if cursor is None:
                 break
@@ -219,10 +233,10 @@ async def _in_pages(client: ControlPlaneClient, ids: Sequence[str],
         message = exc.message if isinstance(exc, ControlPlaneError) else str(exc)
         reason = (f"{message} (page {number}; this service was not on a page read "
                   "before it)") if number > 1 else message
-        code = (safe(exc.code, 60) or None) if isinstance(exc, DomainError) else None
         for service_id in ids:
             if service_id not in out:
-                out[service_id] = ReadFailure(service_id=service_id, reason=reason, code=code)
+                out[service_id] = failure(
+                    service_id, exc if isinstance(exc, ControlPlaneError) else None, reason)
                 progress.advance()
         return out
     # A complete listing without a service that exists: ask for it on its own.
