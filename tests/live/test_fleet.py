@@ -238,3 +238,40 @@ def test_a_service_listed_on_two_pages_is_a_failed_read() -> None:
     doubled = result.services["svc-b"]
     assert isinstance(doubled, ReadFailure) and "listed on two pages" in doubled.reason
     assert all(isinstance(result.services[s], LiveService) for s in ("svc-a", "svc-c"))
+
+
+def test_what_the_control_plane_offers_is_asked_again_only_when_it_changed() -> None:
+    # One client across three reads, as the watcher keeps it: the first reads in full,
+    # the second is confirmed unchanged (the offer is not asked again), the third finds a
+    # new revision -- a restarted or upgraded control plane -- and asks again.
+    calls = {"getServices": 0}
+
+    def services(env: dict[str, Any]) -> dict[str, Any]:
+        calls["getServices"] += 1
+        now = "rev-1" if calls["getServices"] <= 2 else "rev-2"
+        if env["request"].get("ifNoneMatch") == now:
+            return {"notModified": True, "etag": now}
+        return {"services": [raw(s) for s in IDS], "etag": now}
+
+    cp = control_plane(
+        getServices=[services],
+        getServiceDeploymentGrants=[lambda env: {
+            "grants": [], "etag": "rev-1" if calls["getServices"] <= 2 else "rev-2"}],
+        getServicesReleases=[lambda env: paged(
+            env, etag="rev-1" if calls["getServices"] <= 2 else "rev-2")])
+
+    async def go() -> list[list[str]]:
+        memory = fleet.Memory()
+        seen: list[list[str]] = []
+        async with ControlPlaneClient(connection(), token=CANARY,
+                                      transport=cp.transport()) as client:
+            for _ in range(3):
+                cp.sent.clear()
+                await fleet.read(client, list(IDS), NullProgress(), memory)
+                seen.append(methods(cp))
+        return seen
+
+    first, unchanged, changed = asyncio.run(go())
+    assert "getCapabilities" in first
+    assert unchanged == ["getServices"]
+    assert "getCapabilities" in changed

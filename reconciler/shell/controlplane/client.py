@@ -84,6 +84,12 @@ class ControlPlaneClient(Session):
                     self._capabilities = frozenset(safe(m, 120) for m in methods)
             return self._capabilities
 
+    def forget_capabilities(self) -> None:
+        """Ask ``getCapabilities`` again at the next ``capabilities()``: a control plane
+        whose state revision moved may have been restarted or upgraded with other
+        extensions (the fleet read calls this before every full read)."""
+        self._capabilities = None
+
     # -- reads --------------------------------------------------------------------------
 
     async def get_services(self) -> list[dict[str, Any]]:

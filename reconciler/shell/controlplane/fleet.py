@@ -124,6 +124,10 @@ async def read(client: ControlPlaneClient, managed: Sequence[str], progress: Pro
         finally:
             progress.advance()
 
+    # A full read: the control plane changed (or this is the first read), so what it
+    # offers is asked again -- a watcher must not keep using an extension a restarted
+    # control plane no longer has, nor miss one it gained.
+    client.forget_capabilities()
     grants_task = asyncio.create_task(grants_read())
     offered = asyncio.create_task(_offered(client))
     try:
