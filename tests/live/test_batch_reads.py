@@ -190,6 +190,13 @@ def test_batch_reads_on_and_off_give_the_same_plan_byte_for_byte(tmp_path: Path)
         for doc in (repo.path / "services").glob("*.yaml"):
             if "\ncreate:" in doc.read_text(encoding="utf-8"):
                 doc.unlink()
+                # ...and the grant entry naming it (a grant of an undeclared service is
+                # invalid desired state).
+                grants = repo.path / "grants" / "deploy-bot.yaml"
+                lines = grants.read_text(encoding="utf-8").splitlines(keepends=True)
+                at = lines.index(f"  - service: {doc.stem}\n")
+                del lines[at:at + 2]  # the entry and its capabilities line
+                grants.write_text("".join(lines), encoding="utf-8")
         repo.commit("only services that exist")
         env = repo.env()
         batched = settled_plan(repo.path, env)
