@@ -14,13 +14,39 @@ Pure: no I/O imports.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from reconciler.core.names import Capability
 
+#: Per class, one set object per distinct set of explicitly given field names (see
+#: ``LeanModel``); a class built with more shapes than that keeps a set per instance.
+_FIELDS_SETS: dict[type, list[set[str]]] = {}
+_MAX_SHAPES = 16
 
-class _Model(BaseModel):
+
+class LeanModel(BaseModel):
+    """A frozen model that is lean: a snapshot holds 100,000 observations at fleet scale,
+    and a plan one proof per (service, cluster).
+
+    Every instance keeps which fields were given (pydantic's ``model_fields_set``), a set
+    of its own that costs more than the instance's values; instances that were given the
+    same fields share one such set instead. Nothing mutates it in place: subclasses are
+    frozen, and ``model_copy`` copies the set before adding to it."""
+
+    def model_post_init(self, context: Any, /) -> None:
+        given = self.__pydantic_fields_set__
+        shapes = _FIELDS_SETS.setdefault(type(self), [])
+        for shared in shapes:  # a class is built with a handful of shapes at most
+            if shared == given:
+                object.__setattr__(self, "__pydantic_fields_set__", shared)
+                return
+        if len(shapes) < _MAX_SHAPES:
+            shapes.append(given)
+
+
+class _Model(LeanModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
@@ -163,11 +189,24 @@ class Observation(_Model):
     kind: ObservationKind
     runtime: ClusterRuntime | None = None
     reason: str | None = None
-    #: When the cluster said it (ms since the epoch; a ``304`` confirming an earlier
-    #: answer counts as saying it again). None: not asked (a row known silent without I/O).
+    #: When the cluster said it (ms since the epoch). None: not asked (a row known silent
+    #: without I/O). A ``304`` confirming an earlier answer counts as saying it again: the
+    #: reused observation keeps its own time and the snapshot's ``MeshView.confirmed``
+    #: says when the cluster confirmed it (``core.freshness`` takes the later of the two).
     #: Read by ``core.freshness``; not part of the plan's wire format, which carries the
     #: snapshot's time (``Plan.created_at``) and stays the same for the same evidence.
     observed_at: int | None = Field(default=None, exclude=True)
+
+
+class Confirmation(_Model):
+    """A cluster that answered ``304`` to the ETag of its last complete listing at ``at``
+    (ms since the epoch): every observation of ``cluster_id`` at ``address`` in the same
+    snapshot is that listing's, reused, and counts as said again at ``at``. Recorded
+    once per cluster rather than by re-stamping 10,000 reused observations."""
+
+    cluster_id: str
+    address: str
+    at: int
 
 
 class MeshView(_Model):
@@ -185,6 +224,9 @@ class MeshView(_Model):
         default=(), description="What the reader should know about how the mesh was read "
         "that changes no evidence (e.g. a cluster read app by app because its advertised "
         "batch route answered 404); one line per cluster, said once.")
+    #: The clusters that confirmed their earlier answers in this pass (see
+    #: ``Confirmation``); like ``Observation.observed_at``, not part of any wire format.
+    confirmed: tuple[Confirmation, ...] = Field(default=(), exclude=True)
 
 
 class LiveSnapshot(_Model):

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from reconciler import engine
+from reconciler.core import freshness
 from reconciler.core.desired import DesiredState, Service, Settings
 from reconciler.core.evidence import Proof
 from reconciler.core.live import LiveSnapshot, Observation, ObservationKind
@@ -258,8 +259,12 @@ def test_an_unchanged_fleets_resync_costs_one_request_per_endpoint_and_a_health(
         assert [(e["path"], e["status"]) for e in sent[cluster]] == [
             (HEALTH_PATH, 200), (BATCH_PATH, 304)], cluster
     assert second.services == first.services and _runtimes(second) == _runtimes(first)
-    # The reused answers are confirmed now, not when first read.
-    assert min(o.observed_at or 0 for rows in second.observations.values() for o in rows) \
+    # The reused answers are confirmed now, not when first read: each cluster's 304 once
+    # (the mesh view's ``confirmed``), which is when freshness says they were last said.
+    assert sorted(c.cluster_id for c in second.mesh.confirmed) == sorted(sb.clusters)
+    again = freshness.confirmations(second)
+    assert min(freshness.observed_at(o, again) or 0
+               for rows in second.observations.values() for o in rows) \
         >= max(o.observed_at or 0 for rows in first.observations.values() for o in rows)
 
 

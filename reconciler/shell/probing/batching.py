@@ -18,7 +18,8 @@ the cluster), the pages followed by cursor, and the evidence rules of a listing:
 Conditional resync: the first page of a complete listing leaves its ``ETag`` and the
 observations it produced in ``BatchReader``'s memory (one entry per address, for the
 exact query); the next read of the same query sends ``If-None-Match``, and a ``304``
-reuses those observations, stamped with the time of the ``304`` (a fresh confirmation).
+reuses those very observations and reports the time of the ``304`` once (a fresh
+confirmation of all of them: ``core.live.Confirmation``) -- not a re-stamped copy of each.
 That relies on the route's contract that the ETag changes whenever anything the listing
 could show changes (it is the cluster's runtime revision, docs/extensions.md §1), so an
 unchanged first page speaks for every page. The memory lives as long as the prober: a
@@ -40,7 +41,13 @@ from reconciler.core.live import Observation, ObservationKind
 from reconciler.core.sanitize import safe
 from reconciler.shell.probing.authenticating import Authenticator
 from reconciler.shell.probing.dialing import Dialer, Silent, now_ms
-from reconciler.shell.probing.parsing import Malformed, body_of, parse_batch_page, parse_status
+from reconciler.shell.probing.parsing import (
+    Malformed,
+    Shared,
+    body_of,
+    parse_batch_page,
+    parse_status,
+)
 
 #: Apps asked per page (a server may answer fewer: it follows with a cursor).
 PAGE_LIMIT: Final = 1000
@@ -56,6 +63,8 @@ MAX_ETAG: Final = 512
 
 #: Receives each (app, observation) as soon as it is known.
 Record = Callable[[str, Observation], None]
+#: Receives the time (ms since the epoch) a cluster confirmed its remembered listing.
+Confirm = Callable[[int], None]
 
 
 @dataclass(frozen=True)
@@ -119,10 +128,13 @@ class BatchReader:
         self._memory: dict[str, Remembered] = {}
 
     async def read(self, cluster: str, address: str, path: str, apps: Sequence[str],
-                   record: Record) -> bool:
+                   record: Record, shared: Shared | None = None,
+                   confirm: Confirm | None = None) -> bool:
         """Record one observation per app in ``apps`` for ``cluster``; False (nothing
         recorded) when the advertised route is not there and the caller must read the
-        apps one by one."""
+        apps one by one. ``shared``: the pass's parsed values (``parsing.Shared``).
+        ``confirm``: told when a ``304`` confirmed the remembered observations recorded
+        (without it they keep the time they were first said, and age from there)."""
         query = Query.of(apps)
         seen: dict[str, Observation] = {}
         known = self._memory.get(address)
@@ -135,13 +147,14 @@ class BatchReader:
             record(app, observation)
 
         try:
-            etag = await self._listing(cluster, address, path, query, keep, known)
+            etag = await self._listing(cluster, address, path, query, keep, known, shared)
         except _Unchanged:
             assert known is not None
             confirmed = now_ms()
             for app in query.apps:
-                record(app, known.observations[app].model_copy(
-                    update={"observed_at": confirmed}))
+                record(app, known.observations[app])
+            if confirm is not None:
+                confirm(confirmed)
             return True
         except _RouteMissing:
             self._memory.pop(address, None)
@@ -167,7 +180,8 @@ class BatchReader:
         return True
 
     async def _listing(self, cluster: str, address: str, path: str, query: Query,
-                       keep: Record, known: Remembered | None) -> str | None:
+                       keep: Record, known: Remembered | None,
+                       shared: Shared | None) -> str | None:
         """Every page, in order; the first page's ETag (None: it sent none)."""
         wanted = set(query.apps)
         listed: set[str] = set()
@@ -207,7 +221,7 @@ class BatchReader:
                 try:
                     observation = Observation(cluster_id=cluster, address=address,
                                               kind=ObservationKind.ANSWERED,
-                                              runtime=parse_status(app, status),
+                                              runtime=parse_status(app, status, shared),
                                               observed_at=arrived)
                 except Malformed as exc:
                     observation = self._silent(cluster, address,

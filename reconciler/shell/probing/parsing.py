@@ -8,21 +8,29 @@ carries the reason a silent observation will say. Every server string passes
 ``core.sanitize.safe``; ``resolvedDigest`` is taken only as sent, never inferred from
 the image reference (a cluster that sends none has not proven what it runs).
 
+``Shared``: within one pass, equal status bodies make one value. Ten clusters running
+the same app send the same body, and most apps share their replica counts and egress:
+parsing each once and sharing the (frozen) result keeps a 10,000 × 10 snapshot from
+holding 100,000 copies of the same few values. Parsing is a pure function of the body,
+so a body seen before yields exactly what parsing it again would.
+
 Pure: parses bytes and values handed to it; no I/O.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
 from reconciler.core.live import ClusterRuntime, ReplicaCounts
 from reconciler.core.sanitize import safe
 from reconciler.shell.controlplane import parse_egress
+
+T = TypeVar("T")
 
 
 class Malformed(ValueError):
@@ -68,14 +76,44 @@ def parse_health(body: Any) -> Health:
                   batch_path=batch if usable and isinstance(batch, str) else None)
 
 
-def parse_status(app_id: str, body: Any) -> ClusterRuntime:
-    """One app's status body; ``Malformed`` when it is not one, or is another app's."""
+def _frozen(value: Any) -> Hashable:
+    """A hashable stand-in for a JSON value, equal only for equal values of equal types
+    (``1``, ``1.0`` and ``True`` stay apart: a parser tells them apart)."""
+    if isinstance(value, dict):
+        return (dict, tuple((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return (list, tuple(_frozen(v) for v in value))
+    return (type(value), value)
+
+
+class Shared:
+    """The values parsed in one pass, by the body they were parsed from (see the module
+    docstring). Lives for one pass: what it holds is what the snapshot holds anyway."""
+
+    def __init__(self) -> None:
+        self._values: dict[Hashable, Any] = {}
+
+    def get(self, kind: str, raw: Any, parse: Callable[[Any], T]) -> T:
+        """``parse(raw)``, or the value an equal ``raw`` of this ``kind`` already made."""
+        key = (kind, _frozen(raw))
+        if key in self._values:
+            known: T = self._values[key]
+            return known
+        value = self._values[key] = parse(raw)
+        return value
+
+
+def parse_status(app_id: str, body: Any, shared: Shared | None = None) -> ClusterRuntime:
+    """One app's status body; ``Malformed`` when it is not one, or is another app's.
+    With ``shared``, an equal body parsed before in this pass gives the same value."""
     if not isinstance(body, dict):
         raise Malformed("malformed JSON")
     answered_for = body.get("appId")
     if answered_for is not None and answered_for != app_id:
         raise Malformed(f"answered for another app ({safe(answered_for, 80)})")
     try:
+        if shared is not None:
+            return shared.get("status", body, lambda raw: parse_runtime(raw, shared))
         return parse_runtime(body)
     except (TypeError, ValueError, ValidationError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -115,11 +153,12 @@ def parse_batch_page(body: Any) -> BatchPage:
     return BatchPage(statuses=statuses, next_cursor=cursor)
 
 
-def parse_runtime(body: Mapping[str, Any]) -> ClusterRuntime:
+def parse_runtime(body: Mapping[str, Any], shared: Shared | None = None) -> ClusterRuntime:
     """A cluster's status reply as a sanitized ``ClusterRuntime`` (CONTRACT §2 step 3).
 
     ``resolvedDigest`` is taken only as sent: a runtime without it has not proven what
-    it runs, so it is never inferred from the image reference.
+    it runs, so it is never inferred from the image reference. ``shared``: replica counts
+    and egress lists equal to ones parsed before in this pass are that same value.
     """
     runtime = body.get("runtime")
     if runtime is None:
@@ -139,10 +178,15 @@ def parse_runtime(body: Mapping[str, Any]) -> ClusterRuntime:
         rollout_id=_opt_text(runtime.get("rolloutId"), "runtime.rolloutId"),
         rollout_generation=_opt_int(runtime.get("rolloutGeneration"),
                                     "runtime.rolloutGeneration"),
-        replica_counts=None if counts is None else _counts(counts),
-        egress=None if egress is None else parse_egress(egress),
-        egress_dropped=() if dropped is None else parse_egress(dropped),
+        replica_counts=None if counts is None else _part("counts", counts, _counts, shared),
+        egress=None if egress is None else _part("egress", egress, parse_egress, shared),
+        egress_dropped=() if dropped is None else _part("egress", dropped, parse_egress,
+                                                        shared),
     )
+
+
+def _part(kind: str, raw: Any, parse: Callable[[Any], T], shared: Shared | None) -> T:
+    return parse(raw) if shared is None else shared.get(kind, raw, parse)
 
 
 def _counts(raw: Any) -> ReplicaCounts:

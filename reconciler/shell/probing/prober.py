@@ -5,10 +5,11 @@ per pass (``resolving``), the rows of ``core.attribution`` (which cluster is ask
 which address, which is silent and why), every (app, cluster) read in flight together
 (``reading`` app by app; ``batching`` in a few pages where a cluster's health reply
 advertises the [ext] batch route, app by app again where that route answers 404, said
-once in the mesh view's notes), all bounded by the dialer, and the pass deadline after
-which whatever has not answered is silent. Within one pass -- one plan, one apply and
-its gate -- the mesh is asked once and the expected clusters only grow; ``forget_mesh``
-starts the next.
+once in the mesh view's notes; a cluster that confirmed its remembered listing with a
+``304`` is said once in the mesh view's ``confirmed``), all bounded by the dialer, and
+the pass deadline after which whatever has not answered is silent. Within one pass --
+one plan, one apply and its gate -- the mesh is asked once and the expected clusters
+only grow; ``forget_mesh`` starts the next.
 
 It must not raise for a per-cluster problem (those are observations), must not print,
 and must not write anything to a cluster: it issues auth handshakes and GETs only.
@@ -24,12 +25,13 @@ from pathlib import Path
 import httpx
 
 from reconciler.core import attribution
-from reconciler.core.live import MeshView, Observation
+from reconciler.core.live import Confirmation, MeshView, Observation
 from reconciler.shell.endpoints import Connection
 from reconciler.shell.probing import resolving
 from reconciler.shell.probing.authenticating import Authenticator
 from reconciler.shell.probing.batching import PAGE_LIMIT, BatchReader
 from reconciler.shell.probing.dialing import DEFAULT_MAX_FAILURES, Dialer
+from reconciler.shell.probing.parsing import Shared
 from reconciler.shell.probing.reading import Reader
 from reconciler.shell.progress import NullProgress, Progress
 
@@ -143,12 +145,15 @@ class Prober:
         progress.add(len(apps) * len(probed))
 
         answers: dict[tuple[str, str], Observation] = {}
+        shared = Shared()  # one value for equal bodies, across every cluster of this pass
         batch_routes = {e.address: e.batch_status for e in mesh.resolved
                         if e.batch_status is not None}
         notes: list[str] = []
+        confirmed: list[Confirmation] = []
 
         async def probe(app_id: str, cluster: str, address: str) -> None:
-            answers[(app_id, cluster)] = await self._reader.observe(app_id, cluster, address)
+            answers[(app_id, cluster)] = await self._reader.observe(app_id, cluster, address,
+                                                                    shared)
             progress.advance()
 
         async def one_by_one(cluster: str, address: str) -> None:
@@ -159,7 +164,11 @@ class Prober:
                 answers[(app_id, cluster)] = observation
                 progress.advance()
 
-            if not await self._batches.read(cluster, address, path, apps, record):
+            def confirm(at: int) -> None:
+                confirmed.append(Confirmation(cluster_id=cluster, address=address, at=at))
+
+            if not await self._batches.read(cluster, address, path, apps, record, shared,
+                                            confirm):
                 # Advertised but not there: read app by app, and say so once per cluster.
                 notes.append(f"cluster {cluster} ({address}) advertises the batch status "
                              f"route {path} but answered 404 on it; read app by app")
@@ -180,14 +189,17 @@ class Prober:
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
 
-        if notes:
-            await self._note(mesh, notes)
+        if notes or confirmed:
+            await self._note(mesh, notes, confirmed)
         late = f"the probe deadline of {self.deadline:g}s passed before this cluster answered"
         return attribution.assemble(apps, rows, answers, late)
 
-    async def _note(self, mesh: MeshView, notes: Iterable[str]) -> None:
-        """Add ``notes`` to this pass's mesh view (each said once however often seen)."""
+    async def _note(self, mesh: MeshView, notes: Iterable[str],
+                    confirmed: Iterable[Confirmation] = ()) -> None:
+        """Add ``notes`` (each said once however often seen) and the clusters that
+        ``confirmed`` their reused answers to this pass's mesh view."""
         async with self._mesh_lock:
             if self._mesh is mesh:
                 merged = tuple(dict.fromkeys([*mesh.notes, *sorted(notes)]))
-                self._mesh = mesh.model_copy(update={"notes": merged})
+                self._mesh = mesh.model_copy(update={
+                    "notes": merged, "confirmed": (*mesh.confirmed, *confirmed)})

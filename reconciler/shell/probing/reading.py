@@ -16,7 +16,7 @@ from urllib.parse import quote
 from reconciler.core.live import ClusterRuntime, Observation, ObservationKind
 from reconciler.shell.probing.authenticating import Authenticator
 from reconciler.shell.probing.dialing import Dialer, Silent, now_ms
-from reconciler.shell.probing.parsing import Malformed, body_of, parse_status
+from reconciler.shell.probing.parsing import Malformed, Shared, body_of, parse_status
 
 STATUS_PATH: Final = "/host/api/v3/baas/deployment/apps/{app_id}/status"
 
@@ -28,10 +28,12 @@ class Reader:
         self._dialer = dialer
         self._auth = auth
 
-    async def observe(self, app_id: str, cluster: str, address: str) -> Observation:
-        """One app on one cluster: what it said, or why it said nothing."""
+    async def observe(self, app_id: str, cluster: str, address: str,
+                      shared: Shared | None = None) -> Observation:
+        """One app on one cluster: what it said, or why it said nothing (``shared``: the
+        pass's parsed values, see ``parsing.Shared``)."""
         try:
-            kind, runtime = await self._status(app_id, address)
+            kind, runtime = await self._status(app_id, address, shared)
         except Silent as exc:
             return Observation(cluster_id=cluster, address=address,
                                kind=ObservationKind.SILENT, reason=exc.reason,
@@ -39,8 +41,8 @@ class Reader:
         return Observation(cluster_id=cluster, address=address, kind=kind, runtime=runtime,
                            observed_at=now_ms())
 
-    async def _status(self, app_id: str, address: str) -> tuple[ObservationKind,
-                                                                   ClusterRuntime | None]:
+    async def _status(self, app_id: str, address: str, shared: Shared | None,
+                      ) -> tuple[ObservationKind, ClusterRuntime | None]:
         path = STATUS_PATH.format(app_id=quote(app_id, safe=""))
         token, reused = await self._auth.token(address)
         response = await self._dialer.request(address, "GET", path, bearer=token)
@@ -55,6 +57,7 @@ class Reader:
         if response.status_code != 200:
             raise Silent(f"status read HTTP {response.status_code}")
         try:
-            return ObservationKind.ANSWERED, parse_status(app_id, body_of(response.content))
+            return ObservationKind.ANSWERED, parse_status(app_id, body_of(response.content),
+                                                        shared)
         except Malformed as exc:
             raise Silent(exc.reason) from exc
