@@ -26,12 +26,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from reconciler.core.live import (
     FAILED_STATUSES,
     IN_PROGRESS_STATUSES,
     EgressRule,
+    LeanModel,
     LiveService,
     Observation,
     ObservationKind,
@@ -40,7 +41,7 @@ from reconciler.core.live import (
 from reconciler.core.sanitize import safe
 
 
-class _Model(BaseModel):
+class _Model(LeanModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -142,16 +143,35 @@ def _pairs(pairs: Iterable[tuple[str, int]]) -> str:
     return ", ".join(f"{safe(h)}:{p}" for h, p in sorted(pairs))
 
 
+#: What one cluster's answer proves, without the cluster's name: (why, detail, running,
+#: last_error); ``why`` None means converged.
+_Assessment = tuple["Why | None", str, "str | None", "str | None"]
+
+
 def judge_cluster(observation: Observation, digest: str,
                   egress: tuple[EgressRule, ...] | None) -> ClusterProof:
     """One cluster's answer about one app, against the pinned digest and egress."""
-    cluster = observation.cluster_id
+    return _proof(observation.cluster_id, _assess(observation, digest, egress))
+
+
+def _proof(cluster: str, assessment: _Assessment) -> ClusterProof:
+    why, detail, running, last_error = assessment
+    if why is None:
+        return ClusterProof(cluster=cluster, proof=Proof.CONVERGED, running=running,
+                            last_error=last_error)
+    proof = Proof.UNPROVEN if why in UNPROVEN_WHYS else Proof.NOT_CONVERGED
+    return ClusterProof(cluster=cluster, proof=proof, why=why, detail=detail,
+                        running=running, last_error=last_error)
+
+
+def _assess(observation: Observation, digest: str,
+            egress: tuple[EgressRule, ...] | None) -> _Assessment:
+    """``judge_cluster``'s rules. An answer's assessment depends on its runtime alone
+    (for one digest and egress), never on which cluster sent it."""
 
     def verdict(why: Why, detail: str, running: str | None = None,
-                last_error: str | None = None) -> ClusterProof:
-        proof = Proof.UNPROVEN if why in UNPROVEN_WHYS else Proof.NOT_CONVERGED
-        return ClusterProof(cluster=cluster, proof=proof, why=why, detail=detail,
-                            running=running, last_error=last_error)
+                last_error: str | None = None) -> _Assessment:
+        return why, detail, running, last_error
 
     if observation.kind is ObservationKind.SILENT:
         return verdict(Why.SILENT, f"gave no evidence ({safe(observation.reason)})")
@@ -198,8 +218,7 @@ def judge_cluster(observation: Observation, digest: str,
                 bits.append("still allows " + _pairs(in_effect - declared))
             return verdict(Why.EGRESS_DIFFERS, "egress " + "; ".join(bits), running,
                            last_error)
-    return ClusterProof(cluster=cluster, proof=Proof.CONVERGED, running=running,
-                        last_error=last_error)
+    return None, "", running, last_error
 
 
 def _judge_rollout(live: LiveService | ReadFailure | None, digest: str) -> tuple[Why, str] | None:
@@ -238,11 +257,23 @@ def judge(target: Target, live: LiveService | ReadFailure | None,
     the pinned digest and succeeded, and every ``expected`` cluster proves it. A cluster
     with no observation is silent. Not converged wins over unproven when both occur."""
     by_cluster = {o.cluster_id: o for o in observations}
-    clusters = tuple(
-        judge_cluster(by_cluster.get(cluster) or Observation(
-            cluster_id=cluster, kind=ObservationKind.SILENT, reason="never probed"),
-            target.digest, target.egress)
-        for cluster in sorted(set(expected)))
+    # Clusters running the same app usually send one and the same (shared) runtime:
+    # judged once per runtime, named per cluster.
+    assessed: dict[int, _Assessment] = {}
+
+    def one(cluster: str) -> ClusterProof:
+        observation = by_cluster.get(cluster) or Observation(
+            cluster_id=cluster, kind=ObservationKind.SILENT, reason="never probed")
+        runtime = observation.runtime
+        if observation.kind is not ObservationKind.ANSWERED or runtime is None:
+            return judge_cluster(observation, target.digest, target.egress)
+        assessment = assessed.get(id(runtime))
+        if assessment is None:
+            assessment = assessed[id(runtime)] = _assess(observation, target.digest,
+                                                         target.egress)
+        return _proof(cluster, assessment)
+
+    clusters = tuple(one(cluster) for cluster in sorted(set(expected)))
     rollout = _judge_rollout(live, target.digest)
     proofs = {c.proof for c in clusters}
     if rollout is not None:
