@@ -55,34 +55,65 @@ VERDICT_LINE = {
 }
 
 
-def _sanitize(value: Any) -> Any:
-    """``value`` with every string made safe; the very same object when nothing changed
-    (the models are frozen, so sharing an unchanged part is safe), which keeps a clean
-    10,000-service plan from being copied model by model."""
-    # Exact ``str`` only: enum members (codes, actions, kinds) are vocabulary, not data.
-    if type(value) is str:
-        made = safe(value, VALUE_LIMIT)
-        return value if made == value else made
-    if isinstance(value, tuple | list):
-        items = [_sanitize(v) for v in value]
-        if all(new is old for new, old in zip(items, value, strict=True)):
+_UNSEEN: Any = object()
+
+
+class _Sanitizer:
+    """One plan's walk (``untrusted``): every string made safe, each distinct string
+    checked once, and each object of the plan walked once however often it is shared
+    (a 10,000 × 10 plan shares its clusters' runtimes, cluster ids and digests)."""
+
+    def __init__(self) -> None:
+        #: string -> its safe form, or None when it is already safe
+        self._strings: dict[str, str | None] = {}
+        #: id of an object of the plan (alive for the whole walk) -> its sanitized form
+        self._objects: dict[int, Any] = {}
+
+    def __call__(self, value: Any) -> Any:
+        """``value`` with every string made safe; the very same object when nothing
+        changed (the models are frozen, so sharing an unchanged part is safe), which
+        keeps a clean 10,000-service plan from being copied model by model."""
+        kind = type(value)
+        # Exact ``str`` only: enum members (codes, actions, kinds) are vocabulary, not data.
+        if kind is str:
+            made = self._strings.get(value, _UNSEEN)
+            if made is _UNSEEN:
+                safe_form = safe(value, VALUE_LIMIT)
+                made = self._strings[value] = None if safe_form == value else safe_form
+            return value if made is None else made
+        if value is None or kind is int or kind is bool or not isinstance(
+                value, BaseModel | tuple | list | dict):
             return value
-        return type(value)(items)
-    if isinstance(value, dict):
-        pairs = [(_sanitize(k), _sanitize(v)) for k, v in value.items()]
-        if all(k2 is k and v2 is v for (k2, v2), (k, v) in zip(pairs, value.items(),
-                                                               strict=True)):
-            return value
-        return dict(pairs)
-    if isinstance(value, BaseModel):
+        key = id(value)
+        result = self._objects.get(key, _UNSEEN)
+        if result is _UNSEEN:
+            result = self._objects[key] = self._walk(value)
+        return result
+
+    def _walk(self, value: Any) -> Any:
+        if isinstance(value, tuple | list):
+            items = [self(v) for v in value]
+            if all(new is old for new, old in zip(items, value, strict=True)):
+                return value
+            return type(value)(items)
+        if isinstance(value, dict):
+            pairs = [(self(k), self(v)) for k, v in value.items()]
+            if all(k2 is k and v2 is v for (k2, v2), (k, v) in zip(pairs, value.items(),
+                                                                   strict=True)):
+                return value
+            return dict(pairs)
+        # A plan's models forbid extras: their ``__dict__`` is exactly their fields.
         update = {}
-        for name in type(value).model_fields:
-            old = getattr(value, name)
-            new = _sanitize(old)
+        for name, old in value.__dict__.items():
+            new = self(old)
             if new is not old:
                 update[name] = new
         return value.model_copy(update=update) if update else value
-    return value
+
+
+def _sanitize(value: Any) -> Any:
+    """``value`` with every string made safe (see ``_Sanitizer``)."""
+    return _Sanitizer()(value)
 
 
 def untrusted(plan: Plan) -> Plan:
