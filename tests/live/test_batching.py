@@ -183,3 +183,44 @@ def test_a_cluster_without_the_extension_is_read_app_by_app_as_before() -> None:
     assert not requests_to(mesh, "127.0.0.2", BATCH_PATH)
     assert all(o.kind is ObservationKind.ANSWERED for obs in rows.values() for o in obs)
     assert view.notes == ()
+
+
+def test_an_etag_that_is_not_an_ascii_entity_tag_is_never_sent_back(
+        monkeypatch: Any) -> None:
+    # An If-None-Match built from it could not even be encoded: the next read of the
+    # cluster would fail. It is not remembered, so the next pass reads in full.
+    original = FakeMesh.batch_page
+
+    def foreign_etag(cluster: FakeCluster, request: httpx.Request) -> httpx.Response:
+        reply = original(cluster, request)
+        return httpx.Response(reply.status_code, content=reply.content, headers=[
+            (b"ETag", b'"\xc3\xa9tag"'), (b"content-type", b"application/json")])
+
+    monkeypatch.setattr(FakeMesh, "batch_page", staticmethod(foreign_etag))
+    mesh = batch_mesh()
+    _, rows = probe(mesh, passes=2)
+    assert all(o.kind is ObservationKind.ANSWERED for obs in rows.values() for o in obs)
+    assert not any("If-None-Match" in r.headers for r in mesh.seen)
+
+
+def test_a_reader_that_breaks_silences_its_cluster_with_what_happened(
+        monkeypatch: Any) -> None:
+    # Whatever no reader anticipated ends as silence with the real reason, for that
+    # cluster's apps only -- never as "the deadline passed", never as a stray traceback.
+    from reconciler.shell.probing import batching
+
+    original = batching.BatchReader.read
+
+    async def breaks_on_sn2(self: Any, cluster: str, *args: Any) -> bool:
+        if cluster == "sn2":
+            raise RuntimeError("unforeseen reply")
+        return await original(self, cluster, *args)
+
+    monkeypatch.setattr(batching.BatchReader, "read", breaks_on_sn2)
+    _, rows = probe(batch_mesh())
+    broken = on(rows, "sn2")
+    assert all(o.kind is ObservationKind.SILENT and o.reason ==
+               "reading this cluster failed: RuntimeError: unforeseen reply"
+               for o in broken.values())
+    assert all(o.kind is ObservationKind.ANSWERED for cluster in ("sn1", "sn3")
+               for o in on(rows, cluster).values())

@@ -30,6 +30,7 @@ Must not raise for a cluster's failure (those are observations) and must not pri
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -58,6 +59,9 @@ MAX_APP_IDS_QUERY: Final = 2000
 #: Pages one listing may take beyond what the needed apps explain (a server whose cursor
 #: never ends must not keep a pass busy).
 SPARE_PAGES: Final = 100
+#: An RFC 9110 entity-tag, ASCII only: it is sent back verbatim as ``If-None-Match``,
+#: and a header value httpx cannot encode would break the next read of the cluster.
+ENTITY_TAG: Final = re.compile(r'(?:W/)?"[\x21\x23-\x7e]*"')
 #: The longest ETag kept and sent back (anything longer is not remembered).
 MAX_ETAG: Final = 512
 
@@ -208,7 +212,8 @@ class BatchReader:
                 raise _PageFailed(self._where(number, exc.reason)) from exc
             if number == 1:
                 sent = response.headers.get("ETag")
-                etag = sent if sent and len(sent) <= MAX_ETAG and sent.isprintable() else None
+                etag = sent if sent and len(sent) <= MAX_ETAG and ENTITY_TAG.fullmatch(
+                    sent) else None
             for app, status in page.statuses.items():
                 if app not in wanted:
                     continue  # another app of this cluster (every app was asked for)

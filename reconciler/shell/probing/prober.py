@@ -25,12 +25,13 @@ from pathlib import Path
 import httpx
 
 from reconciler.core import attribution
-from reconciler.core.live import Confirmation, MeshView, Observation
+from reconciler.core.live import Confirmation, MeshView, Observation, ObservationKind
+from reconciler.core.sanitize import safe
 from reconciler.shell.endpoints import Connection
 from reconciler.shell.probing import resolving
 from reconciler.shell.probing.authenticating import Authenticator
 from reconciler.shell.probing.batching import PAGE_LIMIT, BatchReader
-from reconciler.shell.probing.dialing import DEFAULT_MAX_FAILURES, Dialer
+from reconciler.shell.probing.dialing import DEFAULT_MAX_FAILURES, Dialer, now_ms
 from reconciler.shell.probing.parsing import Shared
 from reconciler.shell.probing.reading import Reader
 from reconciler.shell.progress import NullProgress, Progress
@@ -151,9 +152,22 @@ class Prober:
         notes: list[str] = []
         confirmed: list[Confirmation] = []
 
+        def broken(cluster: str, address: str, exc: Exception, only: Iterable[str]) -> None:
+            # A failure no reader turned into an answer (a bug, or a reply nothing
+            # anticipated): every app it leaves unanswered is silent with what happened,
+            # never "the deadline passed", and the pass goes on for the other clusters.
+            reason = safe(f"reading this cluster failed: {type(exc).__name__}: {exc}", 300)
+            for app in only:
+                answers.setdefault((app, cluster), Observation(
+                    cluster_id=cluster, address=address, kind=ObservationKind.SILENT,
+                    reason=reason, observed_at=now_ms()))
+
         async def probe(app_id: str, cluster: str, address: str) -> None:
-            answers[(app_id, cluster)] = await self._reader.observe(app_id, cluster, address,
-                                                                    shared)
+            try:
+                answers[(app_id, cluster)] = await self._reader.observe(
+                    app_id, cluster, address, shared)
+            except Exception as exc:  # see broken()
+                broken(cluster, address, exc, (app_id,))
             progress.advance()
 
         async def one_by_one(cluster: str, address: str) -> None:
@@ -167,8 +181,13 @@ class Prober:
             def confirm(at: int) -> None:
                 confirmed.append(Confirmation(cluster_id=cluster, address=address, at=at))
 
-            if not await self._batches.read(cluster, address, path, apps, record, shared,
-                                            confirm):
+            try:
+                found = await self._batches.read(cluster, address, path, apps, record, shared,
+                                                 confirm)
+            except Exception as exc:  # see broken()
+                broken(cluster, address, exc, apps)
+                return
+            if not found:
                 # Advertised but not there: read app by app, and say so once per cluster.
                 notes.append(f"cluster {cluster} ({address}) advertises the batch status "
                              f"route {path} but answered 404 on it; read app by app")
