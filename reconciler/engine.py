@@ -1,5 +1,9 @@
 """The engine: the one place that sequences load → observe → plan (→ apply).
 
+Also the sequence of the preflight of each creation (after the snapshot, before
+planning, at the commit being planned), of the watcher's steps, and of ``reconcile pin``
+(working tree → releases → resolve → rewrite → the plan of that service).
+
 Owns the order of operations and the translation of shell failures into
 ``EngineError``s that carry an exit code and a sentence. It decides nothing about what
 to change (``core.planning`` does) and prints nothing (commands render; progress goes

@@ -4,9 +4,11 @@ Owns one Python method per TypedRequest method the reconciler uses -- its reques
 fields, the shape check of its response, and which may be re-sent: reads and keyed
 writes go through ``Session.read`` (transient failures re-sent, a keyed write always
 with the *same* idempotency key); ``call`` is the bare envelope for anything else. Also
-owns ``capabilities()``, the [ext] ``getCapabilities`` answer, asked once per client.
+owns ``capabilities()``, the [ext] ``getCapabilities`` answer, asked once per client
+(again after ``forget_capabilities()``, which the fleet read calls before a full read).
 
-Callers: ``observing`` (reads) and the apply engine (writes), both as
+Callers: ``fleet`` and ``observing`` (reads), ``greenfield`` (the preflight and the
+creation), the engine (apply's writes, ``pin``'s release reads), all as
 ``async with ControlPlaneClient(conn, token=...) as cp:``. Must not parse services
 itself (``wire`` does) nor decide anything about them.
 """
