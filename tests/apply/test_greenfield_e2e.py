@@ -323,3 +323,26 @@ def test_every_promotion_policy_refuses_a_promotion_without_evidence_sending_not
     applied = repo.run("apply", str(repo.path), "--auto-approve")
     assert applied.code == Exit.REFUSED_NO_GO, applied.out + applied.err
     assert not [a for a in sandbox.audit() if a["method"] == "promoteServiceImageRelease"]
+
+
+def test_a_creation_one_cluster_does_not_prove_fails_the_gate_naming_it(
+        repo_factory: Callable[..., Repo], sandbox: Sandbox) -> None:
+    # The rest of the reference repo converged first, so the creation is the only change.
+    repo = repo_factory(sandbox, attempts=6)
+    without_ledger(repo.path)
+    assert repo.run("apply", str(repo.path), "--auto-approve").code == Exit.OK
+    git(repo.path, "revert", "--no-edit", "HEAD")  # ledger and its grant are back
+    sandbox.fault("sn2", "failed")  # sn2 runs whatever it is given, but FAILED
+
+    result = repo.run("apply", str(repo.path), "--auto-approve")
+    assert result.code == Exit.NOT_CONVERGED, result.out + result.err
+    assert len(creations(sandbox)) == 1  # created, and not proven: never "Converged"
+    assert "Converged" not in result.out
+    line = next(x for x in result.err.splitlines() if "ledger on sn2" in x)
+    assert LEDGER in line
+    assert not [x for x in result.err.splitlines() if "ledger on sn1" in x or "ledger on sn3" in x]
+    # The next plan does not call it done either, and a rerun creates nothing more.
+    again = repo.run("plan", str(repo.path), "--detailed-exitcode")
+    assert again.code != Exit.OK, again.out
+    repo.run("apply", str(repo.path), "--auto-approve")
+    assert len(creations(sandbox)) == 1
