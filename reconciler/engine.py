@@ -50,14 +50,14 @@ from reconciler.shell import pinning as pin_files
 from reconciler.shell.controlplane import (
     ControlPlaneClient,
     ControlPlaneError,
-    NotFound,
+    fleet,
     parse_service,
     token_from_env,
 )
 from reconciler.shell.endpoints import ConfigError, Connection, Overrides
 from reconciler.shell.journal import Journal, JournalError
 from reconciler.shell.probing import Prober
-from reconciler.shell.progress import Progress
+from reconciler.shell.progress import NullProgress, Progress
 
 
 def read_commit(root: Path, cache: validating.BlobCache | None = None,
@@ -720,28 +720,26 @@ def _pinned(svc: Service) -> pin_rules.Pinned:
 async def _releases(desired: DesiredState, root: Path, overrides: Overrides,
                     env: Mapping[str, str], services: tuple[Service, ...],
                     ) -> dict[str, tuple[ImageRelease, ...] | ReadFailure]:
-    """Each service's observed releases; a service the control plane does not have is a
-    ``ReadFailure``; any other failure ends the run (unknown is not "no release")."""
+    """Each service's observed releases, read as a snapshot reads them (``fleet.read``: in
+    pages where the control plane offers them); a service the control plane does not have
+    is a ``ReadFailure``; any other failure ends the run (unknown is not "no release")."""
     connection = connect(desired, root, overrides)
     try:
         client = ControlPlaneClient(connection, token=token_from_env(connection, env))
     except ConfigError as exc:
         raise EngineError(str(exc)) from exc
-    limit = asyncio.Semaphore(connection.concurrency)
-
-    async def one(svc: Service) -> tuple[ImageRelease, ...] | ReadFailure:
-        async with limit:
-            try:
-                raw = await client.get_service(svc.service_id)
-                return parse_service(raw, await client.get_releases(svc.service_id)).releases
-            except NotFound as exc:
-                return ReadFailure(service_id=svc.service_id, reason=exc.message, code=exc.code)
-
     try:
-        found = await asyncio.gather(*(one(s) for s in services))
+        found = await fleet.read(client, [s.service_id for s in services], NullProgress())
     except ControlPlaneError as exc:
         raise EngineError(f"control plane {connection.control_plane_url}: {exc}"
                           f"{_next_step(exc, connection)}") from exc
     finally:
         await client.aclose()
-    return {s.name: f for s, f in zip(services, found, strict=True)}
+    out: dict[str, tuple[ImageRelease, ...] | ReadFailure] = {}
+    for svc in services:
+        state = found.services[svc.service_id]
+        if isinstance(state, ReadFailure) and state.code != "SERVICE_NOT_FOUND":
+            raise EngineError(f"control plane {connection.control_plane_url}: "
+                              f"{svc.service_id}: {safe(state.reason)}")
+        out[svc.name] = state.releases if isinstance(state, LiveService) else state
+    return out
