@@ -1,6 +1,6 @@
 """The greenfield calls: the preflight reads a plan needs, and the creation apply sends.
 
-Owns three exchanges with the control plane, all through ``ControlPlaneClient``:
+Owns two exchanges with the control plane, both through ``ControlPlaneClient``:
 
 - ``read``: for the creations a plan holds, whether the control plane executes them at
   all (``createGreenfieldDeployment`` among its [ext] capabilities; the real upstream has
@@ -11,7 +11,6 @@ Owns three exchanges with the control plane, all through ``ControlPlaneClient``:
 - ``create``: ``createGreenfieldDeployment`` [ext] with the change's idempotency key,
   re-sent with the same key after a transient failure (the server replays; nothing is
   created twice).
-- ``operation``: ``getGreenfieldDeploymentOperation`` [ext], the operation's state.
 
 Must not decide anything (the report is parsed and judged in ``core``), sequence anything
 (the engine does) or print.
@@ -39,7 +38,6 @@ PREFLIGHT_METHOD = "getDeploymentPreflight"
 #: Refusals of a creation that may mean "someone else created it first": the executor then
 #: looks whether the service now runs the pinned digest before calling it refused.
 CREATED_ELSEWHERE = frozenset({"WOULD_REPLACE_EXISTING_STATE", "IDEMPOTENCY_KEY_REUSED"})
-OPERATION_METHOD = "getGreenfieldDeploymentOperation"
 
 
 async def read(client: ControlPlaneClient, asks: Sequence[PreflightAsk], *,
@@ -106,12 +104,6 @@ async def create(client: ControlPlaneClient, change: Change) -> Created:
     operation_id, state = _operation(response, pf.CREATE_METHOD)
     return Created(operation_id=operation_id, state=state,
                    replayed=response.get("idempotentReplay") is True)
-
-
-async def operation(client: ControlPlaneClient, *, idempotency_key: str) -> tuple[str, str]:
-    """The operation a creation with ``idempotency_key`` started: (id, state)."""
-    response = await client.read(OPERATION_METHOD, {"idempotencyKey": idempotency_key})
-    return _operation(response, OPERATION_METHOD)
 
 
 def refusal_detail(exc: DomainError) -> str:
