@@ -1,28 +1,43 @@
 """What a pull request changes: the head's plan against the base's, over one live snapshot.
 
 Owns ``review(base, head, ...)``, pure. Planning is a pure function, so the desired state
-at the base and at the head are planned against the *same* snapshot and compared: each
-change of the head plan is either **introduced** by the PR (the base would not make it)
-or **already pending** on the base (it would happen anyway); each change of the base plan
-the head no longer makes is **removed** by the PR. Changes are the same change when their
-idempotency keys are equal -- a key is a function of the action, the service, the
-payload and the live preconditions, and the snapshot is shared, so equal keys mean equal
-changes. Blockers keep their meaning; those the PR adds or clears are listed too.
+at the base and at the head are planned against the *same* snapshot and compared. Every
+change has a **target** -- what it writes: the egress of a service, the release of a
+service (a promotion or a rollback), the grant of one user on a service, the creation of
+a service -- and four origins follow:
+
+- **already pending**: the base plan makes the very same change (equal idempotency keys:
+  a key is a function of the action, the service, the payload and the live
+  preconditions, and the snapshot is shared, so equal keys mean equal changes); it would
+  happen anyway;
+- **modified**: the base plan changes the same target differently (``ModifiedChange``
+  says what the PR changes inside it: for egress the destinations added and dropped
+  relative to the base's pending change and to live, for a release the base's digest/tag
+  and the head's, for a grant the capabilities added and dropped, for a creation the
+  fields that differ);
+- **introduced**: the base plan does not touch the target;
+- **removed**: a target the base plan changes and the head no longer changes at all.
+
+So every head change is exactly one of introduced / modified / already pending, and
+every base change exactly one of already pending / modified / removed. Blockers keep
+their meaning; those the PR adds or clears are listed too.
 
 Must not: read git or the network (the engine hands both plans over), or render.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
 from reconciler.core.desired import DesiredState
+from reconciler.core.live import EgressRule
 
 if TYPE_CHECKING:  # ``core.plans`` imports this module: a plan carries its review
-    from reconciler.core.plans import Plan
+    from reconciler.core.plans import Change, Plan
 
 
 class _Model(BaseModel):
@@ -30,9 +45,15 @@ class _Model(BaseModel):
 
 
 class Origin(StrEnum):
-    INTRODUCED = "introduced"  # this PR causes it
+    INTRODUCED = "introduced"  # this PR causes it: the base does not touch its target
+    MODIFIED = "modified"  # the base changes the same target differently
     PENDING = "already_pending"  # pending on the base too: it would happen anyway
-    REMOVED = "removed"  # pending on the base, no longer after this PR
+    REMOVED = "removed"  # pending on the base; the head no longer changes its target
+
+
+#: What a change writes, by action: promote and rollback both write the release.
+TARGETS = {"set_egress": "egress", "promote": "release", "rollback": "release",
+           "set_grant": "grant", "create": "create"}
 
 
 class BlockerRef(_Model):
@@ -49,6 +70,64 @@ class BlockerRef(_Model):
     upstream_code: str | None = None
 
 
+class ReleaseAt(_Model):
+    """A release as one side of a modified change names it."""
+
+    digest: str | None = None
+    tags: tuple[str, ...] = ()
+
+
+class FieldChange(_Model):
+    """One field of a creation that the base and the head set differently."""
+
+    field: str
+    base: str
+    head: str
+
+
+class ModifiedChange(_Model):
+    """A target both plans change, differently: the head's change replaces the base's.
+
+    The ``*_vs_base`` fields compare the head's change with the base's pending one; the
+    ``*_vs_live`` fields compare it with what runs (they are the head change's own
+    ``egress_added`` / ``egress_removed``, repeated so the entry reads on its own)."""
+
+    target: str  # egress | release | grant | create
+    service: str
+    user_id: str | None = None  # grants: whose
+    action: str  # the head's change
+    base_action: str  # the base's (a release can turn from promote into rollback)
+    idempotency_key: str  # the head's change
+    base_idempotency_key: str
+    summary: str
+    base_summary: str
+    # egress
+    egress_added_vs_base: tuple[EgressRule, ...] = ()
+    egress_dropped_vs_base: tuple[EgressRule, ...] = ()
+    #: destinations the base's change opens too and the head keeps: already pending
+    egress_pending_on_base: tuple[EgressRule, ...] = ()
+    egress_added_vs_live: tuple[EgressRule, ...] = ()
+    egress_removed_vs_live: tuple[EgressRule, ...] = ()
+    # release
+    release_base: ReleaseAt | None = None
+    release_head: ReleaseAt | None = None
+    # grant
+    capabilities_added_vs_base: tuple[str, ...] = ()
+    capabilities_dropped_vs_base: tuple[str, ...] = ()
+    # create
+    fields: tuple[FieldChange, ...] = ()
+
+
+class RemovedChange(_Model):
+    """A change the base would make to a target the head no longer changes (kept small:
+    a sentence)."""
+
+    action: str
+    service: str
+    summary: str
+    idempotency_key: str
+
+
 class Review(_Model):
     """The PR's part of the plan. The plan it is attached to is the head's."""
 
@@ -56,9 +135,12 @@ class Review(_Model):
     base_commit: str | None = None
     head_commit: str | None = None
     base_verdict: str  # go | no_go | no_changes | invalid (the base's desired state is)
-    #: idempotency key of every change of the head plan -> introduced | already_pending
+    #: idempotency key of every change of the head plan -> introduced | modified |
+    #: already_pending
     origins: dict[str, Origin]
-    #: changes of the base plan the head does not make, as the base planned them
+    #: head changes that replace a base change to the same target, and what differs
+    modified: tuple[ModifiedChange, ...] = ()
+    #: changes of the base plan to targets the head does not change, as the base planned them
     removed: tuple[RemovedChange, ...] = ()
     #: services whose desired state (Service document, or a grant on it) the PR edits
     touched: tuple[str, ...] = ()
@@ -69,31 +151,37 @@ class Review(_Model):
     def origin(self, key: str) -> Origin:
         return self.origins.get(key, Origin.INTRODUCED)
 
+    def modification(self, key: str) -> ModifiedChange | None:
+        """What the PR changes inside the head change ``key``, when it modifies one."""
+        return next((m for m in self.modified if m.idempotency_key == key), None)
+
     @property
     def introduced(self) -> tuple[str, ...]:
         return tuple(k for k, o in self.origins.items() if o is Origin.INTRODUCED)
 
     @property
+    def by_this_pr(self) -> tuple[str, ...]:
+        """Head changes the PR causes or alters: introduced and modified."""
+        return tuple(k for k, o in self.origins.items() if o is not Origin.PENDING)
+
+    @property
     def changes_nothing_managed(self) -> bool:
-        """No introduced or removed change, no managed document edited, no new blocker."""
-        return not (self.introduced or self.removed or self.touched or self.settings_changed
-                    or self.blockers_introduced or self.blockers_cleared)
-
-
-class RemovedChange(_Model):
-    """A change the base would make and the head no longer does (kept small: a sentence)."""
-
-    action: str
-    service: str
-    summary: str
-    idempotency_key: str
-
-
-Review.model_rebuild()
+        """No introduced, modified or removed change, no managed document edited, no new
+        blocker."""
+        return not (self.by_this_pr or self.modified or self.removed or self.touched
+                    or self.settings_changed or self.blockers_introduced
+                    or self.blockers_cleared)
 
 
 def _blocker_key(b: BlockerRef) -> tuple[str, str | None, str | None, str | None]:
     return (b.code, b.service, b.cluster, b.upstream_code)
+
+
+def target_of(change: Change) -> tuple[str, str, str | None]:
+    """What a change writes: (kind, service id, user for a grant). Two changes with one
+    target cannot both be applied; the head's replaces the base's."""
+    kind = TARGETS.get(change.action.value, change.action.value)
+    return kind, change.service_id, change.user_id if kind == "grant" else None
 
 
 def touched_services(base: DesiredState, head: DesiredState) -> tuple[tuple[str, ...], bool]:
@@ -111,19 +199,110 @@ def touched_services(base: DesiredState, head: DesiredState) -> tuple[tuple[str,
     return tuple(sorted(touched)), base.settings != head.settings
 
 
+def _rules(rules: Iterable[EgressRule]) -> tuple[EgressRule, ...]:
+    return tuple(sorted(rules, key=lambda r: (r.host, r.port)))
+
+
+def _minus(a: Sequence[EgressRule] | None, b: Sequence[EgressRule] | None
+           ) -> tuple[EgressRule, ...]:
+    seen = {(r.host, r.port) for r in b or ()}
+    return _rules(r for r in a or () if (r.host, r.port) not in seen)
+
+
+def _both(a: Sequence[EgressRule] | None, b: Sequence[EgressRule] | None
+          ) -> tuple[EgressRule, ...]:
+    seen = {(r.host, r.port) for r in b or ()}
+    return _rules(r for r in a or () if (r.host, r.port) in seen)
+
+
+def _release(change: Change) -> ReleaseAt | None:
+    ref = change.release_after
+    return None if ref is None else ReleaseAt(digest=ref.digest, tags=ref.tags)
+
+
+def _creation_fields(change: Change) -> dict[str, str]:
+    """The fields of a creation a reviewer compares (not the commit it is bound to, nor
+    the request id or the evidence's revision: those differ at every commit)."""
+    creation = change.creation
+    if creation is None:
+        return {"summary": change.summary}
+    request = creation.preflight
+    service = creation.service
+    resources = request.get("proposedCorestoreResources")
+    return {
+        "digest": creation.digest,
+        "tag": service.release_tag or "",
+        "version": str(request.get("version", "")),
+        "namespace": str(request.get("proposedNamespace", "")),
+        "corestore": ", ".join(f"{r.get('capability')}:{r.get('resourceName')}"
+                               for r in (resources if isinstance(resources, list) else [])
+                               if isinstance(r, dict)),
+        "app_id": service.app_id,
+        "repository": f"{service.registry_host}/{service.repository}",
+        "egress": ", ".join(f"{d.host}:{d.port}" for d in service.egress),
+    }
+
+
+def modification(base: Change, head: Change) -> ModifiedChange:
+    """What ``head`` changes inside ``base``, two changes to one target."""
+    kind, _, user = target_of(head)
+    extra: dict[str, object] = {}
+    if kind == "egress":
+        extra = {
+            "egress_added_vs_base": _minus(head.egress_after, base.egress_after),
+            "egress_dropped_vs_base": _minus(base.egress_after, head.egress_after),
+            "egress_pending_on_base": _both(head.egress_added, base.egress_added),
+            "egress_added_vs_live": _rules(head.egress_added),
+            "egress_removed_vs_live": _rules(head.egress_removed),
+        }
+    elif kind == "release":
+        extra = {"release_base": _release(base), "release_head": _release(head)}
+    elif kind == "grant":
+        before, after = set(base.capabilities_after or ()), set(head.capabilities_after or ())
+        extra = {"capabilities_added_vs_base": tuple(sorted(after - before)),
+                 "capabilities_dropped_vs_base": tuple(sorted(before - after))}
+    elif kind == "create":
+        was, now = _creation_fields(base), _creation_fields(head)
+        extra = {"fields": tuple(FieldChange(field=f, base=was.get(f, ""), head=now.get(f, ""))
+                                 for f in now if was.get(f, "") != now[f])}
+    return ModifiedChange.model_validate({
+        "target": kind, "service": head.service, "user_id": user,
+        "action": head.action.value, "base_action": base.action.value,
+        "idempotency_key": head.idempotency_key, "base_idempotency_key": base.idempotency_key,
+        "summary": head.summary, "base_summary": base.summary, **extra})
+
+
 def review(*, base_ref: str, base_commit: str | None, head_commit: str | None,
            base_plan: Plan | None, head_plan: Plan, base: DesiredState | None,
            head: DesiredState) -> Review:
     """Classify every change of ``head_plan`` against ``base_plan`` (same snapshot). A
     base whose desired state is invalid (``None``) plans nothing: every change is the PR's."""
     base_changes = base_plan.changes if base_plan is not None else ()
-    base_keys = {c.idempotency_key for c in base_changes}
     head_keys = {c.idempotency_key for c in head_plan.changes}
-    origins = {c.idempotency_key: Origin.PENDING if c.idempotency_key in base_keys
-               else Origin.INTRODUCED for c in head_plan.changes}
+    base_keys = {c.idempotency_key for c in base_changes}
+    # Equal keys first (the same change), then the same target (the same thing written
+    # differently); what is left is the PR's own (head) or no longer made (base).
+    unmatched_base: dict[tuple[str, str, str | None], list[Change]] = {}
+    for change in base_changes:
+        if change.idempotency_key not in head_keys:
+            unmatched_base.setdefault(target_of(change), []).append(change)
+    origins: dict[str, Origin] = {}
+    modified: list[ModifiedChange] = []
+    for change in head_plan.changes:
+        if change.idempotency_key in base_keys:
+            origins[change.idempotency_key] = Origin.PENDING
+            continue
+        same_target = unmatched_base.get(target_of(change))
+        if same_target:
+            modified.append(modification(same_target.pop(0), change))
+            origins[change.idempotency_key] = Origin.MODIFIED
+        else:
+            origins[change.idempotency_key] = Origin.INTRODUCED
+    replaced = {m.base_idempotency_key for m in modified}
     removed = tuple(RemovedChange(action=c.action.value, service=c.service, summary=c.summary,
                                   idempotency_key=c.idempotency_key)
-                    for c in base_changes if c.idempotency_key not in head_keys)
+                    for c in base_changes
+                    if c.idempotency_key not in head_keys and c.idempotency_key not in replaced)
     before = {_blocker_key(r): r for r in _refs(base_plan)} if base_plan is not None else {}
     after = {_blocker_key(r): r for r in _refs(head_plan)}
     if base is None:
@@ -133,7 +312,8 @@ def review(*, base_ref: str, base_commit: str | None, head_commit: str | None,
     return Review(
         base_ref=base_ref, base_commit=base_commit, head_commit=head_commit,
         base_verdict=base_plan.verdict.value if base_plan is not None else "invalid",
-        origins=origins, removed=removed, touched=touched, settings_changed=settings_changed,
+        origins=origins, modified=tuple(modified), removed=removed, touched=touched,
+        settings_changed=settings_changed,
         blockers_introduced=tuple(after[k] for k in sorted(after.keys() - before.keys(),
                                                            key=str)),
         blockers_cleared=tuple(before[k] for k in sorted(before.keys() - after.keys(),

@@ -30,6 +30,7 @@ from reconciler.core.plans import (
     Verdict,
 )
 from reconciler.core.preflight import CREATE_METHOD, ServicePreflight, Status
+from reconciler.core.review import ModifiedChange, ReleaseAt
 from reconciler.core.sanitize import safe, safe_json_text
 
 #: The bound on any one string of a plan as rendered; fields shown in tables bound harder.
@@ -446,3 +447,103 @@ def preflight_facts(pre: ServicePreflight, wrap: Callable[[str], str] = _plain) 
                           + ("offered ✓" if pre.execution_available else "not offered ✗"),
                           pre.execution_available))
     return facts
+
+
+# -- a change this PR modifies (plan --base) ---------------------------------------------
+
+
+def _dests(rules: tuple[EgressRule, ...], wrap: Callable[[str], str]) -> str:
+    return ", ".join(wrap(f"{r.host}:{r.port}") for r in rules)
+
+
+def _at(ref: ReleaseAt | None, other: ReleaseAt | None, wrap: Callable[[str], str]) -> str:
+    """A release by its tag, or by its digest when there is none or both sides share it."""
+    if ref is None or ref.digest is None:
+        return wrap("<nothing>")
+    if ref.tags and (other is None or other.tags[:1] != ref.tags[:1]):
+        return wrap(ref.tags[0])
+    return wrap(short(ref.digest)) + (f" ({wrap(ref.tags[0])})" if ref.tags else "")
+
+
+def modified_phrase(m: ModifiedChange, wrap: Callable[[str], str] = _plain,
+                    warn: str = " (destructive)") -> str:
+    """What a PR changes inside a change pending on the base, in words: "adds
+    api.sendgrid.com:443 to checkout's egress (api.paypal.com:443 already pending)".
+    ``wrap`` embeds each plan string; ``warn`` marks what takes something away."""
+    svc = wrap(m.service)
+    if m.target == "egress":
+        added_live = {(r.host, r.port) for r in m.egress_added_vs_live}
+        removed_live = {(r.host, r.port) for r in m.egress_removed_vs_live}
+        opens = tuple(r for r in m.egress_added_vs_base if (r.host, r.port) in added_live)
+        keeps = tuple(r for r in m.egress_added_vs_base if (r.host, r.port) not in added_live)
+        revokes = tuple(r for r in m.egress_dropped_vs_base if (r.host, r.port) in removed_live)
+        withdraws = tuple(r for r in m.egress_dropped_vs_base
+                          if (r.host, r.port) not in removed_live)
+        clauses = []
+        if opens:
+            clauses.append(f"adds {_dests(opens, wrap)} to {svc}'s egress")
+        if keeps:
+            clauses.append(f"keeps {_dests(keeps, wrap)} in {svc}'s egress (the base revokes "
+                           f"{'it' if len(keeps) == 1 else 'them'})")
+        if withdraws:
+            clauses.append(f"no longer opens {_dests(withdraws, wrap)} for {svc}")
+        if revokes:
+            clauses.append(f"revokes {_dests(revokes, wrap)} from {svc}'s egress{warn}")
+        said = "; ".join(clauses) or f"changes {svc}'s egress pending on the base"
+        if m.egress_pending_on_base:
+            said += f" ({_dests(m.egress_pending_on_base, wrap)} already pending)"
+        return said
+    if m.target == "release":
+        head = _at(m.release_head, m.release_base, wrap)
+        base = _at(m.release_base, m.release_head, wrap)
+        if m.action == Action.ROLLBACK.value:
+            return f"rolls {svc} back to {head} instead of {base} (pending on the base){warn}"
+        return f"promotes {svc} to {head} instead of {base} (pending on the base)"
+    if m.target == "grant":
+        user = wrap(m.user_id or "?")
+        clauses = []
+        if m.capabilities_added_vs_base:
+            clauses.append("adds " + ", ".join(wrap(c) for c in m.capabilities_added_vs_base))
+        if m.capabilities_dropped_vs_base:
+            clauses.append("drops " + ", ".join(wrap(c)
+                                                for c in m.capabilities_dropped_vs_base))
+        if not clauses:
+            return f"changes {user}'s grant on {svc} pending on the base"
+        return (f"{' and '.join(clauses)} in {user}'s grant on {svc} (pending on the base)"
+                + (warn if m.capabilities_dropped_vs_base else ""))
+    if m.fields and len(m.fields) <= 2:
+        return (f"changes {svc}'s pending creation: "
+                + ", ".join(f"{f.field} {wrap(f.base or '<none>')} → {wrap(f.head or '<none>')}"
+                            for f in m.fields))
+    if m.fields:
+        return (f"changes {len(m.fields)} fields of {svc}'s pending creation ("
+                + ", ".join(f.field for f in m.fields) + ")")
+    return f"changes {svc}'s pending creation"
+
+
+def modified_detail(m: ModifiedChange, wrap: Callable[[str], str] = _plain) -> list[str]:
+    """The lines under a modified change: against the base's pending change, then
+    against live (egress), or base → head (release, grant, creation)."""
+    def rules(items: tuple[EgressRule, ...]) -> str:
+        return _dests(items, wrap) or "nothing"
+
+    if m.target == "egress":
+        return [f"vs the base's pending change: added {rules(m.egress_added_vs_base)}; "
+                f"dropped {rules(m.egress_dropped_vs_base)}",
+                f"vs live: added {rules(m.egress_added_vs_live)}; "
+                f"removed {rules(m.egress_removed_vs_live)}"]
+    if m.target == "release":
+        def full(ref: ReleaseAt | None) -> str:
+            if ref is None or ref.digest is None:
+                return wrap("<nothing>")
+            tags = ",".join(ref.tags)
+            return wrap(short(ref.digest)) + (f" ({wrap(tags)})" if tags else "")
+        return [f"release: base {m.base_action} {full(m.release_base)} → this PR "
+                f"{m.action} {full(m.release_head)}"]
+    if m.target == "grant":
+        def caps(items: tuple[str, ...]) -> str:
+            return ", ".join(wrap(c) for c in items) or "nothing"
+        return [f"vs the base's pending grant: added {caps(m.capabilities_added_vs_base)}; "
+                f"dropped {caps(m.capabilities_dropped_vs_base)}"]
+    return [f"{f.field}: base {wrap(f.base or '<none>')} → this PR {wrap(f.head or '<none>')}"
+            for f in m.fields] or [f"was: {wrap(m.base_summary)}"]

@@ -10,13 +10,17 @@ Owns the comment layout, in reading order:
 3. **Why NO-GO**, root causes first and once: a cluster no address answered as is one
    line naming it, why (its message carries the address), and the services it blocks;
    each blocked service's section only points back to it;
-4. **This PR** (with a review): changes introduced, already pending, removed; the base's
+4. **This PR** (with a review): changes introduced, modified (pending on the base, and
+   changed by the PR: each said in words, "adds `api.sendgrid.com:443` to `checkout`'s
+   egress (`api.paypal.com:443` already pending)"), already pending, removed; the base's
    verdict; blockers introduced and cleared;
 5. **Destructive changes** (⚠️): an egress revoke-all or any egress destination revoked,
    a capability removed, a rollback; each is flagged again in its service's section;
 6. **Apply**: the exact command (``reconcile apply FILE`` when the caller names the saved
    file, else how to save one) and the saved plan's content digest;
-7. the services: with a review, "Introduced by this PR" (full sections), blocked services
+7. the services: with a review, "Introduced by this PR" and "Modified by this PR" (full
+   sections; a modified change shows what the PR changes against the base's pending
+   change and against live), blocked services
    the PR does not touch, "Removed by this PR", "Already pending on the base" and "Not
    touched by this PR" (both collapsed, one line per service); without one, every service
    with a change, a blocker, drift or no proof of convergence gets a section (changes,
@@ -295,6 +299,27 @@ def _introduced(plan: Plan, review: Review) -> list[Change]:
     return [c for c in plan.changes if review.origin(c.idempotency_key) is Origin.INTRODUCED]
 
 
+def _md_code(text: str) -> str:
+    return code(text, 120)
+
+
+def _modified_words(review: Review, room: int = _TITLE_WORDS) -> str:
+    """The changes this PR modifies, each in words while that fits ``room``, else
+    counted with the services named."""
+    detailed = "; ".join(common.modified_phrase(m, _md_code, " ⚠️") for m in review.modified)
+    if len(detailed) <= room:
+        return detailed
+    services = sorted({m.service for m in review.modified})
+    return (f"modifies {_n(len(review.modified), 'change')} pending on the base "
+            f"({_names(services, 8)})")
+
+
+#: How a change's origin is said next to it.
+_ORIGIN_WORDS = {Origin.INTRODUCED: " · _introduced by this PR_",
+                 Origin.MODIFIED: " · _modified by this PR (pending on the base, changed)_",
+                 Origin.PENDING: " · _already pending on the base_", Origin.REMOVED: ""}
+
+
 def _title_words(plan: Plan) -> str:
     review = plan.review
     if review is not None:
@@ -307,6 +332,8 @@ def _title_words(plan: Plan) -> str:
             introduced = _introduced(plan, review)
             if introduced:
                 bits.append(_does(plan, introduced))
+            if review.modified:
+                bits.append(_modified_words(review))
             if review.removed:
                 bits.append(f"drops {_n(len(review.removed), 'change')} pending on the base")
             if review.blockers_introduced:
@@ -479,15 +506,20 @@ def _agreement(ev: ServiceEvidence | None) -> str:
 
 def _change_item(change: Change, review: Review | None) -> str:
     origin = ""
+    modified = None
     if review is not None:
-        origin = (" · _introduced by this PR_"
-                  if review.origin(change.idempotency_key) is Origin.INTRODUCED
-                  else " · _already pending on the base_")
+        origin = _ORIGIN_WORDS[review.origin(change.idempotency_key)]
+        modified = review.modification(change.idempotency_key)
     if change.action is Action.CREATE:
         lines = [f"- ➕ **{VERBS[change.action]}** — {common.create_target(change, _code64)}"
                  f"{origin}"]
     else:
         lines = [f"- **{VERBS[change.action]}** — {code(change.summary)}{origin}"]
+    if modified is not None:
+        lines.append(f"  ✏️ **this PR:** {common.modified_phrase(modified, _md_code, ' ⚠️')}")
+        for detail in common.modified_detail(modified, _md_code):
+            label, _, rest = detail.partition(":")  # the label is common's words
+            lines.append(f"  ↳ _{esc(label)}:_{rest}")
     taken = destructive(change)
     if taken:
         lines.append(f"  ⚠️ **destructive:** {taken}")
@@ -629,13 +661,17 @@ def _this_pr(index: _Index) -> list[_Section]:
     if review is None:
         return []
     introduced = _introduced(plan, review)
-    pending = len(plan.changes) - len(introduced)
+    pending = len(plan.changes) - len(introduced) - len(review.modified)
     if review.changes_nothing_managed:
         title = ("This PR changes nothing reconcile manages"
                  + (f"; the {_n(pending, 'change')} below were already pending on the base "
                     "and apply makes them too" if pending else "") + ".\n\n")
     else:
-        bits = [f"Introduces {_n(len(introduced), 'change')}"]
+        bits = [f"introduces {_n(len(introduced), 'change')}"] \
+            if introduced or not review.modified else []
+        if review.modified:
+            bits.append(f"modifies {_n(len(review.modified), 'change')} pending on the base")
+        bits[0] = bits[0][0].upper() + bits[0][1:]
         if pending:
             bits.append(f"{pending:,} already pending on the base (apply makes them too)")
         if review.removed:
@@ -648,8 +684,13 @@ def _this_pr(index: _Index) -> list[_Section]:
             title += (f" · verdict on the base: {base} → with this PR: "
                       f"**{common.VERDICT_LINE[plan.verdict]}**")
         title += ".\n\n"
-    lines = [f"- ❌ adds blocker {code(b.upstream_code or b.code)} {code(b.message, 1000)}\n"
-             for b in review.blockers_introduced]
+    lines = [f"- ✏️ {common.modified_phrase(m, _md_code, ' ⚠️')}\n"
+             for m in review.modified[:_LIST_MAX]]
+    if len(review.modified) > _LIST_MAX:
+        lines.append(f"- … and {len(review.modified) - _LIST_MAX:,} more modified changes, "
+                     "each in its service's section\n")
+    lines.extend(f"- ❌ adds blocker {code(b.upstream_code or b.code)} {code(b.message, 1000)}\n"
+                 for b in review.blockers_introduced)
     lines.extend(f"- ✅ clears blocker {code(b.upstream_code or b.code)} "
                  f"{code(b.message, 1000)}\n" for b in review.blockers_cleared)
     if review.settings_changed:
@@ -663,14 +704,12 @@ def _destructive_section(index: _Index) -> list[_Section]:
     if not flagged:
         return []
     if review is not None:  # what the PR introduces first
-        flagged.sort(key=lambda ct: review.origin(ct[0].idempotency_key) is not Origin.INTRODUCED)
+        flagged.sort(key=lambda ct: review.origin(ct[0].idempotency_key) is Origin.PENDING)
     lines = []
     for change, taken in flagged[:_LIST_MAX]:
         origin = ""
         if review is not None:
-            origin = (" · _introduced by this PR_"
-                      if review.origin(change.idempotency_key) is Origin.INTRODUCED
-                      else " · _already pending on the base_")
+            origin = _ORIGIN_WORDS[review.origin(change.idempotency_key)]
         lines.append(f"- ⚠️ {code(change.service, 120)} — {taken}{origin}\n")
     if len(flagged) > _LIST_MAX:
         lines.append(f"- … and {len(flagged) - _LIST_MAX:,} more, each flagged ⚠️ "
@@ -698,9 +737,15 @@ def _apply_section(plan: Plan, plan_file: str | None, digest: str | None) -> _Se
     if plan.verdict is Verdict.GO:
         if plan.review is not None and plan.changes:
             introduced = len(_introduced(plan, plan.review))
-            lines.append(f"- Apply makes every change of this plan: the {introduced:,} "
-                         f"introduced by this PR and the {len(plan.changes) - introduced:,} "
-                         "already pending on the base.\n")
+            modified = len(plan.review.modified)
+            pending = len(plan.changes) - introduced - modified
+            said = [f"the {introduced:,} introduced by this PR"] \
+                if introduced or not modified else []
+            said += [f"the {modified:,} it modifies"] if modified else []
+            said += [f"the {pending:,} already pending on the base"] if pending else []
+            lines.append("- Apply makes every change of this plan: "
+                         + (", ".join(said[:-1]) + " and " if len(said) > 1 else "")
+                         + said[-1] + ".\n")
         lines.append("- Apply re-checks every precondition against the live world before the "
                      "first write and refuses if anything moved"
                      + (f"; it then waits until every cluster proves "
@@ -727,8 +772,11 @@ def _services(index: _Index) -> list[_Section]:
                 "every expected cluster (one line each)", quiet)], names=()))
         return sections
     introduced = {c.service for c in _introduced(plan, review)}
-    touched = set(review.touched) | introduced
-    sections = [_service(index, n, "Introduced by this PR") for n in names if n in touched]
+    modified = {m.service for m in review.modified} - introduced
+    touched = set(review.touched) | introduced | modified
+    sections = [_service(index, n, "Introduced by this PR") for n in names
+                if n in touched and n not in modified]
+    sections += [_service(index, n, "Modified by this PR") for n in names if n in modified]
     sections += [_service(index, n, "Blocked, not touched by this PR") for n in names
                  if n not in touched and n in index.blockers]
     if review.removed:

@@ -68,8 +68,14 @@ def _preflight(pre: ServicePreflight, style: _Style) -> list[str]:
                           *(("red",) if f.ok is False else ())) for f in facts)]
 
 
+_TAGS = {Origin.INTRODUCED: "  [introduced by this PR]",
+         Origin.MODIFIED: "  [modified by this PR: pending on the base, changed]",
+         Origin.PENDING: "  [already pending]", Origin.REMOVED: ""}
+
+
 def _review(plan: Plan, style: _Style) -> list[str]:
-    """The PR's part first: what it introduces, what was pending anyway, what it removes."""
+    """The PR's part first: what it introduces, what it modifies of what the base has
+    pending, what was pending anyway, what it removes."""
     review = plan.review
     if review is None:
         return []
@@ -82,9 +88,15 @@ def _review(plan: Plan, style: _Style) -> list[str]:
     introduced = [c for c in plan.changes
                   if review.origin(c.idempotency_key) is Origin.INTRODUCED]
     pending = [c for c in plan.changes if review.origin(c.idempotency_key) is Origin.PENDING]
-    out.append(f"  introduces {len(introduced)} change(s): "
-               + ("; ".join(c.summary for c in introduced[:5]) or "none")
-               + (f" (+{len(introduced) - 5} more)" if len(introduced) > 5 else ""))
+    if introduced or not review.modified:
+        out.append(f"  introduces {len(introduced)} change(s): "
+                   + ("; ".join(c.summary for c in introduced[:5]) or "none")
+                   + (f" (+{len(introduced) - 5} more)" if len(introduced) > 5 else ""))
+    if review.modified:
+        out.append(f"  modifies {len(review.modified)} change(s) pending on the base: "
+                   + "; ".join(common.modified_phrase(m) for m in review.modified[:5])
+                   + (f" (+{len(review.modified) - 5} more)" if len(review.modified) > 5
+                      else ""))
     if pending:
         out.append(f"  {len(pending)} change(s) were already pending on the base (they would "
                    "happen anyway)")
@@ -140,7 +152,7 @@ def render(plan: Plan, *, color: bool = False) -> str:
     for name in plan.services():
         ev = evidence.get(name)
         if review is not None and name not in review.touched and not any(
-                review.origin(plan.changes[i].idempotency_key) is Origin.INTRODUCED
+                review.origin(plan.changes[i].idempotency_key) is not Origin.PENDING
                 for i in changes_by_service.get(name, [])) and not any(
                 b.service == name for b in plan.blockers):
             pending = len(changes_by_service.get(name, []))
@@ -165,15 +177,20 @@ def render(plan: Plan, *, color: bool = False) -> str:
             change = plan.changes[index]
             verb = VERBS[change.action]
             tag = ""
+            modified = None
             if review is not None:
-                tag = "  [introduced by this PR]" if review.origin(
-                    change.idempotency_key) is Origin.INTRODUCED else "  [already pending]"
+                tag = _TAGS[review.origin(change.idempotency_key)]
+                modified = review.modification(change.idempotency_key)
             if change.action is Action.CREATE:
                 out.append("  " + style(f"+ {verb}", "green", "bold")
                            + f"  {common.create_target(change)}" + style(tag, "dim"))
             else:
                 out.append("  " + style(f"~ {verb}", "yellow", "bold") + f"  {change.summary}"
                            + style(tag, "dim"))
+            if modified is not None:
+                out.append("      " + style(f"this PR: {common.modified_phrase(modified)}",
+                                             "bold"))
+                out.extend(f"        {line}" for line in common.modified_detail(modified))
             out.append(f"      reason: {common.reason_text(change.reason)}")
             for line in common.change_detail(change):
                 out.append(f"      {line}")
