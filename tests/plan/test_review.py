@@ -394,3 +394,76 @@ def test_plan_base_end_to_end_over_a_base_and_a_head_commit(repo: Repo) -> None:
     missing = repo.run("plan", str(repo.path), "--base", "no-such-ref")
     assert missing.code == Exit.ERROR and "no-such-ref" in missing.err
     assert "Traceback" not in missing.err
+
+
+def _egress(repo: Repo, *hosts: str) -> None:
+    """Rewrite checkout's egress list (the document's last block) to ``hosts``."""
+    path = repo.path / "services" / "checkout.yaml"
+    head = path.read_text().split("egress:\n", 1)[0]
+    path.write_text(head + "egress:\n" + "".join(f"  - host: {h}\n" for h in hosts))
+
+
+def _plan_base(repo: Repo, base: str, name: str) -> tuple[dict[str, Any], str, str]:
+    """``plan --base`` three ways: the JSON plan, the text, the Markdown's first line."""
+    out = repo.path.parent / f"{name}.json"
+    result = repo.run("plan", str(repo.path), "--base", base, "--out", str(out))
+    assert result.code == Exit.OK, result.out + result.err
+    md = repo.run("show", str(out), "--format", "markdown")
+    assert md.code == Exit.OK, md.err
+    return json.loads(out.read_text()), result.out, md.out.splitlines()[0]
+
+
+@pytest.mark.integration
+def test_plan_base_over_the_sandbox_modified_then_reverted_then_a_new_digest(
+        repo: Repo) -> None:
+    # The base: checkout's egress gains api.paypal.com (live: api.stripe.com only).
+    _egress(repo, "api.stripe.com", "api.paypal.com")
+    repo.commit("checkout: paypal")
+    base = _git(repo.path, "rev-parse", "HEAD")
+    # The PR adds api.sendgrid.com to the same list.
+    _egress(repo, "api.stripe.com", "api.paypal.com", "api.sendgrid.com")
+    repo.commit("checkout: sendgrid")
+    data, shown, first = _plan_base(repo, base, "modified")
+    assert data["format_version"] == jsonplan.FORMAT_VERSION
+    jsonschema.validate(data, SCHEMA)
+    review_ = data["review"]
+    assert review_["removed"] == []
+    assert [(m["target"], m["service"]) for m in review_["modified"]] == [("egress", "checkout")]
+    origins = {(c["actions"][0], c["service"]): review_["origins"][c["idempotency_key"]]
+               for c in data["changes"]}
+    assert origins.pop(("set_egress", "checkout")) == "modified"
+    assert set(origins.values()) == {"already_pending"}
+    sentence = ("adds api.sendgrid.com:443 to checkout's egress (api.paypal.com:443 already "
+                "pending)")
+    assert sentence in shown and "removes" not in shown
+    assert first.endswith("— this PR adds `api.sendgrid.com:443` to `checkout`'s egress "
+                          "(`api.paypal.com:443` already pending)"), first
+
+    # The PR reverts the base's pending change entirely: egress as live, nothing to change.
+    _egress(repo, "api.stripe.com")
+    repo.commit("checkout: egress as it was")
+    data, shown, first = _plan_base(repo, base, "reverted")
+    assert data["review"]["modified"] == []
+    assert [(r["action"], r["service"]) for r in data["review"]["removed"]] == [
+        ("set_egress", "checkout")]
+    assert "- removes  checkout: egress opens api.paypal.com:443" in shown
+    assert "drops 1 change pending on the base" in first
+
+    # A pending promotion (v2.4.0 on the base) re-pinned by the PR to a newer digest.
+    digest = repo.sandbox.push("checkout", "v2.5.0")
+    _egress(repo, "api.stripe.com", "api.paypal.com")
+    path = repo.path / "services" / "checkout.yaml"
+    path.write_text(re.sub(r"digest: sha256:[0-9a-f]{64}", f"digest: {digest}",
+                           path.read_text()).replace("tag: v2.4.0", "tag: v2.5.0"))
+    repo.commit("checkout: v2.5.0")
+    data, shown, first = _plan_base(repo, base, "release")
+    review_ = data["review"]
+    assert review_["removed"] == []
+    (m,) = review_["modified"]
+    assert (m["target"], m["base_action"], m["action"]) == ("release", "promote", "promote")
+    assert (m["release_base"]["tags"], m["release_head"]) == (
+        ["v2.4.0"], {"digest": digest, "tags": ["v2.5.0"]})
+    assert m["release_base"]["digest"] != digest
+    assert "promotes checkout to v2.5.0 instead of v2.4.0 (pending on the base)" in shown
+    assert "this PR promotes `checkout` to `v2.5.0` instead of `v2.4.0` (pending on the base)" \
+        in first
