@@ -51,9 +51,18 @@ class Origin(StrEnum):
     REMOVED = "removed"  # pending on the base; the head no longer changes its target
 
 
-#: What a change writes, by action: promote and rollback both write the release.
-TARGETS = {"set_egress": "egress", "promote": "release", "rollback": "release",
-           "set_grant": "grant", "create": "create"}
+class Target(StrEnum):
+    """What a change writes; two changes to one target cannot both be applied."""
+
+    EGRESS = "egress"
+    RELEASE = "release"  # promote and rollback both write it
+    GRANT = "grant"  # one user's grant on one service
+    CREATE = "create"
+
+
+#: The target of each action.
+TARGETS = {"set_egress": Target.EGRESS, "promote": Target.RELEASE,
+           "rollback": Target.RELEASE, "set_grant": Target.GRANT, "create": Target.CREATE}
 
 
 class BlockerRef(_Model):
@@ -92,7 +101,7 @@ class ModifiedChange(_Model):
     ``*_vs_live`` fields compare it with what runs (they are the head change's own
     ``egress_added`` / ``egress_removed``, repeated so the entry reads on its own)."""
 
-    target: str  # egress | release | grant | create
+    target: Target
     service: str
     user_id: str | None = None  # grants: whose
     action: str  # the head's change
@@ -177,11 +186,11 @@ def _blocker_key(b: BlockerRef) -> tuple[str, str | None, str | None, str | None
     return (b.code, b.service, b.cluster, b.upstream_code)
 
 
-def target_of(change: Change) -> tuple[str, str, str | None]:
+def target_of(change: Change) -> tuple[Target, str, str | None]:
     """What a change writes: (kind, service id, user for a grant). Two changes with one
     target cannot both be applied; the head's replaces the base's."""
-    kind = TARGETS.get(change.action.value, change.action.value)
-    return kind, change.service_id, change.user_id if kind == "grant" else None
+    kind = TARGETS[change.action.value]
+    return kind, change.service_id, change.user_id if kind is Target.GRANT else None
 
 
 def touched_services(base: DesiredState, head: DesiredState) -> tuple[tuple[str, ...], bool]:
@@ -247,7 +256,7 @@ def modification(base: Change, head: Change) -> ModifiedChange:
     """What ``head`` changes inside ``base``, two changes to one target."""
     kind, _, user = target_of(head)
     extra: dict[str, object] = {}
-    if kind == "egress":
+    if kind is Target.EGRESS:
         extra = {
             "egress_added_vs_base": _minus(head.egress_after, base.egress_after),
             "egress_dropped_vs_base": _minus(base.egress_after, head.egress_after),
@@ -255,13 +264,13 @@ def modification(base: Change, head: Change) -> ModifiedChange:
             "egress_added_vs_live": _rules(head.egress_added),
             "egress_removed_vs_live": _rules(head.egress_removed),
         }
-    elif kind == "release":
+    elif kind is Target.RELEASE:
         extra = {"release_base": _release(base), "release_head": _release(head)}
-    elif kind == "grant":
+    elif kind is Target.GRANT:
         before, after = set(base.capabilities_after or ()), set(head.capabilities_after or ())
         extra = {"capabilities_added_vs_base": tuple(sorted(after - before)),
                  "capabilities_dropped_vs_base": tuple(sorted(before - after))}
-    elif kind == "create":
+    elif kind is Target.CREATE:
         was, now = _creation_fields(base), _creation_fields(head)
         extra = {"fields": tuple(FieldChange(field=f, base=was.get(f, ""), head=now.get(f, ""))
                                  for f in now if was.get(f, "") != now[f])}
@@ -282,7 +291,7 @@ def review(*, base_ref: str, base_commit: str | None, head_commit: str | None,
     base_keys = {c.idempotency_key for c in base_changes}
     # Equal keys first (the same change), then the same target (the same thing written
     # differently); what is left is the PR's own (head) or no longer made (base).
-    unmatched_base: dict[tuple[str, str, str | None], list[Change]] = {}
+    unmatched_base: dict[tuple[Target, str, str | None], list[Change]] = {}
     for change in base_changes:
         if change.idempotency_key not in head_keys:
             unmatched_base.setdefault(target_of(change), []).append(change)

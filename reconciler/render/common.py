@@ -30,7 +30,7 @@ from reconciler.core.plans import (
     Verdict,
 )
 from reconciler.core.preflight import CREATE_METHOD, ServicePreflight, Status
-from reconciler.core.review import ModifiedChange, ReleaseAt
+from reconciler.core.review import ModifiedChange, ReleaseAt, Target
 from reconciler.core.sanitize import safe, safe_json_text
 
 #: The bound on any one string of a plan as rendered; fields shown in tables bound harder.
@@ -471,7 +471,7 @@ def modified_phrase(m: ModifiedChange, wrap: Callable[[str], str] = _plain,
     api.sendgrid.com:443 to checkout's egress (api.paypal.com:443 already pending)".
     ``wrap`` embeds each plan string; ``warn`` marks what takes something away."""
     svc = wrap(m.service)
-    if m.target == "egress":
+    if m.target is Target.EGRESS:
         added_live = {(r.host, r.port) for r in m.egress_added_vs_live}
         removed_live = {(r.host, r.port) for r in m.egress_removed_vs_live}
         opens = tuple(r for r in m.egress_added_vs_base if (r.host, r.port) in added_live)
@@ -493,13 +493,13 @@ def modified_phrase(m: ModifiedChange, wrap: Callable[[str], str] = _plain,
         if m.egress_pending_on_base:
             said += f" ({_dests(m.egress_pending_on_base, wrap)} already pending)"
         return said
-    if m.target == "release":
+    if m.target is Target.RELEASE:
         head = _at(m.release_head, m.release_base, wrap)
         base = _at(m.release_base, m.release_head, wrap)
         if m.action == Action.ROLLBACK.value:
             return f"rolls {svc} back to {head} instead of {base} (pending on the base){warn}"
         return f"promotes {svc} to {head} instead of {base} (pending on the base)"
-    if m.target == "grant":
+    if m.target is Target.GRANT:
         user = wrap(m.user_id or "?")
         clauses = []
         if m.capabilities_added_vs_base:
@@ -527,12 +527,12 @@ def modified_detail(m: ModifiedChange, wrap: Callable[[str], str] = _plain) -> l
     def rules(items: tuple[EgressRule, ...]) -> str:
         return _dests(items, wrap) or "nothing"
 
-    if m.target == "egress":
+    if m.target is Target.EGRESS:
         return [f"vs the base's pending change: added {rules(m.egress_added_vs_base)}; "
                 f"dropped {rules(m.egress_dropped_vs_base)}",
                 f"vs live: added {rules(m.egress_added_vs_live)}; "
                 f"removed {rules(m.egress_removed_vs_live)}"]
-    if m.target == "release":
+    if m.target is Target.RELEASE:
         def full(ref: ReleaseAt | None) -> str:
             if ref is None or ref.digest is None:
                 return wrap("<nothing>")
@@ -540,7 +540,7 @@ def modified_detail(m: ModifiedChange, wrap: Callable[[str], str] = _plain) -> l
             return wrap(short(ref.digest)) + (f" ({wrap(tags)})" if tags else "")
         return [f"release: base {m.base_action} {full(m.release_base)} → this PR "
                 f"{m.action} {full(m.release_head)}"]
-    if m.target == "grant":
+    if m.target is Target.GRANT:
         def caps(items: tuple[str, ...]) -> str:
             return ", ".join(wrap(c) for c in items) or "nothing"
         return [f"vs the base's pending grant: added {caps(m.capabilities_added_vs_base)}; "

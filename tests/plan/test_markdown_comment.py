@@ -20,9 +20,9 @@ from reconciler.core.live import ObservationKind
 from reconciler.core.planning import Provenance, plan
 from reconciler.core.plans import Plan
 from reconciler.core.review import review
-from reconciler.render import jsonplan, markdown
+from reconciler.render import jsonplan, markdown, text
 from tests.plan import builders as b
-from tests.plan.test_output_safety import HOSTILE, _taint
+from tests.plan.test_output_safety import _RAW_CONTROL, HOSTILE, _taint
 
 markdown_it = pytest.importorskip("markdown_it")
 pytest.importorskip("linkify_it")
@@ -340,3 +340,26 @@ def test_an_entry_no_part_can_hold_is_replaced_by_an_honest_note() -> None:
 def test_a_budget_too_small_for_any_part_is_refused() -> None:
     with pytest.raises(ValueError):
         markdown.render_parts(_reference(), budget=1_000)
+
+
+def test_hostile_strings_stay_inert_in_a_modified_change() -> None:
+    """What a modified change says (hosts, digests, tags, users from the plan) is embedded
+    as code spans in the first line, the This PR list and the service section."""
+    def checkout(*hosts: str) -> dict[str, Any]:
+        return b.service_doc("checkout", "v2.4.0",
+                             [{"host": h} for h in ("api.stripe.com", *hosts)])
+    base = _with(b.reference_desired(), checkout=checkout("api.paypal.com"))
+    hostile = _taint(_reviewed(base, _with(b.reference_desired(), checkout=checkout(
+        "api.paypal.com", "api.sendgrid.com"))))
+    assert isinstance(hostile, Plan) and hostile.review is not None
+    assert hostile.review.modified and HOSTILE in hostile.review.modified[0].service
+    hostile = hostile.model_copy(update={"review": hostile.review.model_copy(update={
+        "origins": {k + HOSTILE: o for k, o in hostile.review.origins.items()}})})
+    md = markdown.render(hostile)
+    html = assert_sound(md)
+    assert "evil.example" not in _outside_code(html)
+    assert "\x1b" not in md and "modified by this PR" in md
+    for part in markdown.render_parts(hostile, budget=markdown.MIN_BUDGET):
+        assert_sound(part, markdown.MIN_BUDGET)
+    shown = text.render(hostile)
+    assert "this PR: adds " in shown and not _RAW_CONTROL.search(shown)
