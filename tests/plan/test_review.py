@@ -140,9 +140,9 @@ def _checkout(*hosts: str, tag: str = "v2.4.0") -> dict[str, Any]:
     return service_doc("checkout", tag, [{"host": h} for h in ("api.stripe.com", *hosts)])
 
 
-def _live_with(name: str, tag: str) -> LiveSnapshot:
+def _live_with(name: str, tag: str, live: LiveSnapshot | None = None) -> LiveSnapshot:
     """The reference snapshot with one more observed (never accepted) release of ``name``."""
-    live = reference_live()
+    live = live or reference_live()
     svc = live.services[f"svc-{name}"]
     assert isinstance(svc, LiveService)
     svc = svc.model_copy(update={"releases": (*svc.releases, release(name, tag, 300, None))})
@@ -300,13 +300,16 @@ def test_a_changed_creation_pending_on_the_base_is_modified_with_the_fields_that
 _HOSTS = ("api.stripe.com", "api.paypal.com", "api.sendgrid.com", "hooks.slack.com")
 _egress = st.lists(st.sampled_from(_HOSTS), unique=True, max_size=4)
 _tags = st.sampled_from(["v2.3.0", "v2.4.0", "v2.5.0"])
+#: catalog runs v5.1.0: v5.0.1 is a rollback, v5.2.0 a promotion
+_catalog_tags = st.sampled_from(["v5.0.1", "v5.1.0", "v5.2.0"])
+_LIVE = _live_with("catalog", "v5.2.0", _live_with("checkout", "v2.5.0"))
 _caps = st.sets(st.sampled_from(["deployment:preflight", "deployment:promote-route",
                                  "deployment:rollback-route"]))
 
 
-def _side(hosts: list[str], tag: str, caps: set[str]) -> DesiredState:
+def _side(hosts: list[str], tag: str, caps: set[str], catalog: str) -> DesiredState:
     desired = _with(reference_desired(), checkout=service_doc(
-        "checkout", tag, [{"host": h} for h in hosts]))
+        "checkout", tag, [{"host": h} for h in hosts]), catalog=service_doc("catalog", catalog))
     return desired.model_copy(update={"grants": tuple(g.model_copy(update={"services": tuple(
         s.model_copy(update={"capabilities": tuple(Capability(c) for c in sorted(caps))})
         if s.service == "search"
@@ -315,13 +318,15 @@ def _side(hosts: list[str], tag: str, caps: set[str]) -> DesiredState:
 
 @settings(max_examples=60, deadline=None)
 @given(base_hosts=_egress, head_hosts=_egress, base_tag=_tags, head_tag=_tags,
-       base_caps=_caps, head_caps=_caps)
+       base_caps=_caps, head_caps=_caps, base_catalog=_catalog_tags,
+       head_catalog=_catalog_tags)
 def test_every_change_has_exactly_one_origin_and_modified_means_same_target(
         base_hosts: list[str], head_hosts: list[str], base_tag: str, head_tag: str,
-        base_caps: set[str], head_caps: set[str]) -> None:
-    base = _side(base_hosts, base_tag, base_caps)
-    head = _side(head_hosts, head_tag, head_caps)
-    base_plan, head_plan = _review(base, head, _live_with("checkout", "v2.5.0"))
+        base_caps: set[str], head_caps: set[str], base_catalog: str,
+        head_catalog: str) -> None:
+    base = _side(base_hosts, base_tag, base_caps, base_catalog)
+    head = _side(head_hosts, head_tag, head_caps, head_catalog)
+    base_plan, head_plan = _review(base, head, _LIVE)
     made = head_plan.review
     assert made is not None
     # every head change: exactly one of introduced / modified / already pending
@@ -361,6 +366,10 @@ def test_every_change_has_exactly_one_origin_and_modified_means_same_target(
         if m.target == "release":
             assert m.release_base is not None and m.release_head is not None
             assert m.release_base.digest != m.release_head.digest
+            assert (m.base_action, m.action) == (before.action.value, now.action.value)
+            said = markdown.render(head_plan)
+            assert ("rolls `catalog` back to" if now.action is Action.ROLLBACK
+                    else f"promotes `{now.service}` to") in said
     # the comment's first line says "drops" a pending change only for a removed one
     md_first = markdown.render(head_plan).splitlines()[0]
     dropped = re.search(r"drops ([\d,]+) changes? pending on the base", md_first)
