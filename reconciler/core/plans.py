@@ -158,7 +158,7 @@ class Drift(_Model):
 #: A digest inside a cluster's words: shortened when quoted, the sentence names it once.
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 #: How much of what a cluster said a risk's sentence quotes (``reason`` has all of it).
-SAID_LIMIT = 160
+SAID_LIMIT = 200
 
 
 def _plain(text: str) -> str:
