@@ -185,23 +185,27 @@ class Risk(_Model):
         text = _DIGEST.sub(lambda m: m.group()[:19] + "…", self.reason)
         return text if len(text) <= SAID_LIMIT else text[:SAID_LIMIT] + "…"
 
-    def sentence(self, quote: Callable[[str], str] = _plain) -> str:
+    def sentence(self, quote: Callable[[str], str] = _plain, *, brief: bool = False) -> str:
         """The risk in words; ``quote`` wraps each value taken from the live world (a
-        Markdown code span; identity for text and JSON)."""
-        service, said = quote(self.service), quote(self.said())
+        Markdown code span; identity for text and JSON). ``brief`` leaves out what the
+        cluster said (a headline that stays short; the full sentence is ``message``)."""
+        service = quote(self.service)
         digest = quote(self.digest[:19] if self.digest else "<none>")
         cluster = quote(self.cluster or "?")
+        said = "" if brief else quote(self.said())
         if self.code is RiskCode.ROLLOUT_FAILED:
-            return (f"the control plane reports {service}'s {said} (to {digest}); apply will "
-                    "not prove it until it is rolled out again")
+            return (f"the control plane reports {service}'s {quote(self.said())} (to {digest}); "
+                    "apply will not prove it until it is rolled out again")
         if self.code is RiskCode.CLUSTER_DROPPED_EGRESS:
-            return (f"{cluster} does not allow {service}'s egress ({said}); apply will not "
-                    f"prove it until {cluster} allows it")
+            return (f"{cluster} does not allow {service}'s egress"
+                    + (f" ({said})" if said else "")
+                    + f"; apply will not prove it until {cluster} allows it")
         if self.code is RiskCode.CLUSTER_REFUSED_RELEASE:
-            return (f"{cluster} refused the last digest for {service} ({digest}: {said}); "
-                    f"apply will not prove it until {cluster} recovers")
-        return (f"{cluster} fails to run {service} at {digest} ({said}); apply will not "
-                f"prove it until {cluster} recovers")
+            return (f"{cluster} refused the last digest for {service} ({digest}"
+                    + (f": {said}" if said else "")
+                    + f"); apply will not prove it until {cluster} recovers")
+        return (f"{cluster} fails to run {service} at {digest}" + (f" ({said})" if said else "")
+                + f"; apply will not prove it until {cluster} recovers")
 
 
 class ServiceEvidence(_Model):

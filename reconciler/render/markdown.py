@@ -5,9 +5,10 @@ Owns the comment layout, in reading order:
 1. the first line: the verdict and what the plan (with ``plan --base``: what *this PR*)
    does, in words ("promotes `checkout` `v2.3.0` → `v2.4.0` on `sn1`–`sn3`; revokes all
    2 egress destinations of `search` ⚠️"); a PR that changes nothing managed says so; a
-   GO plan with risks names the first risk before that ("**GO** — ⚠️ `sn3` refused the
-   last digest for `checkout` …; apply will not prove it until `sn3` recovers (+1 more
-   risk) · promotes …"), and a **Risks** section lists each with what the cluster said;
+   GO plan with risks names the first risk before that, briefly ("**GO** — ⚠️ `sn3`
+   refused the last digest for `checkout` (`sha256:b10540cb4377`); apply will not prove
+   it until `sn3` recovers (+1 more risk) · promotes …"), and a **Risks** section lists
+   each with what the cluster said;
 2. the environment (control-plane host only, no credentials or path; gateway; clusters;
    base..head commits or the commit) and the counts;
 3. **Why NO-GO**, root causes first and once: a cluster no address answered as is one
@@ -348,7 +349,7 @@ def _risk_words(plan: Plan) -> str:
         return ""
     rest = len(plan.risks) - 1
     more = f" (+{_n(rest, 'more risk')})" if rest else ""
-    return f"⚠️ {plan.risks[0].sentence(lambda v: code(v, 200))}{more} · "
+    return f"⚠️ {plan.risks[0].sentence(lambda v: code(v, 200), brief=True)}{more} · "
 
 
 def _title(plan: Plan, part: str = "") -> str:

@@ -89,9 +89,11 @@ def test_the_risk_is_the_first_line_of_text_and_markdown_and_in_the_json() -> No
     first = text.render(p).splitlines()[0]
     assert first == f"GO — {p.risks[0].message}"
     head = markdown.render(p).splitlines()[0]
+    # the headline stays short: who, what, which digest; what sn3 said is in the Risks list
     assert head.startswith("## reconcile plan: **GO** — ⚠️ `sn3` refused the last digest for "
-                           f"`checkout` (`{CURRENT[:19]}`: `")
-    assert "until `sn3` recovers · promotes `checkout`" in head
+                           f"`checkout` (`{CURRENT[:19]}`); apply will not prove it until "
+                           "`sn3` recovers · promotes `checkout`"), head
+    assert "deployer refused the image" in markdown.render(p).split("### ⚠️ Risks")[1]
     data = json.loads(jsonplan.dumps(p))
     jsonschema.validate(data, SCHEMA)
     assert data["format_version"] == jsonplan.FORMAT_VERSION
