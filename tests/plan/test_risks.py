@@ -187,3 +187,15 @@ def test_a_stopped_gate_names_the_cluster_each_digest_once_and_the_reason(attemp
     finished = json.loads(applyview.json_line(Finished(report=ApplyReport(results=(),
                                                                            gate=gate))))
     assert finished["stopped"] == ["checkout"] and finished["converged"] is False
+
+
+def test_a_stopped_gate_names_the_quiet_clusters_once_without_their_digests() -> None:
+    target = evidence.Target(service="checkout", app_id="checkout", digest=CURRENT)
+    live = _with(_refusing_sn3(), "checkout", "sn1", tag="v2.2.0")  # lagging, says nothing
+    proof = evidence.judge(target, live.services["svc-checkout"], b.CLUSTERS,
+                           live.observations["checkout"])
+    _, err = applyview.summary(ApplyReport(results=(), gate=GateReport(
+        attempts=1, waited_seconds=0.1, proofs=(proof,))))
+    assert [x for x in err if "checkout on" in x] == [x for x in err if "on sn3" in x]
+    assert err[-1].endswith("(said nothing, not polled again): sn1")
+    assert "\n".join(err).count(CURRENT) == 1
