@@ -381,7 +381,10 @@ class Reconciler:
                    hook: Hook) -> GateReport:
         """Poll until the judge proves every target converged, or the budget is spent.
         The expected clusters of a service are what the plan saw joined with what the
-        prober knows now: the set never shrinks."""
+        prober knows now: the set never shrinks. A service whose rollout the judge finds
+        terminal (``ServiceProof.terminal``: the control plane reports it failed or
+        mismatched) is not polled again -- no later poll can prove it -- and the gate ends
+        as soon as every target is converged or terminal."""
         applying.crash_point("gate")
         policy = desired.settings.policy.convergence
         services = {s.name: s for s in desired.services if s.name in targets}
@@ -391,25 +394,31 @@ class Reconciler:
         hook(GateStarted(services=tuple(sorted(targets)), clusters=tuple(sorted(probe)),
                          attempts=policy.attempts, interval=policy.interval_seconds))
         proofs: tuple[ServiceProof, ...] = ()
+        #: the judge's last word on each service whose rollout it found terminal
+        settled: dict[str, ServiceProof] = {}
         attempt = 0
         for attempt in range(1, policy.attempts + 1):
+            polling = {n: s for n, s in services.items() if n not in settled}
             observations, live = await asyncio.gather(
-                self.prober.observe_apps([s.app_id for s in services.values()],
+                self.prober.observe_apps([s.app_id for s in polling.values()],
                                          extra_expected=sorted(probe)),
-                self._read_services([s.service_id for s in services.values()]))
+                self._read_services([s.service_id for s in polling.values()]))
             # Each set only grows: what DNS named, and what the service's rollout targets
             # now (a target not probed in this poll is silent in it, never skipped).
             mesh_clusters.update((await self.prober.resolve()).expected_clusters)
             expected = {name: evidence.expected_clusters(
                 targets[name], mesh_clusters, _targets(live[svc.service_id]))
-                for name, svc in services.items()}
+                for name, svc in polling.items()}
             probe.update(*expected.values())
-            proofs = tuple(
-                evidence.judge(target_of(svc, live[svc.service_id]), live[svc.service_id],
-                               expected[name], observations.get(svc.app_id, ()))
-                for name, svc in sorted(services.items()))
+            fresh = {name: evidence.judge(target_of(svc, live[svc.service_id]),
+                                          live[svc.service_id], expected[name],
+                                          observations.get(svc.app_id, ()))
+                     for name, svc in polling.items()}
+            settled.update((name, p) for name, p in fresh.items() if p.terminal)
+            proofs = tuple(fresh[name] if name in fresh else settled[name]
+                           for name in sorted(services))
             hook(GatePolled(attempt=attempt, attempts=policy.attempts, proofs=proofs))
-            if all(p.converged for p in proofs):
+            if all(p.converged or p.terminal for p in proofs):
                 break
             if attempt < policy.attempts:
                 await asyncio.sleep(policy.interval_seconds)

@@ -1,5 +1,5 @@
-"""Every stable code a plan carries: blockers, drift, the reasons of changes, and the
-control plane's preflight blocker codes.
+"""Every stable code a plan carries: blockers, drift, risks, the reasons of changes, and
+the control plane's preflight blocker codes.
 
 Owns the enums and the one sentence that documents each member; ``docs/codes.md``
 is generated from ``DOCS`` (``python -m reconciler.core.codes``) and a test keeps the two
@@ -56,6 +56,17 @@ class DriftCode(StrEnum):
     LIVE_CHANGED_OUTSIDE_REPO = "live_changed_outside_repo"
     IMMUTABLE_NOT_ENFORCED = "immutable_not_enforced"
     GRANT_NOT_DECLARED = "grant_not_declared"
+
+
+class RiskCode(StrEnum):
+    """What apply is already known to meet: the plan is GO (the writes are allowed), but a
+    cluster has said why it will not converge, so the gate will fail (exit 15) until it
+    recovers."""
+
+    CLUSTER_REFUSED_RELEASE = "cluster_refused_release"
+    CLUSTER_FAILING = "cluster_failing"
+    CLUSTER_DROPPED_EGRESS = "cluster_dropped_egress"
+    ROLLOUT_FAILED = "rollout_failed"
 
 
 class ReasonCode(StrEnum):
@@ -173,6 +184,14 @@ DOCS: dict[StrEnum, str] = {
     DriftCode.IMMUTABLE_NOT_ENFORCED: "The repo requires immutable deployment; the control "
     "plane's service does not (the next promotion sets it).",
     DriftCode.GRANT_NOT_DECLARED: "A live grant no Grant document declares (not pruned).",
+    RiskCode.CLUSTER_REFUSED_RELEASE: "A cluster runs another digest than the control "
+    "plane's current rollout and says why (its `lastError`): it refused the last digest.",
+    RiskCode.CLUSTER_FAILING: "A cluster runs the current digest but is failing and says "
+    "why (its `lastError`).",
+    RiskCode.CLUSTER_DROPPED_EGRESS: "A cluster's operator allow-list dropped a declared "
+    "destination: that egress is not in effect there.",
+    RiskCode.ROLLOUT_FAILED: "The control plane reports the current rollout failed or "
+    "mismatched, and no cluster says more.",
     ReasonCode.NEVER_ACCEPTED: "Promote: the pinned release was never accepted.",
     ReasonCode.NEWER_THAN_CURRENT: "Promote: the pinned release was observed after the "
     "current one.",
@@ -273,6 +292,8 @@ def table() -> str:
     sections: list[tuple[str, dict[StrEnum, str]]] = [
         ("Blockers (the plan is NO-GO)", {c: DOCS[c] for c in BlockerCode}),
         ("Drift (shown apart from changes)", {c: DOCS[c] for c in DriftCode}),
+        ("Risks (the plan is GO; apply's gate will fail until the cluster recovers)",
+         {c: DOCS[c] for c in RiskCode}),
         ("Reasons of changes", {c: DOCS[c] for c in ReasonCode}),
         ("Upstream preflight blockers (the control plane's codes, kept verbatim -- a code "
          "not listed here too; any makes the plan NO-GO)",

@@ -13,7 +13,12 @@ else is a bug, so the rules live here and nowhere else:
   ``succeeded``: a rollout still pending or deploying has not finished, a failed or
   mismatched one has not converged, and one with no status has proven nothing;
 - a cluster that is silent, or answers without the facts above, leaves the service
-  **unproven**, never converged: missing evidence is not evidence of convergence.
+  **unproven**, never converged: missing evidence is not evidence of convergence;
+- a cluster that is not converged *and says why* (a ``lastError``, an operator's dropped
+  egress) has **stated** its failure (``ClusterProof.stated``): what apply will meet,
+  known before it sends anything (a plan's risks, ``core.planning``); a rollout the
+  control plane reports failed or mismatched is **terminal** (``ServiceProof.terminal``):
+  waiting cannot prove it, so the convergence gate stops polling it.
 
 Also owns ``expected_clusters`` (settings ∪ DNS ∪ rollout targets, CONTRACT §3).
 
@@ -101,6 +106,20 @@ class ClusterProof(_Model):
     running: str | None = None  # the digest the cluster proved it runs, if any
     last_error: str | None = None
 
+    @property
+    def stated(self) -> str | None:
+        """What the cluster itself says keeps it from converging, or None: its
+        ``lastError`` while it does not run what it was asked to, or the destinations its
+        operator dropped. Silence and missing facts state nothing (they are unproven, an
+        evidence gap); a cluster still catching up states nothing either."""
+        if self.proof is not Proof.NOT_CONVERGED:
+            return None
+        if self.last_error:
+            return self.last_error
+        if self.why is Why.EGRESS_DROPPED:
+            return self.detail
+        return None
+
 
 class ServiceProof(_Model):
     """The judgement of one service: the rollout, and every expected cluster."""
@@ -116,6 +135,16 @@ class ServiceProof(_Model):
     @property
     def converged(self) -> bool:
         return self.proof is Proof.CONVERGED
+
+    @property
+    def terminal(self) -> bool:
+        """The control plane reports the rollout to this digest failed or mismatched (seed
+        003): no later poll of it can prove convergence, so the gate stops polling it."""
+        return self.rollout_why is Why.ROLLOUT_FAILED
+
+    def stated(self) -> tuple[ClusterProof, ...]:
+        """The clusters that say why they do not converge (``ClusterProof.stated``)."""
+        return tuple(c for c in self.clusters if c.stated is not None)
 
     def pending(self) -> tuple[ClusterProof, ...]:
         return tuple(c for c in self.clusters if c.proof is not Proof.CONVERGED)

@@ -47,6 +47,11 @@ class GateReport(_Model):
     def pending(self) -> tuple[ServiceProof, ...]:
         return tuple(p for p in self.proofs if not p.converged)
 
+    def stopped(self) -> tuple[ServiceProof, ...]:
+        """The services the gate stopped polling: the judge found their rollout terminal
+        (the control plane reports it failed or mismatched)."""
+        return tuple(p for p in self.pending() if p.terminal)
+
 
 class ApplyReport(_Model):
     results: tuple[ChangeResult, ...]

@@ -13,6 +13,11 @@ was sent, fail closed), then the control plane's preflight report for this exact
 control plane executes creations at all (``GREENFIELD_EXECUTION_UNAVAILABLE``) and
 whether its authorization checks grant ``deployment:create-greenfield``.
 
+Risks (``risks_of``) come from the judge's findings against what the control plane
+intends now, for every service apply will gate: a cluster that *states* why it does not
+converge (``ClusterProof.stated``) or a rollout the control plane reports failed. They
+never change the verdict, and never come from silence (that is a blocker).
+
 Must not: read files, talk to the network, look at the clock (time comes from the
 snapshot), or render anything.
 """
@@ -30,7 +35,13 @@ from pydantic import JsonValue
 
 from reconciler.core import evidence, greenfield
 from reconciler.core import preflight as pf
-from reconciler.core.codes import BlockerCode, DriftCode, ReasonCode, UpstreamBlockerCode
+from reconciler.core.codes import (
+    BlockerCode,
+    DriftCode,
+    ReasonCode,
+    RiskCode,
+    UpstreamBlockerCode,
+)
 from reconciler.core.desired import DesiredState, ReleaseEvidencePolicy, Service
 from reconciler.core.live import (
     FAILED_STATUSES,
@@ -52,6 +63,7 @@ from reconciler.core.plans import (
     Plan,
     Preconditions,
     ReleaseRef,
+    Risk,
     ServiceEvidence,
 )
 from reconciler.core.sanitize import safe
@@ -210,6 +222,35 @@ def _drift_of(service: str, finding: evidence.ClusterProof, current: str, in_pro
     return Drift(code=code, service=service, cluster=finding.cluster, message=message)
 
 
+def risks_of(finding: evidence.ServiceProof) -> tuple[Risk, ...]:
+    """What apply is already known to meet on one service, from the judge's word on it
+    against what the control plane intends now (``finding``): one risk per cluster that
+    states why it does not converge (``ClusterProof.stated``), and -- when none does --
+    the rollout the control plane reports failed or mismatched. A silent or merely
+    lagging cluster is no risk: silence is unknown (a blocker), lag is not a failure."""
+    out: list[Risk] = []
+    for found in finding.stated():
+        if found.why is evidence.Why.EGRESS_DROPPED:
+            code = RiskCode.CLUSTER_DROPPED_EGRESS
+        elif found.running is not None and found.running != finding.digest:
+            code = RiskCode.CLUSTER_REFUSED_RELEASE
+        else:
+            code = RiskCode.CLUSTER_FAILING
+        out.append(_risk(code, finding, found.cluster, found.running, found.stated or ""))
+    if not out and finding.terminal:
+        out.append(_risk(RiskCode.ROLLOUT_FAILED, finding, None, None,
+                         finding.rollout_detail))
+    return tuple(out)
+
+
+def _risk(code: RiskCode, finding: evidence.ServiceProof, cluster: str | None,
+          running: str | None, said: str) -> Risk:
+    risk = Risk(code=code, service=safe(finding.service), digest=finding.digest,
+                cluster=safe(cluster) if cluster is not None else None,
+                running=running, reason=safe(said, 2000), message="")
+    return risk.model_copy(update={"message": risk.sentence()})
+
+
 class _Planner:
     """Accumulates one plan. Private: ``plan()`` is the only entry point."""
 
@@ -226,6 +267,8 @@ class _Planner:
         self.evidence: list[ServiceEvidence] = []
         self.preconditions: dict[str, object] = {}
         self.proofs: list[evidence.ServiceProof] = []
+        #: service -> the judge's word against what the control plane intends now
+        self.intended: dict[str, evidence.ServiceProof] = {}
         #: expected clusters no address answered as: cluster -> why (said once, mesh-wide)
         self.unreachable: dict[str, str] = {}
         #: every blocker that stands for the whole cluster (its per-service silence folds in)
@@ -621,6 +664,7 @@ class _Planner:
         # The same question asked twice has the same answer: judged once when the control
         # plane already intends exactly what the repo pins (the steady state).
         now = proof if same else evidence.judge(intended, live, expected, rows)
+        self.intended[svc.name] = now
         status = live.rollout_status
         in_progress = status is not None and status.status in IN_PROGRESS_STATUSES
         for finding in now.pending():
@@ -709,6 +753,12 @@ class _Planner:
                 "commit" + (f" (HEAD is {provenance.commit[:12]})" if provenance.commit else "")))
         changes = sorted(self.changes, key=lambda c: (ACTION_ORDER[c.action], c.service,
                                                       c.user_id or ""))
+        # Risks on every service apply will gate (each change's, and each one the judge
+        # does not prove converged -- engine.gate_targets), in the plan's service order.
+        gated = {c.service for c in changes} | {p.service for p in self.proofs
+                                                 if not p.converged}
+        risks = tuple(r for name in sorted(gated) if name in self.intended
+                      for r in risks_of(self.intended[name]))
         fingerprint = hashlib.sha256(json.dumps(
             self.preconditions, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
         return Plan(
@@ -730,6 +780,7 @@ class _Planner:
             evidence=tuple(self.evidence),
             fingerprint=fingerprint,
             proofs=tuple(self.proofs),
+            risks=risks,
             preflights=tuple(sorted(self.preflights, key=lambda p: (p.service, p.purpose))),
         )
 

@@ -1,6 +1,7 @@
-"""The plan value: what will change, on what evidence, and what blocks it.
+"""The plan value: what will change, on what evidence, what blocks it, and what apply is
+already known to meet.
 
-Owns the immutable models ``Plan``, ``Change``, ``Blocker``, ``Drift`` and
+Owns the immutable models ``Plan``, ``Change``, ``Blocker``, ``Drift``, ``Risk`` and
 ``ServiceEvidence``, and ``restrict`` (the part of a plan about ``--only``'s services).
 ``core.planning`` produces them; renderers read them;
 ``render.jsonplan`` maps them to and from the versioned wire format; apply consumes a
@@ -17,6 +18,10 @@ Invariants (each one is relied on elsewhere):
   re-planning the same situation yields the same key and a rerun replays, never repeats.
 - ``Change.preconditions`` are the live values the change was planned against; apply
   refuses ("stale") when any moved.
+- ``Plan.risks`` never changes the verdict: a risk is a cluster that has *said* why it
+  will not converge (the judge's ``stated`` findings) on a service apply will gate; the
+  writes are still allowed, and every view names the first risk in its first line.
+  Silence is never a risk (it is unknown: a blocker).
 - Order of ``changes`` is the safe execution order: grants, egress, then releases and
   creations.
 - A ``create`` change carries everything apply sends (``Creation``): the preflight
@@ -28,11 +33,13 @@ Pure: no I/O imports.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
-from reconciler.core.codes import BlockerCode, DriftCode, ReasonCode
+from reconciler.core.codes import BlockerCode, DriftCode, ReasonCode, RiskCode
 from reconciler.core.evidence import Proof, ServiceProof
 from reconciler.core.live import EgressRule, Observation
 from reconciler.core.preflight import Creation, ServicePreflight
@@ -148,6 +155,59 @@ class Drift(_Model):
     cluster: str | None = None
 
 
+#: A digest inside a cluster's words: shortened when quoted, the sentence names it once.
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+#: How much of what a cluster said a risk's sentence quotes (``reason`` has all of it).
+SAID_LIMIT = 200
+
+
+def _plain(text: str) -> str:
+    return text
+
+
+class Risk(_Model):
+    """A write the plan allows that apply is already known not to prove: ``cluster``
+    said why it does not run (or is failing at) ``digest``, the control plane's current
+    rollout of ``service``; ``reason`` is what it said (sanitized), ``message`` the one
+    sentence every view shows (``sentence()``). ``cluster`` is None only for a rollout
+    the control plane reports failed with no cluster saying more."""
+
+    code: RiskCode
+    service: str
+    cluster: str | None = None
+    digest: str | None = None  # what the cluster was asked to run
+    running: str | None = None  # what it runs instead, when it said
+    reason: str
+    message: str
+
+    def said(self) -> str:
+        """``reason`` as a sentence quotes it: digests shortened, bounded."""
+        text = _DIGEST.sub(lambda m: m.group()[:19] + "…", self.reason)
+        return text if len(text) <= SAID_LIMIT else text[:SAID_LIMIT] + "…"
+
+    def sentence(self, quote: Callable[[str], str] = _plain, *, brief: bool = False) -> str:
+        """The risk in words; ``quote`` wraps each value taken from the live world (a
+        Markdown code span; identity for text and JSON). ``brief`` leaves out what the
+        cluster said (a headline that stays short; the full sentence is ``message``)."""
+        service = quote(self.service)
+        digest = quote(self.digest[:19] if self.digest else "<none>")
+        cluster = quote(self.cluster or "?")
+        said = "" if brief else quote(self.said())
+        if self.code is RiskCode.ROLLOUT_FAILED:
+            return (f"the control plane reports {service}'s {quote(self.said())} (to {digest}); "
+                    "apply will not prove it until it is rolled out again")
+        if self.code is RiskCode.CLUSTER_DROPPED_EGRESS:
+            return (f"{cluster} does not allow {service}'s egress"
+                    + (f" ({said})" if said else "")
+                    + f"; apply will not prove it until {cluster} allows it")
+        if self.code is RiskCode.CLUSTER_REFUSED_RELEASE:
+            return (f"{cluster} refused the last digest for {service} ({digest}"
+                    + (f": {said}" if said else "")
+                    + f"); apply will not prove it until {cluster} recovers")
+        return (f"{cluster} fails to run {service} at {digest}" + (f" ({said})" if said else "")
+                + f"; apply will not prove it until {cluster} recovers")
+
+
 class ServiceEvidence(_Model):
     """Per expected cluster, what it said about one service's app, or why it was silent."""
 
@@ -186,6 +246,8 @@ class Plan(_Model):
     review: Review | None = None  # plan --base: what this PR changes (the plan is the head's)
     #: per new service (and, by policy, per promotion): the preflight and its report
     preflights: tuple[ServicePreflight, ...] = ()
+    #: what apply is known to meet on services it will gate (``Risk``); never a blocker
+    risks: tuple[Risk, ...] = ()
     #: what the reading side wants the reader to know once, e.g. a cluster that advertised
     #: batch reads but had to be read app by app (the evidence is the same, the cost is not)
     notes: tuple[str, ...] = ()
@@ -220,6 +282,15 @@ class Plan(_Model):
         """Services the judge does not prove converged (with or without a change)."""
         return sorted(p.service for p in self.proofs if p.proof is not Proof.CONVERGED)
 
+    def risk_line(self) -> str | None:
+        """The first risk's sentence and how many more: what the first line of every view
+        of a GO plan says (None without risks)."""
+        if not self.risks:
+            return None
+        rest = len(self.risks) - 1
+        return self.risks[0].sentence() + (
+            f" (+{rest} more risk{'s' if rest > 1 else ''})" if rest else "")
+
     def proof_of(self, service: str) -> ServiceProof | None:
         return next((p for p in self.proofs if p.service == service), None)
 
@@ -252,5 +323,6 @@ def restrict(plan: Plan, only: frozenset[str]) -> Plan:
         "drift": tuple(d for d in plan.drift if keep(d.service)),
         "evidence": tuple(e for e in plan.evidence if e.service in only),
         "proofs": tuple(p for p in plan.proofs if p.service in only),
+        "risks": tuple(r for r in plan.risks if r.service in only),
         "preflights": tuple(p for p in plan.preflights if p.service in only),
     })

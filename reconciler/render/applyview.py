@@ -2,6 +2,9 @@
 
 Owns the words and layout of apply's progress and its final verdict (the gate's, from
 the judge's proofs: every cluster that did not converge is named with both digests).
+A gate that stopped on a rollout the control plane reports failed or mismatched says so
+first, then names each cluster that said why, with the digest it was asked to run and the
+one it runs -- each in full once -- and what it said (digests in it shortened).
 Pure: returns strings; the command writes them. Every string from the live world or a
 plan file goes through ``safe``.
 """
@@ -56,6 +59,32 @@ def _pending(proofs: tuple[ServiceProof, ...]) -> list[str]:
     return out
 
 
+def _stopped(proof: ServiceProof) -> list[str]:
+    """The clusters of a service whose rollout the control plane reports failed: those
+    that said why first (the digests in full, once), then the others, briefly."""
+    service = safe(proof.service)
+    lines = []
+    for c in proof.stated():
+        said = _short(safe(c.stated or ""))
+        if c.running is not None and c.running != proof.digest:
+            lines.append(f"  ✗ {service} on {safe(c.cluster)}: DIVERGED: runs "
+                         f"{safe(c.running)}, refused {safe(proof.digest)}: {said}")
+        else:
+            lines.append(f"  ✗ {service} on {safe(c.cluster)}: FAILING at "
+                         f"{safe(proof.digest)}: {said}")
+    if not lines:
+        lines.append(f"  ✗ {service}: no cluster said why; the rollout was to "
+                     f"{safe(proof.digest)}")
+    # The others said nothing: most are still catching up. Named once, briefly: the gate
+    # did not wait for them, so they are not proven either.
+    said_by = {c.cluster for c in proof.stated()}
+    quiet = [safe(c.cluster) for c in proof.pending() if c.cluster not in said_by]
+    if quiet:
+        lines.append(f"  ? {service}: also not proven when the gate stopped (said nothing, "
+                     f"not polled again): {', '.join(quiet)}")
+    return lines
+
+
 def text(event: Event) -> list[str]:
     """The lines a terminal shows for ``event`` (stdout)."""
     if isinstance(event, NothingToDo):
@@ -82,6 +111,13 @@ def text(event: Event) -> list[str]:
                 f"{event.attempts} polls {event.interval:g}s apart"]
     if isinstance(event, GatePolled):
         pending = _pending(event.proofs)
+        stopped = [p for p in event.proofs if p.terminal]
+        if stopped:
+            names = ", ".join(safe(p.service) for p in stopped)
+            return [f"  gate {event.attempt}/{event.attempts}: stopped polling {names}: the "
+                    "control plane reports the rollout failed or mismatched; "
+                    + "; ".join(_short(x) for x in pending[:3])
+                    + (f" (+{len(pending) - 3} more)" if len(pending) > 3 else "")]
         if not pending:
             checks = sum(len(p.clusters) for p in event.proofs)
             return [f"  gate {event.attempt}/{event.attempts}: every cluster converged "
@@ -104,10 +140,22 @@ def summary(report: ApplyReport) -> tuple[list[str], list[str]]:
         if r.outcome not in (Outcome.APPLIED, Outcome.ALREADY_APPLIED):
             err.append(f"  {r.outcome.value}: {_label(r.change)}: {safe(r.detail)}")
     gate = report.gate
+    if gate is not None and gate.stopped():
+        # No later poll can prove these: said once, not once per poll.
+        err.append(f"error: convergence gate stopped after {gate.attempts} poll(s) "
+                   f"({gate.waited_seconds:.1f}s): the control plane reports "
+                   + "; ".join(f"{safe(p.service)}'s {safe(p.rollout_detail)}"
+                               for p in gate.stopped())
+                   + " -- waiting cannot prove it")
+        for proof in gate.stopped():
+            err.extend(_stopped(proof))
     if gate is not None and not gate.converged:
-        err.append(f"error: convergence gate failed after {gate.attempts} poll(s) "
-                   f"({gate.waited_seconds:.1f}s):")
+        if not gate.stopped():
+            err.append(f"error: convergence gate failed after {gate.attempts} poll(s) "
+                       f"({gate.waited_seconds:.1f}s):")
         for proof in gate.pending():
+            if proof.terminal:
+                continue
             if proof.rollout_why is not None:
                 err.append(f"  ✗ {safe(proof.service)}: {safe(proof.rollout_detail)}")
             for c in proof.pending():
@@ -165,5 +213,6 @@ def json_line(event: Event) -> str:
         assert isinstance(event, Finished)
         gate = event.report.gate
         data = {"event": "finished", "report": event.report.model_dump(mode="json"),
-                "converged": gate.converged and event.report.writes_ok if gate else None}
+                "converged": gate.converged and event.report.writes_ok if gate else None,
+                "stopped": [p.service for p in gate.stopped()] if gate else []}
     return json.dumps(data, sort_keys=True, ensure_ascii=False)

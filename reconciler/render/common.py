@@ -187,6 +187,8 @@ def summary_line(plan: Plan) -> str:
     if plan.converging:
         parts.append(f"{len(plan.converging)} not proven converged (apply gates them)")
     verdict = VERDICT_LINE[plan.verdict]
+    if plan.risks:
+        parts.append(f"{len(plan.risks)} risk(s)")
     if plan.verdict is Verdict.NO_CHANGES and plan.drift:
         verdict += " to make; the drift above needs attention"
     return "Plan: " + ", ".join(parts) + f" → {verdict}"

@@ -31,8 +31,10 @@ from reconciler.core.plans import Action, Change, Plan
 #: 2.1 added ``review`` (plan --base); 2.2 adds the ``create`` action (``changes[].creation``:
 #: the preflight request, the fence, the new service), ``preflights`` (each service's
 #: preflight and report), ``blockers[].upstream_code`` and ``review.blockers_*[].upstream_code``
-#: and the ``create`` count; 2.3 adds the ``modified`` origin (``review.origins`` values) and
-#: ``review.modified[]`` (what the PR changes inside a change pending on the base).
+#: and the ``create`` count; 2.3 adds the ``modified`` origin (``review.origins`` values),
+#: ``review.modified[]`` (what the PR changes inside a change pending on the base) and
+#: ``risks`` (what apply is already known to meet on a GO plan: each with ``code``,
+#: ``service``, ``cluster``, ``digest``, ``running``, ``reason``, ``message``).
 #: docs/json-plan.md describes every field.
 FORMAT_VERSION = "2.3"
 MAJOR = FORMAT_VERSION.split(".")[0]

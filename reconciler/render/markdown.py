@@ -4,7 +4,11 @@ Owns the comment layout, in reading order:
 
 1. the first line: the verdict and what the plan (with ``plan --base``: what *this PR*)
    does, in words ("promotes `checkout` `v2.3.0` → `v2.4.0` on `sn1`–`sn3`; revokes all
-   2 egress destinations of `search` ⚠️"); a PR that changes nothing managed says so;
+   2 egress destinations of `search` ⚠️"); a PR that changes nothing managed says so; a
+   GO plan with risks names the first risk before that, briefly ("**GO** — ⚠️ `sn3`
+   refused the last digest for `checkout` (`sha256:b10540cb4377`); apply will not prove
+   it until `sn3` recovers (+1 more risk) · promotes …"), and a **Risks** section lists
+   each with what the cluster said;
 2. the environment (control-plane host only, no credentials or path; gateway; clusters;
    base..head commits or the commit) and the counts;
 3. **Why NO-GO**, root causes first and once: a cluster no address answered as is one
@@ -366,9 +370,31 @@ def _title_words(plan: Plan) -> str:
 # -- the head: title, environment, counts ---------------------------------------------
 
 
+def _risk_words(plan: Plan) -> str:
+    """The first risk of a GO plan (its values as code spans) and how many more."""
+    if not plan.risks or plan.verdict is not Verdict.GO:
+        return ""
+    rest = len(plan.risks) - 1
+    more = f" (+{_n(rest, 'more risk')})" if rest else ""
+    return f"⚠️ {plan.risks[0].sentence(lambda v: code(v, 200), brief=True)}{more} · "
+
+
 def _title(plan: Plan, part: str = "") -> str:
     verdict = common.VERDICT_LINE[plan.verdict]
-    return f"## reconcile plan: **{verdict}** — {_title_words(plan)}{part}\n\n"
+    return (f"## reconcile plan: **{verdict}** — {_risk_words(plan)}{_title_words(plan)}"
+            f"{part}\n\n")
+
+
+def _risks_section(plan: Plan) -> list[_Section]:
+    if not plan.risks:
+        return []
+    lines = [f"- ⚠️ {risk.sentence(lambda v: code(v, 200))}  \n"
+             f"  {code(risk.code)} · it said: {code(risk.reason, 1000)}\n"
+             for risk in plan.risks]
+    title = ("The writes are allowed, but apply's convergence gate will fail (exit 15) on "
+             "these until the cluster recovers; the gate stops at once when the control "
+             "plane reports the rollout failed or mismatched.\n\n")
+    return [_Section("⚠️ Risks", title, [_Seg(lines)])]
 
 
 def _environment(plan: Plan) -> str:
@@ -831,7 +857,8 @@ def _layout(plan: Plan, plan_file: str | None, content_digest: str | None) -> _L
         content_digest = str(jsonplan.to_wire(plan)["content_digest"])
     safe_plan = common.untrusted(plan)
     index = _Index(safe_plan)
-    sections = [*_why_no_go(index), *_general_drift(safe_plan), *_this_pr(index),
+    sections = [*_why_no_go(index), *_risks_section(safe_plan), *_general_drift(safe_plan),
+                *_this_pr(index),
                 *_destructive_section(index),
                 _apply_section(safe_plan, plan_file, content_digest), *_services(index)]
     return _Layout(_title(safe_plan).removesuffix("\n\n"), _environment(safe_plan), sections,

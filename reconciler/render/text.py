@@ -2,7 +2,9 @@
 
 Owns layout and colour for humans at a terminal: one header line per change with a
 fixed verb, the reason on its own line, before → after, the per-cluster evidence as a
-small table, blockers in red, drift apart from changes, and a summary line. A creation is
+small table, blockers in red, drift apart from changes, and a summary line. A GO plan
+with risks (``Plan.risks``) opens with them: its first line is "GO — <the first risk>
+(+N more risks)", and a "Risks" list follows the header. A creation is
 a ``+ create`` line (green: something new) with its preflight report compact under it;
 the report's blockers are the service's blockers, shown by the control plane's own code. Colour is a
 parameter: the CLI turns it on only for a TTY without ``NO_COLOR``. ``render`` reads
@@ -12,7 +14,7 @@ through ``safe`` whatever field it comes from. Pure.
 
 from __future__ import annotations
 
-from reconciler.core.plans import VERBS, Action, Blocker, Plan
+from reconciler.core.plans import VERBS, Action, Blocker, Plan, Verdict
 from reconciler.core.preflight import ServicePreflight
 from reconciler.core.review import Origin
 from reconciler.core.sanitize import safe
@@ -121,6 +123,11 @@ def render(plan: Plan, *, color: bool = False) -> str:
     plan = common.untrusted(plan)
     style = _Style(color)
     out: list[str] = []
+    risk_line = plan.risk_line()
+    if risk_line is not None and plan.verdict is Verdict.GO:
+        # What apply is already known to meet comes first, before any detail.
+        out.append(style(f"{common.VERDICT_LINE[plan.verdict]} — {risk_line}", "yellow",
+                         "bold"))
     commit = plan.commit[:12] if plan.commit else "<no commit>"
     dirty = " (dirty)" if plan.dirty else ""
     out.append(style(f"reconcile plan · commit {commit}{dirty} · {safe(plan.control_plane_url)}",
@@ -135,6 +142,13 @@ def render(plan: Plan, *, color: bool = False) -> str:
     out.extend(style(f"note: {safe(note)}", "dim") for note in plan.notes)
     out.append("")
     out.extend(_review(plan, style))
+    if plan.risks:
+        out.append(style("Risks (GO: the writes are allowed, but apply's gate will fail, exit "
+                         "15, until the cluster recovers):", "yellow", "bold"))
+        for risk in plan.risks:
+            out.append("  " + style(f"⚠ {risk.code}", "yellow") + f"  {risk.sentence()}")
+            out.append(f"      it said: {safe(risk.reason, 400)}")
+        out.append("")
     general = [b for b in plan.blockers if b.service is None]
     if general:
         out.append(style("Blockers (root causes first):", "red", "bold"))
