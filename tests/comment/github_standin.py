@@ -10,6 +10,8 @@ Implements the documented shapes (docs.github.com/rest/issues/comments) that
 - ``POST {prefix}/repos/{o}/{r}/issues/{n}/comments`` ``{"body": …}`` → 201.
 - ``PATCH``/``DELETE {prefix}/repos/{o}/{r}/issues/comments/{id}`` → 200 / 204.
 - ``GET {prefix}/user`` → the token's user; 403 for an installation token.
+- A read-only token (a pull request from a fork): every write is 403 ``Resource not
+  accessible by integration``.
 - Errors as ``{"message", "documentation_url"[, "errors"]}``: 401 ``Bad credentials``
   (or ``Requires authentication`` for a write without a token), 403 for editing someone
   else's comment, 404 for an unknown repo/PR/comment, 422 for a body over 65,536
@@ -41,6 +43,7 @@ class User:
     id: int
     type: str = "User"  # "Bot" for github-actions[bot] and App installations
     installation: bool = False  # GET /user → 403 "Resource not accessible by integration"
+    read_only: bool = False  # a fork PR's token: every write → 403, as GitHub answers it
 
 
 @dataclass
@@ -101,9 +104,9 @@ class StandIn:
     # -- test helpers -------------------------------------------------------------------
 
     def add_user(self, token: str, login: str, *, bot: bool = False,
-                 installation: bool = False) -> User:
+                 installation: bool = False, read_only: bool = False) -> User:
         user = User(login, 500 + len(self.state.tokens), "Bot" if bot else "User",
-                    installation)
+                    installation, read_only)
         self.state.tokens[token] = user
         return user
 
@@ -218,6 +221,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(401, "Bad credentials")
         parts = path.strip("/").split("/")
         o, r = s.state.owner, s.state.repo
+        if isinstance(user, User) and user.read_only and method != "GET":
+            return self._error(403, "Resource not accessible by integration")
 
         if parts == ["user"] and method == "GET":
             if user is None:
