@@ -6,8 +6,8 @@ Owns two comment bodies and the block that keeps the previous plan:
   there is no plan for it; the first problems follow (file:line relative to the git
   work tree, so they match the PR's file list), the rest collapsed, a bounded number
   listed in all; then what to do.
-- **error**: the headline says this commit could not be planned and names what could
-  not be read (the engine's sentence, shortened); the full message in a fenced block;
+- **error**: the headline says there is no plan for this commit and names what could
+  not be read (the subject of the engine's sentence); the full message in a fenced block;
   then that no plan exists for this commit and what to do.
 - **superseded**: the plan the comment showed before, kept only collapsed under
   "superseded: plan for <commit>", so a reviewer sees it is not the newest word. It is
@@ -52,7 +52,7 @@ def _where(result: PlanResult, delivery: Delivery | None) -> str:
     short = short_commit(result.commit)
     bits.append(f"commit {code(short)}" if short else "commit unknown")
     directory = _directory(result)
-    if directory:
+    if directory and directory != ".":
         bits.append(f"desired state {code(directory, 200)}")
     if delivery is not None and delivery.run_url:
         bits.append(f"[workflow run {esc(delivery.run_id or '')}]({delivery.run_url})")
@@ -118,19 +118,21 @@ def render_invalid(result: PlanResult, *, delivery: Delivery | None = None,
     if unlisted:
         text += (f"… and {unlisted:,} more: `reconcile validate` lists every one.\n\n")
     where = f" {directory}" if directory and directory != "." else ""
-    text += ("**What next:** fix them and push; this comment then shows the plan for that "
-             f"commit. `reconcile validate{esc(where)}` lists the same problems locally, and "
+    them = "it" if len(problems) == 1 else "them"
+    text += (f"**What next:** fix {them} and push; this comment then shows the plan for that "
+             f"commit. `reconcile validate{esc(where)}` lists the same locally, and "
              "the check's annotations mark each line in *Files changed*. Nothing can be "
              "applied from this commit.\n\n")
     return text + superseded
 
 
-def _shortened(message: str) -> str:
-    """The first line up to its first ``; `` (the engine's hint follows), bounded."""
+def _subject(message: str) -> str:
+    """What could not be read, as the engine's sentence names it first: the text before
+    its first ``": "`` (``control plane https://cp.example``, ``cluster sn2``,
+    ``settings``), else the first line; bounded."""
     first = message.split("\n", 1)[0]
-    head, sep, _ = first.partition("; ")
-    text = head if sep and len(head) >= 20 else first
-    return safe(text, 200)
+    head, sep, _ = first.partition(": ")
+    return safe(head if sep and 3 <= len(head) <= 120 else first, 200)
 
 
 def _fenced(text: str) -> str:
@@ -147,8 +149,10 @@ def render_error(result: PlanResult, *, delivery: Delivery | None = None,
     assert result.outcome is ResultKind.ERROR
     short = short_commit(result.commit)
     commit = f"commit {code(short)}" if short else "this commit"
-    text = (f"## reconcile: ⚠️ **could not plan {commit}** — "
-            f"{code(_shortened(result.error) or 'reconcile plan failed', 300)}\n\n")
+    subject = _subject(result.error)
+    text = (f"## reconcile: ⚠️ **no plan for {commit}** — could not read "
+            f"{code(subject, 300)}\n\n" if subject else
+            f"## reconcile: ⚠️ **no plan for {commit}** — reconcile plan failed\n\n")
     text += _where(result, delivery)
     text += ("**No plan exists for this commit**: there is nothing to review and nothing "
              "that can be applied from it.\n\n")
