@@ -1,10 +1,21 @@
-"""``reconcile comment PLANFILE``: one living plan comment per pull request.
+"""``reconcile comment FILE``: one living comment per pull request and key.
 
-Renders a saved plan as Markdown and keeps exactly **one comment set** per PR per
-desired-state path (the *key*): part k of n is one comment whose first line is the hidden
-marker ``<!-- reconcile:plan path=KEY part=k/n -->``. A re-run edits those comments in
-place (same ids), posts the parts that are new and deletes the ones left over, so a PR
-never collects a pile of stale plans.
+FILE is what ``reconcile plan --result`` wrote (or a saved plan): a plan, an *invalid*
+desired state, or an *error*; the comment always describes that newest result. Keeps
+exactly **one comment set** per PR per *key* (``--key``, default the desired-state path;
+one per environment): part k of n is one comment whose first line is the hidden marker
+``<!-- reconcile:plan path=KEY part=k/n -->``; part 1's second line
+``<!-- reconcile:result outcome=… commit=… -->`` says what it shows. A re-run edits those
+comments in place (same ids), posts the parts that are new and deletes the ones left
+over, so a PR never collects a pile of stale plans. An invalid or error result is one
+part that keeps the plan shown before only as a collapsed "superseded: plan for <commit>"
+block (read back from our own part 1; carried over while runs keep failing).
+
+In CI, "what next" names the workflow run (``GITHUB_SERVER_URL``/``GITHUB_REPOSITORY``/
+``GITHUB_RUN_ID``) and the artifact holding the saved plan (``--artifact``,
+``--artifact-url``), never a path on the runner. A token that may not write (GitHub's 403
+for a fork's read-only token) degrades, when ``GITHUB_STEP_SUMMARY`` exists, to writing
+the comment there with a ``::warning::``, exit 0.
 
 Concurrent runs (two CI jobs on one PR) cannot be prevented from both posting, so every
 run that *posted* something re-lists afterwards and deletes, per part, every copy but the

@@ -15,7 +15,10 @@ Owns the comment layout, in reading order:
 5. **Destructive changes** (⚠️): an egress revoke-all or any egress destination revoked,
    a capability removed, a rollback; each is flagged again in its service's section;
 6. **Apply**: the exact command (``reconcile apply FILE`` when the caller names the saved
-   file, else how to save one) and the saved plan's content digest;
+   file, else how to save one) and the saved plan's content digest; or, given a
+   ``Delivery`` (CI saved the plan), **What next**: the workflow run and the artifact
+   holding the plan (links), and how it is applied after the merge, never a path on
+   the runner;
 7. the services: with a review, "Introduced by this PR" (full sections), blocked services
    the PR does not touch, "Removed by this PR", "Already pending on the base" and "Not
    touched by this PR" (both collapsed, one line per service); without one, every service

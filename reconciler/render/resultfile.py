@@ -30,6 +30,7 @@ from reconciler.render import jsonplan
 FORMAT = "reconcile.plan-result"
 FORMAT_VERSION = "1.0"
 MAJOR = FORMAT_VERSION.split(".")[0]
+SCHEMA_ID = "https://reconcile.dev/schemas/plan-result.schema.json"
 
 
 class WireError(ValueError):
@@ -106,3 +107,41 @@ def from_wire(data: object) -> PlanResult:
                           error=_text(data, "error") or "", exit_code=exit_code)
     except ValueError as exc:
         raise WireError(str(exc)) from None
+
+
+def wire_schema() -> dict[str, Any]:
+    """JSON Schema 2020-12 of the result file (``schemas/plan-result.schema.json``); the
+    plan inside is ``plan.schema.json``'s."""
+    text = {"type": ["string", "null"]}
+    diagnostic = {"type": "object", "additionalProperties": False,
+                  "required": ["path", "line", "column", "field", "message", "severity"],
+                  "properties": {"path": {"type": "string"},
+                                 "line": {"type": "integer", "minimum": 0},
+                                 "column": {"type": "integer", "minimum": 0},
+                                 "field": {"type": "string"}, "message": {"type": "string"},
+                                 "severity": {"enum": ["error", "warning"]}}}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID,
+        "title": "reconcile plan result", "type": "object", "additionalProperties": False,
+        "required": ["format", "format_version", "outcome", "commit", "path", "root"],
+        "properties": {
+            "format": {"const": FORMAT},
+            "format_version": {"type": "string", "pattern": rf"^{MAJOR}\.[0-9]+$"},
+            "outcome": {"enum": [k.value for k in ResultKind]},
+            "commit": text, "path": text, "root": text,
+            "plan": {"$ref": jsonplan.SCHEMA_ID},
+            "diagnostics": {"type": "array", "items": diagnostic, "minItems": 1},
+            "error": {"type": "string"}, "exit_code": {"type": "integer"}},
+        "allOf": [
+            {"if": {"properties": {"outcome": {"const": "plan"}}},
+             "then": {"required": ["plan"], "not": {"required": ["error"]}}},
+            {"if": {"properties": {"outcome": {"const": "invalid"}}},
+             "then": {"required": ["diagnostics", "error", "exit_code"]}},
+            {"if": {"properties": {"outcome": {"const": "error"}}},
+             "then": {"required": ["error", "exit_code"]}},
+        ],
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(wire_schema(), indent=2, sort_keys=True))

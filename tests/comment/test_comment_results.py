@@ -9,13 +9,14 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from reconciler.core.diagnostics import Diagnostic
 from reconciler.core.results import PlanResult, ResultKind
 from reconciler.exitcodes import Exit
-from reconciler.render import resultfile
+from reconciler.render import jsonplan, resultfile
 from reconciler.sandbox import launcher
 from reconciler.sandbox.launcher import Sandbox
 from tests.comment.conftest import PR, TOKEN, Result
@@ -194,3 +195,33 @@ def test_comment_needs_no_token_to_print_an_error_result(run: Run, tmp_path: Pat
     assert "no plan for commit `eeeeeeeeeeee`" in dry.out
     assert "````text" in dry.out  # a fence longer than any backtick run inside
     assert TOKEN not in dry.out
+
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+
+
+def _validator() -> Any:
+    import jsonschema
+    from referencing import Registry, Resource
+
+    plan_schema = json.loads((SCHEMAS / "plan.schema.json").read_text())
+    registry = Registry().with_resource(jsonplan.SCHEMA_ID, Resource.from_contents(plan_schema))
+    schema = json.loads((SCHEMAS / "plan-result.schema.json").read_text())
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+def test_the_committed_result_schema_is_the_generated_one() -> None:
+    committed = json.loads((SCHEMAS / "plan-result.schema.json").read_text())
+    assert committed == resultfile.wire_schema(), (
+        "regenerate: python -m reconciler.render.resultfile > schemas/plan-result.schema.json")
+
+
+def test_every_outcome_validates_against_the_schema(planfile: Path) -> None:
+    validator = _validator()
+    plan_result = resultfile.from_wire(json.loads(planfile.read_text()))
+    for result in (plan_result, _invalid(2), PlanResult(ResultKind.ERROR, error="down",
+                                                         exit_code=1)):
+        validator.validate(json.loads(resultfile.dumps(result)))
+    broken = json.loads(resultfile.dumps(_invalid(1)))
+    del broken["diagnostics"]
+    assert list(validator.iter_errors(broken))
