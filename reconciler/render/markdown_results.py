@@ -6,7 +6,7 @@ Owns two comment bodies and the block that keeps the previous plan:
   there is no plan for it; the first problems follow (file:line relative to the git
   work tree, so they match the PR's file list), the rest collapsed, a bounded number
   listed in all; then what to do.
-- **error**: the headline says there is no plan for this commit and names what could
+- **error**: the headline says this commit could not be planned and names what could
   not be read (the subject of the engine's sentence); the full message in a fenced block;
   then that no plan exists for this commit and what to do.
 - **superseded**: the plan the comment showed before, kept only collapsed under
@@ -150,9 +150,9 @@ def render_error(result: PlanResult, *, delivery: Delivery | None = None,
     short = short_commit(result.commit)
     commit = f"commit {code(short)}" if short else "this commit"
     subject = _subject(result.error)
-    text = (f"## reconcile: ⚠️ **no plan for {commit}** — could not read "
-            f"{code(subject, 300)}\n\n" if subject else
-            f"## reconcile: ⚠️ **no plan for {commit}** — reconcile plan failed\n\n")
+    text = (f"## reconcile: ⚠️ **could not plan {commit}** — {code(subject, 300)} could not "
+            "be read\n\n" if subject else
+            f"## reconcile: ⚠️ **could not plan {commit}** — reconcile plan failed\n\n")
     text += _where(result, delivery)
     text += ("**No plan exists for this commit**: there is nothing to review and nothing "
              "that can be applied from it.\n\n")

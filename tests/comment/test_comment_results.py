@@ -82,8 +82,8 @@ def test_the_comment_follows_the_newest_commit_go_invalid_error(
     body = str(comment["body"])
     assert comment["id"] == cid
     headline = body.split("\n")[2]
-    assert f"no plan for commit `{error['commit'][:12]}`" in headline
-    assert "could not read `control plane https://" in headline
+    assert f"could not plan commit `{error['commit'][:12]}`" in headline
+    assert re.search(r"— `control plane https://[^`]+` could not be read$", headline), headline
     assert "control plane" in headline and sandbox.control_plane_url.split("//")[1] in headline
     assert "No plan exists for this commit" in body
     # The plan of the GO commit is still only the superseded block, carried over once.
@@ -104,7 +104,7 @@ def test_two_keys_keep_two_living_comments(standin: StandIn, actions_env: object
     assert run(str(failed), "--key", "staging").code == Exit.OK
     assert living(standin, "production") == [prod]  # untouched, byte for byte
     [now] = living(standin, "staging")
-    assert now["id"] == staging["id"] and "could not read" in str(now["body"])
+    assert now["id"] == staging["id"] and "could not plan" in str(now["body"])
 
 
 def test_what_next_names_the_run_and_the_artifact(standin: StandIn, actions_env: object,
@@ -192,7 +192,7 @@ def test_comment_needs_no_token_to_print_an_error_result(run: Run, tmp_path: Pat
         ResultKind.ERROR, commit="e" * 40, error="control plane https://cp: down\n```\nx")))
     dry = run(str(path), "--dry-run")
     assert dry.code == Exit.OK
-    assert "no plan for commit `eeeeeeeeeeee`" in dry.out
+    assert "could not plan commit `eeeeeeeeeeee`" in dry.out
     assert "````text" in dry.out  # a fence longer than any backtick run inside
     assert TOKEN not in dry.out
 
