@@ -249,3 +249,26 @@ def _assert_converged(fleet: Fleet, runner: Runner) -> None:
                            str(fleet.work / "desired-state")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def test_a_read_only_token_puts_the_comment_in_the_job_summary(
+        fleet: Fleet, tmp_path: Path) -> None:
+    """A fork's pull request: GitHub hands the job a read-only token. The comment step
+    warns and writes the job summary; the job's result is the plan's (GO passes)."""
+    fleet.github.add_user("ghs_ReadOnlyForkToken0123456789", "github-actions[bot]", bot=True,
+                          installation=True, read_only=True)
+    base, head, preview = _open_pr(fleet)
+    runner = fleet.runner(tmp_path, "fork", sha=preview, run_id="103",
+                          event_name="pull_request", ref=f"refs/pull/{PR}/merge",
+                          token="ghs_ReadOnlyForkToken0123456789",
+                          event={"pull_request": {"number": PR, "base": {"sha": base},
+                                                  "head": {"sha": head}}})
+    steps = runner.run_job(load(PR_WORKFLOW), "plan")
+    assert not runner.failed, "\n".join(runner.log)
+    assert steps["reconcile"]["outputs"]["verdict"] == "go"
+    text = "\n".join(runner.log)
+    assert "::warning title=reconcile comment::could not comment on acme/fleet#7" in text
+    assert "Resource not accessible by integration" in text
+    summary = runner.summary.read_text()
+    assert "<!-- reconcile:plan path=production part=1/1 -->" in summary
+    assert fleet.github.comments_on(PR) == []
