@@ -42,6 +42,7 @@ from reconciler.core.planning import Provenance, absent, creation_requests, targ
 from reconciler.core.planning import plan as make_plan
 from reconciler.core.plans import Plan, Verdict, restrict
 from reconciler.core.preflight import Greenfield
+from reconciler.core.results import PlanResult, ResultKind
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -143,6 +144,36 @@ def plan_review(root: Path, base_ref: str, *, overrides: Overrides,
             base_plan=base_plan, head_plan=head_plan, base=base, head=head)})
 
     return asyncio.run(run())
+
+
+def plan_result(root: Path, base_ref: str | None, *, overrides: Overrides,
+                env: Mapping[str, str] | None = None,
+                progress: Progress | None = None) -> PlanResult:
+    """``plan`` (or ``plan_review`` with ``base_ref``) as an outcome that is never lost:
+    the plan, or why no plan exists for this commit (the desired state's problems, or
+    what could not be read). Whatever happens, the result names the commit it is for,
+    so a PR comment describes the newest commit, never an older plan."""
+    try:
+        made = (plan_review(root, base_ref, overrides=overrides, env=env, progress=progress)
+                if base_ref else plan(root, overrides=overrides, env=env, progress=progress))
+    except EngineError as exc:
+        return failed_result(root, exc)
+    return PlanResult.of_plan(made)
+
+
+def failed_result(root: Path | None, exc: EngineError) -> PlanResult:
+    """The result of a run that made no plan: invalid when the failure carries the desired
+    state's problems, else an error; the commit is read again, best effort (a repo that
+    git cannot read has none to name)."""
+    commit = path = top = None
+    if root is not None:
+        with contextlib.suppress(EngineError, OSError):
+            _, provenance = read_commit(root)
+            commit, path, top = provenance.commit, provenance.path, provenance.root
+    outcome = ResultKind.INVALID if exc.diagnostics else ResultKind.ERROR
+    return PlanResult(outcome, commit=commit, path=path, root=top,
+                      diagnostics=tuple(exc.diagnostics), error=str(exc),
+                      exit_code=int(exc.code))
 
 
 # -- apply ------------------------------------------------------------------------------

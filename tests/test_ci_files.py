@@ -29,6 +29,7 @@ from reconciler import cli
 ROOT = Path(__file__).resolve().parents[1]
 ACTION = ROOT / "action.yml"
 WORKFLOW = ROOT / "examples" / "ci" / "github-pr-plan.yml"
+APPLY_WORKFLOW = ROOT / "examples" / "ci" / "github-apply-on-merge.yml"
 HOOKS = ROOT / ".pre-commit-hooks.yaml"
 BASH = shutil.which("bash")
 needs_bash = pytest.mark.skipif(BASH is None, reason="bash is not installed")
@@ -66,10 +67,11 @@ def test_the_action_has_what_github_requires(action: dict[str, Any]) -> None:
         if "run" in step:
             assert step["shell"] == "bash", step
     assert set(action["inputs"]) == {"path", "base", "python-version", "args", "comment",
-                                     "github-token"}
+                                     "github-token", "key", "artifact-name"}
     assert all(spec.get("description") for spec in action["inputs"].values())
     assert action["inputs"]["base"]["default"] == "${{ github.event.pull_request.base.sha }}"
-    assert set(action["outputs"]) == {"verdict", "exit-code", "plan-path"}
+    assert set(action["outputs"]) == {"verdict", "exit-code", "plan-path", "result-path",
+                                      "artifact-url"}
     assert all(spec["value"].startswith("${{ steps.") for spec in action["outputs"].values())
     jsonschema.validate(action, _vendored_schema("github-actions.json"))
 
@@ -86,8 +88,21 @@ def test_the_action_installs_itself_and_runs_the_commands_in_order(
                                                   "reconcile comment"]
     assert "--format github" in _step(action, "validate")["run"]
     plan = _step(action, "plan")["run"]
-    for flag in ("--out", "--format markdown", "--detailed-exitcode", '"${base[@]}"'):
+    for flag in ("--out", "--result", "--format markdown", "--detailed-exitcode",
+                 '"${base[@]}"'):
         assert flag in plan
+
+
+def test_the_comment_step_runs_whatever_the_plan_said(action: dict[str, Any]) -> None:
+    """A stale comment next to a red check is what this prevents: the plan step runs after
+    a failed validate, and the comment step after a failed (or NO-GO) plan."""
+    (comment,) = [s for s in action["runs"]["steps"] if "reconcile comment" in s.get("run", "")]
+    assert comment["if"].split()[0] == "always()"
+    assert "steps.plan.outputs.result-path != ''" in comment["if"]
+    assert "validate" not in _step(action, "plan").get("if", "")
+    upload = _step(action, "upload")
+    assert upload["uses"].startswith("actions/upload-artifact@")
+    assert upload["with"]["path"] == "${{ steps.plan.outputs.plan-path }}"
 
 
 def test_no_input_is_spliced_into_a_script(action: dict[str, Any]) -> None:
@@ -119,11 +134,14 @@ FAKE_RECONCILE = """\
 # Stand-in for the CLI: records its arguments, writes --out, exits with $FAKE_EXIT.
 printf '%s\\n' "$@" > "$FAKE_LOG"
 out=""
+result=""
 while [ $# -gt 0 ]; do
   if [ "$1" = "--out" ]; then out="$2"; fi
+  if [ "$1" = "--result" ]; then result="$2"; fi
   shift
 done
 if [ -n "$out" ] && [ "${FAKE_WRITES:-1}" = "1" ]; then echo '{}' > "$out"; fi
+if [ -n "$result" ]; then echo '{}' > "$result"; fi
 echo "## plan"
 exit "${FAKE_EXIT:-0}"
 """
@@ -185,10 +203,12 @@ def test_the_plan_step_records_the_exit_code_and_never_fails_itself(
     assert outputs["exit-code"] == exit_code
     plan_path = str(tmp_path / "out" / "plan.json")
     assert outputs.get("plan-path") == (plan_path if writes == "1" else None)
+    result_path = str(tmp_path / "out" / "result.json")
     assert (tmp_path / "args").read_text().splitlines() == [
-        "plan", "--base", "abc123", "--out", plan_path, "--format", "markdown",
-        "--detailed-exitcode", "--gateway", "gw.example", "--ca-file", "ca.pem", "--",
-        "desired state"]
+        "plan", "--base", "abc123", "--out", plan_path, "--result", result_path, "--format",
+        "markdown", "--detailed-exitcode", "--gateway", "gw.example", "--ca-file", "ca.pem",
+        "--", "desired state"]
+    assert outputs.get("result-path") == result_path
     assert "## plan" in stdout and (tmp_path / "summary.md").read_text() == "## plan\n"
 
 
@@ -216,21 +236,37 @@ def test_the_validate_step_records_its_exit_code(action: dict[str, Any], tmp_pat
 
 # --- the example workflow ---------------------------------------------------------------
 
-def test_the_example_workflow() -> None:
+def test_the_example_workflows() -> None:
     workflow: dict[str, Any] = _load(WORKFLOW)
     assert "pull_request" in workflow["on"]
     assert workflow["permissions"] == {"contents": "read", "pull-requests": "write"}
     (job,) = workflow["jobs"].values()
-    checkout, reconcile = job["steps"][0], job["steps"][1]
+    checkout = job["steps"][0]
+    (reconcile,) = [s for s in job["steps"] if "reconcile@" in s.get("uses", "")]
     assert checkout["uses"].startswith("actions/checkout@")
     assert checkout["with"]["fetch-depth"] == 0
     assert re.fullmatch(r"[\w.-]+/reconcile@[\w.-]+", reconcile["uses"])
-    jsonschema.validate(workflow, _vendored_schema("github-workflows.json"))
+    assert reconcile["with"]["key"] and reconcile["with"]["artifact-name"]
+    apply = _load(APPLY_WORKFLOW)
+    assert apply["on"]["push"]["branches"] == ["main"]
+    assert apply["concurrency"]["cancel-in-progress"] is False
+    # The artifact the apply workflow downloads is the one the PR workflow uploads.
+    assert apply["jobs"]["apply"]["env"]["PLAN_ARTIFACT"] == reconcile["with"]["artifact-name"]
+    for each in (workflow, apply):
+        assert "production" in each["concurrency"]["group"]  # one group per environment
+        text = json.dumps(each)
+        for secret in ("RECONCILE_TOKEN", "RECONCILE_SIGNER_KEY_PEM", "RECONCILE_CA_PEM"):
+            assert f"secrets.{secret}" in text
+        jsonschema.validate(each, _vendored_schema("github-workflows.json"))
+    for step in (s for each in (workflow, apply) for j in each["jobs"].values()
+                 for s in j["steps"]):
+        assert "${{" not in step.get("run", ""), step.get("name")
 
 
 def test_the_ci_readme_names_the_files() -> None:
     text = (ROOT / "examples" / "ci" / "README.md").read_text()
-    for name in ("action.yml", "github-pr-plan.yml", ".pre-commit-hooks.yaml", "sarif"):
+    for name in ("action.yml", "github-pr-plan.yml", "github-apply-on-merge.yml",
+                 ".pre-commit-hooks.yaml", "sarif", "docs/ci.md"):
         assert name in text
 
 

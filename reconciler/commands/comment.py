@@ -1,10 +1,21 @@
-"""``reconcile comment PLANFILE``: one living plan comment per pull request.
+"""``reconcile comment FILE``: one living comment per pull request and key.
 
-Renders a saved plan as Markdown and keeps exactly **one comment set** per PR per
-desired-state path (the *key*): part k of n is one comment whose first line is the hidden
-marker ``<!-- reconcile:plan path=KEY part=k/n -->``. A re-run edits those comments in
-place (same ids), posts the parts that are new and deletes the ones left over, so a PR
-never collects a pile of stale plans.
+FILE is what ``reconcile plan --result`` wrote (or a saved plan): a plan, an *invalid*
+desired state, or an *error*; the comment always describes that newest result. Keeps
+exactly **one comment set** per PR per *key* (``--key``, default the desired-state path;
+one per environment): part k of n is one comment whose first line is the hidden marker
+``<!-- reconcile:plan path=KEY part=k/n -->``; part 1's second line
+``<!-- reconcile:result outcome=… commit=… -->`` says what it shows. A re-run edits those
+comments in place (same ids), posts the parts that are new and deletes the ones left
+over, so a PR never collects a pile of stale plans. An invalid or error result is one
+part that keeps the plan shown before only as a collapsed "superseded: plan for <commit>"
+block (read back from our own part 1; carried over while runs keep failing).
+
+In CI, "what next" names the workflow run (``GITHUB_SERVER_URL``/``GITHUB_REPOSITORY``/
+``GITHUB_RUN_ID``) and the artifact holding the saved plan (``--artifact``,
+``--artifact-url``), never a path on the runner. A token that may not write (GitHub's 403
+for a fork's read-only token) degrades, when ``GITHUB_STEP_SUMMARY`` exists, to writing
+the comment there with a ``::warning::``, exit 0.
 
 Concurrent runs (two CI jobs on one PR) cannot be prevented from both posting, so every
 run that *posted* something re-lists afterwards and deletes, per part, every copy but the
@@ -42,10 +53,13 @@ from urllib.parse import quote
 
 from reconciler.commands import output
 from reconciler.core.plans import Plan
+from reconciler.core.results import PlanResult, ResultKind
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.render import jsonplan, markdown
+from reconciler.render import delivery as deliveries
+from reconciler.render import jsonplan, markdown, markdown_results
+from reconciler.render.delivery import Delivery
 
 if TYPE_CHECKING:  # the HTTP stack (githubkit) loads only when the command runs
     from reconciler.shell.github import Comment, CommentsClient
@@ -53,29 +67,36 @@ if TYPE_CHECKING:  # the HTTP stack (githubkit) loads only when the command runs
 BODY_LIMIT = 65_536  # GitHub's maximum comment body, in characters
 SLACK = 16  # room left under the limit besides the marker line
 _MARKER = re.compile(r"<!-- reconcile:plan path=(\S+) part=(\d{1,4})/(\d{1,4}) -->")
+# Part 1's second line: what the comment says, for the next run to read back.
+_STATE = re.compile(r"<!-- reconcile:result outcome=(plan|invalid|error) commit=([0-9a-f]*) -->")
 _REF_PR = re.compile(r"refs/pull/(\d+)/")
 
 
 # -- rendering --------------------------------------------------------------------------
 
 
-def render_parts(plan: Plan, *, budget: int, plan_file: str | None = None) -> list[str]:
+def render_parts(plan: Plan, *, budget: int, plan_file: str | None = None,
+                 delivery: Delivery | None = None) -> list[str]:
     """The plan's Markdown as "part k/n" comments, each within ``budget`` characters,
     nothing dropped; the apply command names ``plan_file`` and the plan's content digest
-    (computed once here: the renderer would otherwise compute it again)."""
+    (computed once here: the renderer would otherwise compute it again), or, in CI,
+    ``delivery``: the run and the artifact holding the saved plan."""
     digest = jsonplan.to_wire(plan)["content_digest"]
+    if delivery is not None and delivery.known:
+        return markdown.render_parts(plan, budget=budget, content_digest=str(digest),
+                                     delivery=delivery)
     return markdown.render_parts(plan, budget=budget, plan_file=plan_file,
                                  content_digest=str(digest))
 
 
-def default_key(plan: Plan) -> str:
+def default_key(result: PlanResult) -> str:
     """The desired-state path as the repository sees it: relative to the git work tree
     (the same on every runner), else as recorded, else ``.``."""
-    if plan.repo_path and plan.repo_root:
-        rel = os.path.relpath(plan.repo_path, plan.repo_root)
+    if result.path and result.root:
+        rel = os.path.relpath(result.path, result.root)
         if not rel.startswith(".."):
             return Path(rel).as_posix()
-    return plan.repo_path or "."
+    return result.path or "."
 
 
 def marker(key: str, part: int, total: int) -> str:
@@ -83,22 +104,90 @@ def marker(key: str, part: int, total: int) -> str:
     return f"<!-- reconcile:plan path={quote(key, safe='/._-~')} part={part}/{total} -->"
 
 
-def bodies_for(parts: Sequence[str], key: str) -> list[str]:
+def state_line(result: PlanResult) -> str:
+    commit = result.commit if result.commit and re.fullmatch(r"[0-9a-f]{7,64}",
+                                                              result.commit) else ""
+    return f"<!-- reconcile:result outcome={result.outcome.value} commit={commit} -->"
+
+
+def bodies_for(parts: Sequence[str], key: str, state: str | None = None) -> list[str]:
     total = len(parts)
-    return [f"{marker(key, k, total)}\n{part}" for k, part in enumerate(parts, 1)]
+    return [f"{marker(key, k, total)}\n" + (f"{state}\n" if state and k == 1 else "") + part
+            for k, part in enumerate(parts, 1)]
 
 
-def render_bodies(plan: Plan, key: str, limit: int = BODY_LIMIT,
-                  plan_file: str | None = None) -> list[str]:
-    room = limit - len(marker(key, 9999, 9999)) - 1 - SLACK
+def _room(key: str, limit: int) -> int:
+    room = limit - len(marker(key, 9999, 9999)) - 1 - SLACK - 80  # 80: the state line
     if room < 1024:
         raise EngineError(f"the comment key is too long ({len(key)} characters)", Exit.USAGE)
-    bodies = bodies_for(render_parts(plan, budget=room, plan_file=plan_file), key)
+    return room
+
+
+def _checked(bodies: list[str], limit: int) -> list[str]:
     for k, body in enumerate(bodies, 1):
         if len(body) > limit:
             raise EngineError(f"part {k}/{len(bodies)} of the comment has {len(body):,} "
                               f"characters, over GitHub's {limit:,}")
     return bodies
+
+
+def render_bodies(plan: Plan, key: str, limit: int = BODY_LIMIT,
+                  plan_file: str | None = None, delivery: Delivery | None = None) -> list[str]:
+    parts = render_parts(plan, budget=_room(key, limit), plan_file=plan_file,
+                         delivery=delivery)
+    return _checked(bodies_for(parts, key, state_line(PlanResult.of_plan(plan))), limit)
+
+
+@dataclass(frozen=True)
+class Previous:
+    """What the living comment showed before this run (its part 1, read back)."""
+
+    outcome: str  # plan | invalid | error ("plan" for a comment older than the state line)
+    commit: str | None
+    body: str  # part 1 without the marker and state lines
+    parts: int
+
+
+def previous_of(existing: Sequence[Owned]) -> Previous | None:
+    firsts = sorted((o for o in existing if o.part == 1), key=lambda o: o.comment.id)
+    if not firsts:
+        return None
+    lines = firsts[0].comment.body.split("\n")[1:]  # the marker line is ours (checked)
+    outcome, commit = "plan", None
+    if lines and (match := _STATE.fullmatch(lines[0].rstrip("\r"))):
+        outcome, commit = match.group(1), match.group(2) or None
+        lines = lines[1:]
+    return Previous(outcome, commit, "\n".join(lines), firsts[0].total)
+
+
+def result_bodies(result: PlanResult, key: str, existing: Sequence[Owned],
+                  limit: int = BODY_LIMIT, plan_file: str | None = None,
+                  delivery: Delivery | None = None) -> list[str]:
+    """The comment bodies for ``result``, given the comments there now: a plan replaces
+    everything; an invalid or error result is one part that keeps the previous plan only
+    as a collapsed "superseded" block (carried over when the previous comment was itself
+    invalid or error)."""
+    if result.plan is not None:
+        return render_bodies(result.plan, key, limit, plan_file, delivery)
+    room = _room(key, limit)
+
+    def body(block: str = "") -> str:
+        if result.outcome is ResultKind.INVALID:
+            return markdown_results.render_invalid(result, delivery=delivery,
+                                                   superseded=block, budget=room)
+        return markdown_results.render_error(result, delivery=delivery, superseded=block)
+
+    free = room - len(body())
+    previous = previous_of(existing)
+    block = ""
+    if previous is not None and previous.outcome == "plan":
+        block = markdown_results.superseded(previous.body, previous.commit, room=free,
+                                            parts=previous.parts)
+    elif previous is not None:
+        kept = markdown_results.kept_superseded(previous.body)
+        block = kept if len(kept) <= free else ""
+    body_text = body(block)
+    return _checked(bodies_for([body_text], key, state_line(result)), limit)
 
 
 # -- which comments are ours, and what to do with them ------------------------------------
@@ -204,20 +293,35 @@ def sweep_steps(existing: Sequence[Owned], total: int) -> list[Step]:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "comment", help="post a saved plan on a GitHub pull request (one living comment)",
-        description="Post the plan's Markdown on a pull request, editing this desired-state "
-        "path's earlier comment in place (split into parts past 65,536 characters). Defaults "
-        "come from the GitHub Actions environment; the token from GITHUB_TOKEN.")
-    parser.add_argument("planfile", help="a plan saved with `reconcile plan --out`")
+        "comment", help="post a plan, or why there is none, on a GitHub pull request "
+        "(one living comment)",
+        description="Post what `reconcile plan --result FILE` came to (the plan, an invalid "
+        "desired state, or what could not be read) on a pull request, editing this key's "
+        "earlier comment in place (split into parts past 65,536 characters); a saved plan "
+        "file is accepted too. Defaults come from the GitHub Actions environment; the token "
+        "from GITHUB_TOKEN.")
+    parser.add_argument("file", metavar="FILE",
+                        help="a result file (`reconcile plan --result`) or a saved plan "
+                        "(`reconcile plan --out`)")
     parser.add_argument("--repo", metavar="OWNER/NAME", help="default: GITHUB_REPOSITORY")
     parser.add_argument("--pr", metavar="N", type=int,
                         help="pull request number (default: from GITHUB_EVENT_PATH)")
     parser.add_argument("--api-url", metavar="URL",
                         help="GitHub API base, e.g. https://ghe.example/api/v3 "
                         "(default: GITHUB_API_URL, else https://api.github.com)")
-    parser.add_argument("--key", metavar="PATH",
-                        help="which comment set to keep (default: the plan's desired-state "
-                        "path, relative to its repository)")
+    parser.add_argument("--key", metavar="NAME",
+                        help="which living comment to keep: one per key on a PR, so two "
+                        "environments planned on one PR never overwrite each other's "
+                        "(default: the desired-state path, relative to its repository)")
+    parser.add_argument("--artifact", metavar="NAME",
+                        help="the workflow artifact that holds the saved plan; \"what next\" "
+                        "names it and how to download it")
+    parser.add_argument("--artifact-url", metavar="URL",
+                        help="a link to that artifact (actions/upload-artifact's "
+                        "artifact-url output)")
+    parser.add_argument("--plan-name", metavar="FILE", default="plan.json",
+                        help="the saved plan's file name inside the artifact (default "
+                        "plan.json)")
     parser.add_argument("--author", metavar="LOGIN",
                         help="only comments by this account are ours (default: the token's)")
     parser.add_argument("--token-env", metavar="NAME", default="GITHUB_TOKEN",
@@ -277,16 +381,26 @@ def run(args: argparse.Namespace) -> int:
         return output.report_error(exc)
 
 
+Bodies = Callable[[Sequence["Owned"], int], list[str]]
+
+
 def _run(args: argparse.Namespace) -> int:
     from reconciler.shell.github import CommentsClient, GitHubError
 
-    plan = output.load_plan(Path(args.planfile))
-    key = args.key or default_key(plan)
+    result = output.load_result(Path(args.file))
+    key = args.key or default_key(result)
     if not key.strip() or "\n" in key:
         raise EngineError("--key must be a non-empty single line", Exit.USAGE)
     target = resolve_target(args, os.environ)
     token = read_token(args.token_env)
-    bodies = render_bodies(plan, key, plan_file=args.planfile)
+    delivery = deliveries.from_env(os.environ, artifact=args.artifact,
+                                   artifact_url=args.artifact_url, plan_name=args.plan_name)
+
+    def bodies(existing: Sequence[Owned], limit: int = BODY_LIMIT) -> list[str]:
+        return result_bodies(result, key, existing, limit, plan_file=args.file,
+                             delivery=delivery)
+
+    bodies([])  # a result that cannot be rendered fails before anything is sent
     if not args.dry_run:
         missing = [what for what, value in (("--repo (or GITHUB_REPOSITORY)", target.repo),
                                             ("--pr (or a pull_request event)", target.pr),
@@ -307,9 +421,32 @@ def _run(args: argparse.Namespace) -> int:
         with client:
             if args.dry_run:
                 return _dry_run(client, target.pr, target, key, bodies, args.author)
-            return _sync(client, target.pr, plan, key, bodies, args.author, args.planfile)
+            try:
+                return _sync(client, target.pr, key, bodies, args.author)
+            except GitHubError as exc:
+                summary = os.environ.get("GITHUB_STEP_SUMMARY")
+                if exc.status != 403 or exc.rate_limited or not summary:
+                    raise
+                return _to_summary(Path(summary), exc, target, bodies([]))
     except GitHubError as exc:
         raise EngineError(str(exc)) from None
+
+
+def _to_summary(summary: Path, exc: Exception, target: Target, bodies: list[str]) -> int:
+    """A token that may not write comments (a pull request from a fork gets a read-only
+    one): the comment goes to the job summary, with a warning, and the job goes on."""
+    try:
+        with summary.open("a", encoding="utf-8") as handle:
+            for body in bodies:
+                handle.write(body.rstrip("\n") + "\n\n")
+    except OSError as error:
+        raise EngineError(f"{exc}; and the job summary {summary} could not be written: "
+                          f"{error.strerror or error}") from None
+    where = f"{safe(target.repo)}#{target.pr}"
+    print(f"::warning title=reconcile comment::could not comment on {where}: "
+          f"{safe(str(exc), 600)} (a read-only token, e.g. a pull request from a fork); "
+          "the comment is in the job summary instead")
+    return int(Exit.OK)
 
 
 def _ownership(client: CommentsClient | None, author: str | None,
@@ -326,33 +463,33 @@ def _ownership(client: CommentsClient | None, author: str | None,
     return (lambda c: True), "comments by anyone (no token to tell whose)"
 
 
-def _sync(client: CommentsClient, pr: int, plan: Plan, key: str, bodies: list[str],
-          author: str | None, plan_file: str) -> int:
+def _sync(client: CommentsClient, pr: int, key: str, bodies: Bodies,
+          author: str | None) -> int:
     from reconciler.shell.github import GitHubError
 
     is_ours, _ = _ownership(client, author, client.authenticated)
     limit = BODY_LIMIT
     for attempt in range(4):
         try:
-            return _write(client, pr, key, bodies, is_ours)
+            return _write(client, pr, key, bodies, limit, is_ours)
         except GitHubError as exc:
             if not exc.body_too_long or attempt == 3:
                 if exc.body_too_long:
-                    raise GitHubError(f"{exc} (a part was {max(map(len, bodies)):,} characters;"
+                    raise GitHubError(f"{exc} (a part was up to {limit:,} characters;"
                                       " GitHub would not take it)", exc.status) from None
                 raise
             limit = int(limit * 0.7)  # GitHub counted more than we did: split smaller
             print(f"github: a part was too long for GitHub; splitting within {limit:,}",
                   file=sys.stderr)
-            bodies = render_bodies(plan, key, limit, plan_file)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _write(client: CommentsClient, pr: int, key: str, bodies: list[str],
+def _write(client: CommentsClient, pr: int, key: str, make: Bodies, limit: int,
            is_ours: Callable[[Comment], bool]) -> int:
     from reconciler.shell.github import GitHubError
 
     ours, foreign = owned(client.list_comments(pr), key, is_ours)
+    bodies = make(ours, limit)
     target = f"{safe(client.owner)}/{safe(client.name)}#{pr}"
     if foreign:
         print(f"note: {len(foreign)} comment(s) carry this marker but are not ours; "
@@ -397,7 +534,7 @@ def _write(client: CommentsClient, pr: int, key: str, bodies: list[str],
 
 
 def _dry_run(client: CommentsClient | None, pr: int | None, target: Target, key: str,
-             bodies: list[str], author: str | None) -> int:
+             make: Bodies, author: str | None) -> int:
     from reconciler.shell.github import GitHubError
 
     where = (f"{safe(target.repo)}#{pr} via {safe(target.api_url)}" if client is not None
@@ -414,6 +551,7 @@ def _dry_run(client: CommentsClient | None, pr: int | None, target: Target, key:
             print(f"could not list the existing comments ({exc}); all parts would be new")
     else:
         print("could not list existing comments; all parts would be new")
+    bodies = make(ours, BODY_LIMIT)
     steps = plan_sync(ours, bodies)
     for step in steps:
         size = f"{len(step.body):,} characters"

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import TextIO
 
 from reconciler.core.plans import Plan
+from reconciler.core.results import PlanResult
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.render import common, jsonplan, markdown, text
+from reconciler.render import common, jsonplan, markdown, resultfile, text
 from reconciler.shell.progress import Progress, StderrProgress
 
 
@@ -54,7 +55,36 @@ def progress_for_stderr() -> Progress | None:
 
 def save_plan(path: Path, plan: Plan) -> None:
     """Write the plan file atomically: a reader sees the old file or the whole new one."""
-    content = common.terminal_json(jsonplan.dumps(plan))  # `cat FILE` is a terminal too
+    _write_atomically(path, common.terminal_json(jsonplan.dumps(plan)), "the plan")
+
+
+def save_result(path: Path, result: PlanResult) -> None:
+    """Write ``plan --result``'s file atomically (``render.resultfile``)."""
+    _write_atomically(path, common.terminal_json(resultfile.dumps(result)), "the result")
+
+
+def load_result(path: Path) -> PlanResult:
+    """A result file or a saved plan file (a result whose outcome is plan)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise EngineError(f"{path}: cannot read it: {exc.strerror or exc}") from exc
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EngineError(f"{path}: not a result or plan file (invalid JSON: {safe(exc)})") \
+            from exc
+    try:
+        return resultfile.from_wire(data)
+    except jsonplan.DigestMismatch as exc:
+        raise EngineError(f"{path}: refusing the plan in it: {safe(exc)}; plan again",
+                          Exit.REFUSED_MISMATCH) from exc
+    except (jsonplan.WireError, resultfile.WireError) as exc:
+        raise EngineError(f"{path}: not a usable result or plan file: {safe(exc)}") from exc
+
+
+def _write_atomically(path: Path, content: str, what: str) -> None:
+    # `cat FILE` is a terminal too: the content is terminal-safe JSON.
     directory = path.resolve().parent
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
@@ -68,7 +98,7 @@ def save_plan(path: Path, plan: Plan) -> None:
             Path(tmp).unlink(missing_ok=True)
             raise
     except OSError as exc:
-        raise EngineError(f"{path}: cannot write the plan: {exc.strerror or exc}") from exc
+        raise EngineError(f"{path}: cannot write {what}: {exc.strerror or exc}") from exc
 
 
 def load_plan(path: Path) -> Plan:

@@ -34,6 +34,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "against the same live snapshot, and say which changes this branch "
                         "introduces, which were already pending, and which it removes")
     parser.add_argument("--out", metavar="FILE", help="save the plan (JSON) for `reconcile apply`")
+    parser.add_argument("--result", metavar="FILE",
+                        help="also write what this run came to, whatever happens: the plan, "
+                        "or why there is none for this commit (the desired state's problems "
+                        "with file:line, or what could not be read); `reconcile comment FILE` "
+                        "posts it. Written even when plan fails; the exit code is unchanged")
     parser.add_argument("--format", choices=options.FORMATS, default="text",
                         help="text for a terminal, json (the plan file's form), or markdown "
                         "(a pull-request comment); default text")
@@ -56,22 +61,31 @@ def detailed_exit(plan_value: Plan) -> Exit:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reconciler.engine import plan, plan_review  # HTTP loads only when needed
+    from reconciler.engine import failed_result, plan_result  # HTTP loads only when needed
 
     only = selection.only_from(args)
-    if only and args.out:
-        print("reconcile plan: --only cannot be combined with --out: a saved plan is the "
-              "whole plan (save it whole, then: reconcile apply FILE --only NAME)",
+    if only and (args.out or args.result):
+        print("reconcile plan: --only cannot be combined with --out or --result: a saved plan "
+              "is the whole plan (save it whole, then: reconcile apply FILE --only NAME)",
               file=sys.stderr)
         return int(Exit.USAGE)
+    root: Path | None = None
     try:
         root = selection.desired_root(args.path, command="plan")
-        if args.base:
-            result = plan_review(root, args.base, overrides=options.overrides_from(args),
-                                 progress=output.progress_for_stderr())
-        else:
-            result = plan(root, overrides=options.overrides_from(args),
-                          progress=output.progress_for_stderr())
+        outcome = plan_result(root, args.base, overrides=options.overrides_from(args),
+                              progress=output.progress_for_stderr())
+    except EngineError as exc:
+        outcome = failed_result(root, exc)
+    if outcome.plan is None:
+        if args.result:
+            try:
+                output.save_result(Path(args.result), outcome)
+            except EngineError as exc:
+                output.report_error(exc)
+        code = next((e for e in Exit if e == outcome.exit_code), Exit.ERROR)
+        return output.report_error(EngineError(outcome.error, code, outcome.diagnostics))
+    result = outcome.plan
+    try:
         if only:
             known = {p.service for p in result.proofs} | set(result.services())
             unknown = selection.unknown_names(only, known)
@@ -80,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
             result = restrict(result, only)
         if args.out:
             output.save_plan(Path(args.out), result)
+        if args.result:
+            output.save_result(Path(args.result), outcome)
     except EngineError as exc:
         return output.report_error(exc)
     output.write(output.render(result, args.format, sys.stdout, plan_file=args.out))

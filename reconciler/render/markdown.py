@@ -21,7 +21,10 @@ Owns the comment layout, in reading order:
 5. **Destructive changes** (⚠️): an egress revoke-all or any egress destination revoked,
    a capability removed, a rollback; each is flagged again in its service's section;
 6. **Apply**: the exact command (``reconcile apply FILE`` when the caller names the saved
-   file, else how to save one) and the saved plan's content digest;
+   file, else how to save one) and the saved plan's content digest; or, given a
+   ``Delivery`` (CI saved the plan), **What next**: the workflow run and the artifact
+   holding the plan (links), and how it is applied after the merge, never a path on
+   the runner;
 7. the services: with a review, "Introduced by this PR" and "Modified by this PR" (full
    sections; a modified change shows what the PR changes against the base's pending
    change and against live), blocked services
@@ -82,6 +85,7 @@ from reconciler.core.preflight import ServicePreflight
 from reconciler.core.review import Origin, Review
 from reconciler.core.sanitize import safe
 from reconciler.render import common, jsonplan
+from reconciler.render.delivery import Delivery
 
 BUDGET = 65_536
 #: The smallest budget a part can honour (the head, one section title and one entry).
@@ -743,7 +747,45 @@ def _destructive_section(index: _Index) -> list[_Section]:
     return [_Section("⚠️ Destructive changes", segs=[_Seg(lines)])]
 
 
-def _apply_section(plan: Plan, plan_file: str | None, digest: str | None) -> _Section:
+def _delivered(plan: Plan, delivery: Delivery, digest: str | None) -> list[str]:
+    """"What next" once CI saved the plan: where it is (the run, the artifact) and how it
+    is applied after the merge; never a path on the runner that made it."""
+    run = (f"[workflow run {esc(delivery.run_id or '')}]({delivery.run_url})"
+           if delivery.run_url else "this workflow run")
+    name = delivery.plan_name
+    lines = []
+    if delivery.artifact:
+        artifact = (f"[{code(delivery.artifact, 128)}]({delivery.artifact_url})"
+                    if delivery.artifact_url else code(delivery.artifact, 128))
+        lines.append(f"- Saved plan: {code(name)} in the artifact {artifact} of {run}"
+                     + (f", digest {code(digest, 100)}" if digest else "") + ".\n")
+    else:
+        lines.append(f"- Made by {run}.\n")
+    if plan.verdict is Verdict.NO_GO:
+        lines.append("- ⛔ Nothing to apply: `reconcile apply` refuses a NO-GO plan. Clear the "
+                     "causes above and push; this comment then shows the new plan.\n")
+        return lines
+    if plan.verdict is Verdict.NO_CHANGES:
+        lines.append("- Nothing to apply.\n")
+        return lines
+    download = delivery.download_command()
+    lines.append("- After the merge, the apply-on-merge workflow applies exactly this plan"
+                 + (f"; by hand: {code(download)}, then "
+                    f"{code('reconcile apply ' + name)}" if download else
+                    f"; by hand, download it and run {code('reconcile apply ' + name)}")
+                 + ".\n")
+    lines.append("- Apply refuses a plan whose desired state is not the one merged (or a file "
+                 "edited after it was saved): then plan again and review that plan.\n")
+    return lines
+
+
+def _apply_section(plan: Plan, plan_file: str | None, digest: str | None,
+                   delivery: Delivery | None = None) -> _Section:
+    if delivery is not None and delivery.known:
+        lines = _delivered(plan, delivery, digest)
+        if plan.verdict is Verdict.GO:
+            lines.extend(_go_notes(plan))
+        return _Section("What next", segs=[_Seg(lines)])
     lines = []
     command = f"reconcile apply {shlex.quote(plan_file)}" if plan_file else None
     if plan.verdict is Verdict.NO_GO:
@@ -761,23 +803,29 @@ def _apply_section(plan: Plan, plan_file: str | None, digest: str | None) -> _Se
                      f"digest {code(digest, 100)}; apply refuses a file edited after it was "
                      "saved.\n")
     if plan.verdict is Verdict.GO:
-        if plan.review is not None and plan.changes:
-            introduced = len(_introduced(plan, plan.review))
-            modified = len(plan.review.modified)
-            pending = len(plan.changes) - introduced - modified
-            said = [f"the {introduced:,} introduced by this PR"] \
-                if introduced or not modified else []
-            said += [f"the {modified:,} it modifies"] if modified else []
-            said += [f"the {pending:,} already pending on the base"] if pending else []
-            lines.append("- Apply makes every change of this plan: "
-                         + (", ".join(said[:-1]) + " and " if len(said) > 1 else "")
-                         + said[-1] + ".\n")
-        lines.append("- Apply re-checks every precondition against the live world before the "
-                     "first write and refuses if anything moved"
-                     + (f"; it then waits until every cluster proves "
-                        f"{_n(len(plan.converging), 'service')} with nothing to send"
-                        if plan.converging else "") + ".\n")
+        lines.extend(_go_notes(plan))
     return _Section("Apply", segs=[_Seg(lines)])
+
+
+def _go_notes(plan: Plan) -> list[str]:
+    lines = []
+    if plan.review is not None and plan.changes:
+        introduced = len(_introduced(plan, plan.review))
+        modified = len(plan.review.modified)
+        pending = len(plan.changes) - introduced - modified
+        said = [f"the {introduced:,} introduced by this PR"] \
+            if introduced or not modified else []
+        said += [f"the {modified:,} it modifies"] if modified else []
+        said += [f"the {pending:,} already pending on the base"] if pending else []
+        lines.append("- Apply makes every change of this plan: "
+                     + (", ".join(said[:-1]) + " and " if len(said) > 1 else "")
+                     + said[-1] + ".\n")
+    lines.append("- Apply re-checks every precondition against the live world before the "
+                 "first write and refuses if anything moved"
+                 + (f"; it then waits until every cluster proves "
+                    f"{_n(len(plan.converging), 'service')} with nothing to send"
+                    if plan.converging else "") + ".\n")
+    return lines
 
 
 def _general_drift(plan: Plan) -> list[_Section]:
@@ -852,7 +900,8 @@ class _Layout:
     verdict: str
 
 
-def _layout(plan: Plan, plan_file: str | None, content_digest: str | None) -> _Layout:
+def _layout(plan: Plan, plan_file: str | None, content_digest: str | None,
+            delivery: Delivery | None = None) -> _Layout:
     if content_digest is None and plan_file is not None:
         content_digest = str(jsonplan.to_wire(plan)["content_digest"])
     safe_plan = common.untrusted(plan)
@@ -860,7 +909,7 @@ def _layout(plan: Plan, plan_file: str | None, content_digest: str | None) -> _L
     sections = [*_why_no_go(index), *_risks_section(safe_plan), *_general_drift(safe_plan),
                 *_this_pr(index),
                 *_destructive_section(index),
-                _apply_section(safe_plan, plan_file, content_digest), *_services(index)]
+                _apply_section(safe_plan, plan_file, content_digest, delivery), *_services(index)]
     return _Layout(_title(safe_plan).removesuffix("\n\n"), _environment(safe_plan), sections,
                    _footer(safe_plan), safe_plan.services(),
                    common.VERDICT_LINE[safe_plan.verdict])
@@ -1003,14 +1052,16 @@ def _truncated(layout: _Layout, left_out: list[str], budget: int, total: str) ->
 
 
 def render_parts(plan: Plan, *, budget: int = BUDGET, plan_file: str | None = None,
-                 content_digest: str | None = None) -> list[str]:
+                 content_digest: str | None = None,
+                 delivery: Delivery | None = None) -> list[str]:
     """The comment as parts of at most ``budget`` characters each (one part when it fits).
 
     ``plan_file``: the saved plan's path as the reviewer should type it (the apply command
     names it). ``content_digest``: the saved plan's ``content_digest``; computed from the
-    plan when ``plan_file`` is given without it.
+    plan when ``plan_file`` is given without it. ``delivery``: where CI keeps the saved
+    plan (the run, the artifact); then "What next" names those, not ``plan_file``.
     """
-    texts, _ = _paginate(_layout(plan, plan_file, content_digest), budget)
+    texts, _ = _paginate(_layout(plan, plan_file, content_digest, delivery), budget)
     return texts
 
 

@@ -10,10 +10,16 @@ Implements the documented shapes (docs.github.com/rest/issues/comments) that
 - ``POST {prefix}/repos/{o}/{r}/issues/{n}/comments`` ``{"body": …}`` → 201.
 - ``PATCH``/``DELETE {prefix}/repos/{o}/{r}/issues/comments/{id}`` → 200 / 204.
 - ``GET {prefix}/user`` → the token's user; 403 for an installation token.
+- A read-only token (a pull request from a fork): every write is 403 ``Resource not
+  accessible by integration``.
 - Errors as ``{"message", "documentation_url"[, "errors"]}``: 401 ``Bad credentials``
   (or ``Requires authentication`` for a write without a token), 403 for editing someone
   else's comment, 404 for an unknown repo/PR/comment, 422 for a body over 65,536
   characters, and a secondary rate limit (403 + ``Retry-After``) on demand.
+
+- ``GET {prefix}/repos/{o}/{r}/commits/{sha}/pulls`` and ``GET
+  {prefix}/repos/{o}/{r}/actions/workflows/{file}/runs?head_sha=&event=&status=``: what
+  the apply-on-merge workflow asks to find the run that planned the merged PR.
 
 ``prefix`` is ``""`` (github.com) or ``"/api/v3"`` (GitHub Enterprise Server). Every request
 is logged with its arrival time, so tests can check that a retry came after the wait.
@@ -41,6 +47,7 @@ class User:
     id: int
     type: str = "User"  # "Bot" for github-actions[bot] and App installations
     installation: bool = False  # GET /user → 403 "Resource not accessible by integration"
+    read_only: bool = False  # a fork PR's token: every write → 403, as GitHub answers it
 
 
 @dataclass
@@ -69,6 +76,11 @@ class State:
     list_barrier: threading.Barrier | None = None
     barrier_uses: int = 0
     limit: int = LIMIT  # a server that counts differently (or a lower Enterprise limit)
+    # For the apply-on-merge workflow: PRs as ``GET /repos/o/r/commits/{sha}/pulls`` lists
+    # them (number, head.sha, merge_commit_sha, merged_at) and workflow runs as ``GET
+    # /repos/o/r/actions/workflows/{file}/runs`` lists them (newest first).
+    pull_info: dict[int, dict[str, Any]] = field(default_factory=dict)
+    runs: list[dict[str, Any]] = field(default_factory=list)
 
 
 class StandIn:
@@ -101,9 +113,9 @@ class StandIn:
     # -- test helpers -------------------------------------------------------------------
 
     def add_user(self, token: str, login: str, *, bot: bool = False,
-                 installation: bool = False) -> User:
+                 installation: bool = False, read_only: bool = False) -> User:
         user = User(login, 500 + len(self.state.tokens), "Bot" if bot else "User",
-                    installation)
+                    installation, read_only)
         self.state.tokens[token] = user
         return user
 
@@ -218,6 +230,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(401, "Bad credentials")
         parts = path.strip("/").split("/")
         o, r = s.state.owner, s.state.repo
+        if isinstance(user, User) and user.read_only and method != "GET":
+            return self._error(403, "Resource not accessible by integration")
 
         if parts == ["user"] and method == "GET":
             if user is None:
@@ -226,6 +240,23 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._error(403, "Resource not accessible by integration")
             return self._reply(200, {"login": user.login, "id": user.id, "type": user.type})
 
+        if (method == "GET" and len(parts) == 6 and parts[:3] == ["repos", o, r]
+                and parts[3] == "commits" and parts[5] == "pulls"):
+            sha = parts[4]
+            return self._reply(200, [dict(p, number=n) for n, p in sorted(
+                s.state.pull_info.items()) if sha in (p.get("merge_commit_sha"),
+                                                      p["head"]["sha"])])
+        if (method == "GET" and len(parts) == 7 and parts[:3] == ["repos", o, r]
+                and parts[3:5] == ["actions", "workflows"] and parts[6] == "runs"):
+            def matches(run: dict[str, Any]) -> bool:
+                wanted = {k: v for k, v in query.items() if k in ("head_sha", "event")}
+                status = query.get("status")  # GitHub matches a status or a conclusion
+                return (all(run.get(k) == v for k, v in wanted.items())
+                        and status in (None, run.get("status"), run.get("conclusion")))
+
+            runs = [run for run in reversed(s.state.runs)
+                    if run["path"].endswith("/" + parts[5]) and matches(run)]
+            return self._reply(200, {"total_count": len(runs), "workflow_runs": runs})
         number: int | None = None
         if (len(parts) == 6 and parts[:3] == ["repos", o, r] and parts[3] == "issues"
                 and parts[5] == "comments"):
