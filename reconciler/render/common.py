@@ -473,6 +473,10 @@ def source_note(plan: Plan) -> str | None:
     ``source_note``): a worktree preview, or a plan of a commit beside edits it left out
     (instead of "no changes" next to an edited file). None for a clean commit."""
     at = f"commit {plan.commit[:12]}" if plan.commit else "no commit"
+    if plan.worktree and not plan.commit and not plan.repo_root:
+        return ("preview of uncommitted changes: a directory outside git, as it is on disk; it "
+                "can be shown and commented, never applied: commit it to a git repository, "
+                "then plan again")
     if plan.worktree:
         edits = [*(f"{p} (modified)" for p in plan.uncommitted),
                  *(f"{p} (untracked)" for p in plan.untracked)]
