@@ -61,16 +61,18 @@ from reconciler.shell.probing import Prober
 from reconciler.shell.progress import NullProgress, Progress
 
 
-def read_commit(root: Path, cache: validating.BlobCache | None = None,
-                ) -> tuple[validating.LoadResult, Provenance]:
+def read_commit(root: Path, cache: validating.BlobCache | None = None, *,
+                worktree: bool = False) -> tuple[validating.LoadResult, Provenance]:
     """The desired state as the commit holds it (tracked files only, read from the
     commit's tree, so an ignored or untracked file can never reach a plan), and the
-    provenance: commit, dirty tracked files, untracked YAML, where the repo is. Outside
-    git: the directory as it is on disk, with no commit (plan works; apply refuses)."""
+    provenance: commit, its tree, dirty tracked files, untracked YAML, where the repo is.
+    Outside git: the directory as it is on disk, with no commit (plan works; apply
+    refuses). ``worktree``: the working tree as it is instead (``plan --worktree``, a
+    preview apply refuses)."""
     if not root.is_dir():
         raise EngineError(f"{root}: not a directory")
     try:
-        loaded = committed.load(root, cache=cache)
+        loaded = committed.load_worktree(root) if worktree else committed.load(root, cache=cache)
         git_root = gitrepo.toplevel(root) if loaded.in_git else None
     except gitrepo.GitError as exc:
         raise EngineError(str(exc)) from exc
@@ -79,9 +81,10 @@ def read_commit(root: Path, cache: validating.BlobCache | None = None,
         path=str(root.resolve()), root=str(git_root) if git_root else None)
 
 
-def load_consistent(root: Path) -> tuple[DesiredState, Provenance]:
+def load_consistent(root: Path, *, worktree: bool = False,
+                    ) -> tuple[DesiredState, Provenance]:
     """``read_commit``, refusing an invalid desired state with every problem."""
-    result, provenance = read_commit(root)
+    result, provenance = read_commit(root, worktree=worktree)
     if result.state is None:
         raise EngineError(
             f"{root}: the desired state is invalid ({len(result.diagnostics)} problem(s))",
@@ -97,10 +100,11 @@ def connect(desired: DesiredState, root: Path, overrides: Overrides) -> Connecti
 
 
 def plan(root: Path, *, overrides: Overrides, env: Mapping[str, str] | None = None,
-         progress: Progress | None = None) -> Plan:
-    """Load the commit, observe every cluster and the control plane, and plan."""
+         progress: Progress | None = None, worktree: bool = False) -> Plan:
+    """Load the commit (``worktree``: the working tree, a preview), observe every cluster
+    and the control plane, and plan."""
     env = os.environ if env is None else env
-    desired, provenance = load_consistent(root)
+    desired, provenance = load_consistent(root, worktree=worktree)
 
     async def run() -> Plan:
         async with Reconciler(root, desired, overrides=overrides, env=env) as reconciler:
@@ -112,12 +116,13 @@ def plan(root: Path, *, overrides: Overrides, env: Mapping[str, str] | None = No
 
 def plan_review(root: Path, base_ref: str, *, overrides: Overrides,
                 env: Mapping[str, str] | None = None,
-                progress: Progress | None = None) -> Plan:
-    """``plan --base REF``: the desired state at ``REF`` and at HEAD, both read from git,
-    planned against ONE observation of the live side; the head's plan, carrying the
-    review (what the PR introduces, what was already pending, what it removes)."""
+                progress: Progress | None = None, worktree: bool = False) -> Plan:
+    """``plan --base REF``: the desired state at ``REF`` and at HEAD (``worktree``: the
+    working tree, a preview), planned against ONE observation of the live side; the
+    head's plan, carrying the review (what the PR introduces, what was already pending,
+    what it removes)."""
     env = os.environ if env is None else env
-    head, provenance = load_consistent(root)
+    head, provenance = load_consistent(root, worktree=worktree)
     try:
         base_result, base_commit = committed.load_at(root, base_ref)
     except gitrepo.GitError as exc:
@@ -130,7 +135,8 @@ def plan_review(root: Path, base_ref: str, *, overrides: Overrides,
 
     async def run() -> Plan:
         base_provenance = dataclasses.replace(provenance, commit=base_commit, dirty=False,
-                                              untracked=())
+                                              untracked=(), tree=None, files=(),
+                                              uncommitted=(), worktree=False)
         async with Reconciler(root, head, overrides=overrides, env=env) as reconciler:
             snapshot = await reconciler.observe(observed, progress)
             # Each side's creations are asked about at its own commit (sourceRevision).
@@ -148,14 +154,16 @@ def plan_review(root: Path, base_ref: str, *, overrides: Overrides,
 
 def plan_result(root: Path, base_ref: str | None, *, overrides: Overrides,
                 env: Mapping[str, str] | None = None,
-                progress: Progress | None = None) -> PlanResult:
+                progress: Progress | None = None, worktree: bool = False) -> PlanResult:
     """``plan`` (or ``plan_review`` with ``base_ref``) as an outcome that is never lost:
     the plan, or why no plan exists for this commit (the desired state's problems, or
     what could not be read). Whatever happens, the result names the commit it is for,
     so a PR comment describes the newest commit, never an older plan."""
     try:
-        made = (plan_review(root, base_ref, overrides=overrides, env=env, progress=progress)
-                if base_ref else plan(root, overrides=overrides, env=env, progress=progress))
+        made = (plan_review(root, base_ref, overrides=overrides, env=env, progress=progress,
+                            worktree=worktree)
+                if base_ref else plan(root, overrides=overrides, env=env, progress=progress,
+                                      worktree=worktree))
     except EngineError as exc:
         return failed_result(root, exc)
     return PlanResult.of_plan(made)
@@ -219,7 +227,8 @@ def refuse_no_go(plan_value: Plan) -> None:
 def _where(connection: Connection, provenance: Provenance) -> binding.Where:
     return binding.Where(control_plane_url=connection.control_plane_url,
                          gateway=connection.gateway, repo_root=provenance.root,
-                         repo_path=provenance.path, commit=provenance.commit)
+                         repo_path=provenance.path, commit=provenance.commit,
+                         tree=provenance.tree, files=dict(provenance.files))
 
 
 def _refuse_mismatch(what: str, diffs: list[str]) -> None:
@@ -301,6 +310,11 @@ class Reconciler:
                     progress: Progress | None = None) -> ApplyRun:
         """Observe, plan fresh, bind a saved plan to it, refuse what must be refused, send,
         and gate on what the fresh judge does not prove."""
+        where = _where(self.connection, provenance)
+        unbound = binding.source(saved, where) if saved is not None else None
+        if unbound is not None and unbound.kind is binding.Unbound.PREVIEW:
+            raise EngineError(f"refusing to apply: {unbound.message}; nothing was sent",
+                              Exit.REFUSED_COMMIT)
         if provenance.commit is None:
             raise EngineError(f"refusing to apply: {self.root} is not a git repository, so "
                               "there is no commit to bind the change to; commit the desired "
@@ -309,13 +323,15 @@ class Reconciler:
             raise EngineError(f"refusing to apply: {self.root} has uncommitted changes; "
                               "nothing was sent", Exit.REFUSED_COMMIT)
         if saved is not None:
-            if saved.commit != provenance.commit:
-                raise EngineError(
-                    f"refusing to apply: the plan was made from commit {saved.commit or '<none>'}"
-                    f" but {self.root} is at {provenance.commit}; plan again",
-                    Exit.REFUSED_COMMIT)
+            # Bound to the desired-state tree, not the commit: the plan reviewed on a merge
+            # preview applies after the merge when the merged tree is the same one.
+            if unbound is not None and unbound.kind is binding.Unbound.TREE:
+                _refuse_mismatch("the desired state is not the one reviewed", [unbound.message])
+            if unbound is not None:
+                raise EngineError(f"refusing to apply: {safe(unbound.message, 2000)}; nothing "
+                                  "was sent", Exit.REFUSED_COMMIT)
             _refuse_mismatch("it was made for another environment",
-                             binding.environment(saved, _where(self.connection, provenance)))
+                             binding.environment(saved, where))
         directory = state_dir(desired, self.root, self.env)
         if gitrepo.state_dir_inside_repo(self.root, directory) \
                 and not gitrepo.ignored(self.root, directory):
@@ -332,7 +348,7 @@ class Reconciler:
         fresh = restrict(fresh_all, only)
         try:
             # Before any refusal, so `reconcile history` lists refused applies too.
-            run = journal.run_started(fresh, saved_plan=saved is not None)
+            run = journal.run_started(fresh, saved=saved)
         except JournalError as exc:
             raise EngineError(str(exc)) from exc
         refuse_no_go(fresh)
@@ -359,9 +375,13 @@ class Reconciler:
                        if c.change.idempotency_key not in fresh_keys
                        and c.freshness is staleness.Freshness.ALREADY_LIVE}
             _refuse_mismatch("it is not what a fresh plan says now",
-                             binding.changes(saved, fresh, settled))
-            # The reviewed changes, each still the fresh plan's (or settled by a rerun).
-            sending = tuple(c for c in saved.changes
+                             binding.changes(saved, fresh, settled,
+                                             same_tree=saved.desired_tree is not None))
+            # The reviewed changes, each still the fresh plan's (or settled by a rerun), in
+            # the fresh plan's words: equal to the reviewed ones, but for a creation whose
+            # preflight was asked again at this commit -- its new revision is what is sent.
+            fresh_by_key = {c.idempotency_key: c for c in fresh.changes}
+            sending = tuple(fresh_by_key.get(c.idempotency_key, c) for c in saved.changes
                             if c.idempotency_key in fresh_keys or c.idempotency_key in settled)
         checks = [staleness.check(c, snapshot, journaled=journal.in_doubt(c.idempotency_key))
                   for c in sending]

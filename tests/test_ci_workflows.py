@@ -189,7 +189,6 @@ def test_the_merge_applies_the_reviewed_plan_and_converges(fleet: Fleet, tmp_pat
     _assert_converged(fleet, runner)
 
 
-@pytest.mark.xfail(strict=True, reason="needs tree binding (w-binding)")
 def test_a_real_merge_commit_applies_the_plan_reviewed_on_the_preview(
         fleet: Fleet, tmp_path: Path) -> None:
     base, head, preview = _open_pr(fleet)
@@ -201,7 +200,6 @@ def test_a_real_merge_commit_applies_the_plan_reviewed_on_the_preview(
     _assert_converged(fleet, runner)
 
 
-@pytest.mark.xfail(strict=True, reason="needs tree binding (w-binding)")
 def test_a_merge_that_changes_the_desired_state_stops_for_review(
         fleet: Fleet, tmp_path: Path) -> None:
     base, head, preview = _open_pr(fleet)

@@ -122,7 +122,9 @@ def render_run(run_json: dict[str, Any]) -> list[str]:
     if run_json.get("plan_fingerprint"):
         head.append(f"plan {safe(run_json['plan_fingerprint'], 80)[:19]}")
     if run_json.get("saved_plan"):
-        head.append("(saved plan)")
+        reviewed = run_json.get("reviewed_commit")
+        head.append(f"(saved plan, reviewed at {safe(reviewed, 40)[:12]})"
+                    if reviewed and reviewed != run_json.get("commit") else "(saved plan)")
     if run_json.get("duration_seconds") is not None:
         head.append(f"{run_json['duration_seconds']:.1f}s")
     lines = ["  ".join(head)]

@@ -6,6 +6,9 @@ managed service converged; 2 GO with work for apply (changes to send, or a servi
 judge does not prove converged, which apply would gate on); 3 NO-GO (any blocker: a silent
 cluster is never 0 or 2); 1 error, 64 usage. Without the flag a plan that was made exits
 0 whatever it says.
+
+``--worktree`` plans the working tree instead of the commit: a preview, marked so first in
+every view, that apply refuses.
 """
 
 from __future__ import annotations
@@ -33,6 +36,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="also plan the desired state at git REF (e.g. the PR's base) "
                         "against the same live snapshot, and say which changes this branch "
                         "introduces, which were already pending, and which it removes")
+    parser.add_argument("--worktree", action="store_true",
+                        help="plan the working tree as it is (tracked, modified and untracked "
+                        "files; never ignored ones) instead of the commit HEAD is at: a "
+                        "preview of uncommitted changes, marked so in every view; it can be "
+                        "shown, saved and commented, never applied")
     parser.add_argument("--out", metavar="FILE", help="save the plan (JSON) for `reconcile apply`")
     parser.add_argument("--result", metavar="FILE",
                         help="also write what this run came to, whatever happens: the plan, "
@@ -73,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         root = selection.desired_root(args.path, command="plan")
         outcome = plan_result(root, args.base, overrides=options.overrides_from(args),
-                              progress=output.progress_for_stderr())
+                              progress=output.progress_for_stderr(),
+                              worktree=args.worktree)
     except EngineError as exc:
         outcome = failed_result(root, exc)
     if outcome.plan is None:
@@ -99,7 +108,10 @@ def run(args: argparse.Namespace) -> int:
     except EngineError as exc:
         return output.report_error(exc)
     output.write(output.render(result, args.format, sys.stdout, plan_file=args.out))
-    if args.out:
+    if args.out and result.worktree:
+        print(f"saved the preview to {args.out}; it can be shown and commented, never "
+              "applied: commit, then plan again", file=sys.stderr)
+    elif args.out:
         print(f"saved plan to {args.out}; apply it with: reconcile apply {args.out}",
               file=sys.stderr)
     return int(detailed_exit(result)) if args.detailed_exitcode else int(Exit.OK)

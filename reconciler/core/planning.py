@@ -78,6 +78,15 @@ class Provenance:
     path: str | None = None  # the repo directory the plan was made from
     root: str | None = None  # the git work tree holding it; None: not a git repository
     untracked: tuple[str, ...] = ()  # YAML under ``path`` in no commit: reported, never read
+    #: the git tree id of ``path`` at ``commit`` and its files (path -> blob id): what a
+    #: saved plan is bound to (``core.binding``); None/empty outside git or for a preview
+    tree: str | None = None
+    files: tuple[tuple[str, str], ...] = ()
+    #: tracked files under ``path`` whose edits the commit does not hold (never read,
+    #: except by a worktree preview)
+    uncommitted: tuple[str, ...] = ()
+    #: ``plan --worktree``: the working tree as it is, a preview never applied
+    worktree: bool = False
 
 
 def idempotency_key(action: Action, service_id: str, payload: object,
@@ -746,7 +755,8 @@ class _Planner:
             self.service(svc)
         self.grants()
         self.causes()
-        if provenance.dirty:
+        if provenance.dirty and not provenance.worktree:
+            # A worktree preview reads the edits; it is never applied (apply refuses it).
             self.blockers.append(Blocker(
                 code=BlockerCode.REPO_DIRTY,
                 message="the config repo has uncommitted changes: a plan must come from a "
@@ -768,6 +778,10 @@ class _Planner:
             repo_path=provenance.path,
             repo_root=provenance.root,
             untracked=provenance.untracked,
+            desired_tree=provenance.tree,
+            desired_files=dict(provenance.files),
+            uncommitted=provenance.uncommitted,
+            worktree=provenance.worktree,
             notes=self.live.mesh.notes,
             control_plane_url=self.live.control_plane_url,
             gateway=self.live.mesh.gateway,

@@ -37,7 +37,7 @@ import re
 from collections.abc import Callable
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from reconciler.core.codes import BlockerCode, DriftCode, ReasonCode, RiskCode
 from reconciler.core.evidence import Proof, ServiceProof
@@ -234,6 +234,18 @@ class Plan(_Model):
     repo_path: str | None = None  # where the desired state was read; apply re-reads settings here
     repo_root: str | None = None  # the git work tree holding it (None: not a git repository)
     untracked: tuple[str, ...] = ()  # YAML under repo_path that no commit holds (never read)
+    #: what a saved plan is bound to (``core.binding``): the git tree id of the desired-state
+    #: directory at ``commit`` and its files (path -> blob id, so apply can name the files
+    #: of another tree without having its objects). None: a plan saved by reconcile < 2.3
+    #: (bound to ``commit``), made outside git, or a worktree preview.
+    desired_tree: str | None = None
+    desired_files: dict[str, str] = Field(default_factory=dict)
+    #: tracked files under repo_path with edits the commit does not hold (the plan left
+    #: them out; a worktree preview read them)
+    uncommitted: tuple[str, ...] = ()
+    #: ``plan --worktree``: a preview of uncommitted changes; shown and commented, never
+    #: applied
+    worktree: bool = False
     control_plane_url: str
     gateway: str
     expected_clusters: tuple[str, ...]

@@ -549,3 +549,47 @@ def modified_detail(m: ModifiedChange, wrap: Callable[[str], str] = _plain) -> l
                 f"dropped {caps(m.capabilities_dropped_vs_base)}"]
     return [f"{f.field}: base {wrap(f.base or '<none>')} → this PR {wrap(f.head or '<none>')}"
             for f in m.fields] or [f"was: {wrap(m.base_summary)}"]
+
+
+#: How many files a source note names before it counts the rest.
+SOURCE_FILES_NAMED = 10
+
+
+def _files(names: tuple[str, ...] | list[str]) -> str:
+    shown = ", ".join(safe(n, 200) for n in names[:SOURCE_FILES_NAMED])
+    more = len(names) - SOURCE_FILES_NAMED
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def source_headline(plan: Plan) -> str | None:
+    """What a reader must know before anything else about where the plan's desired state
+    came from, in a few words (a Markdown title's prefix); None for a clean commit."""
+    if plan.worktree:
+        return "preview of uncommitted changes (never applied)"
+    if plan.dirty or plan.uncommitted or plan.untracked:
+        return "uncommitted edits are not included"
+    return None
+
+
+def source_note(plan: Plan) -> str | None:
+    """The same, as the sentence the first line of every view says (text, Markdown, JSON
+    ``source_note``): a worktree preview, or a plan of a commit beside edits it left out
+    (instead of "no changes" next to an edited file). None for a clean commit."""
+    at = f"commit {plan.commit[:12]}" if plan.commit else "no commit"
+    if plan.worktree and not plan.commit and not plan.repo_root:
+        return ("preview of uncommitted changes: a directory outside git, as it is on disk; it "
+                "can be shown and commented, never applied: commit it to a git repository, "
+                "then plan again")
+    if plan.worktree:
+        edits = [*(f"{p} (modified)" for p in plan.uncommitted),
+                 *(f"{p} (untracked)" for p in plan.untracked)]
+        return ("preview of uncommitted changes: the working tree as it is ("
+                + (f"{at} plus {_files(edits)}" if edits else f"{at}, no edits")
+                + "); it can be shown and commented, never applied: commit, then plan again")
+    if plan.dirty or plan.uncommitted or plan.untracked:
+        left = [*(f"{p} (modified)" for p in plan.uncommitted),
+                *(f"{p} (untracked)" for p in plan.untracked)]
+        return (f"uncommitted edits are not included: this plan reads {at} and leaves out "
+                + (_files(left) if left else "the edits to tracked files")
+                + "; commit them, or preview them with: reconcile plan --worktree")
+    return None

@@ -27,14 +27,18 @@ from typing import Any
 from pydantic import ValidationError
 
 from reconciler.core.plans import Action, Change, Plan
+from reconciler.render import common
 
 #: 2.1 added ``review`` (plan --base); 2.2 adds the ``create`` action (``changes[].creation``:
 #: the preflight request, the fence, the new service), ``preflights`` (each service's
 #: preflight and report), ``blockers[].upstream_code`` and ``review.blockers_*[].upstream_code``
 #: and the ``create`` count; 2.3 adds the ``modified`` origin (``review.origins`` values),
-#: ``review.modified[]`` (what the PR changes inside a change pending on the base) and
+#: ``review.modified[]`` (what the PR changes inside a change pending on the base),
 #: ``risks`` (what apply is already known to meet on a GO plan: each with ``code``,
-#: ``service``, ``cluster``, ``digest``, ``running``, ``reason``, ``message``).
+#: ``service``, ``cluster``, ``digest``, ``running``, ``reason``, ``message``), and binds a
+#: saved plan to the desired-state tree (``desired_tree``, ``desired_files``) instead of the
+#: commit, with ``worktree``, ``uncommitted`` and the derived ``source_note`` (plan
+#: --worktree; edits a plan left out). A 2.2 plan still loads and stays bound to its commit.
 #: docs/json-plan.md describes every field.
 FORMAT_VERSION = "2.3"
 MAJOR = FORMAT_VERSION.split(".")[0]
@@ -74,6 +78,9 @@ def to_wire(plan: Plan) -> dict[str, Any]:
         "format_version": FORMAT_VERSION,
         "verdict": plan.verdict.value,
         "counts": plan.counts(),
+        # Derived, like the verdict: what the first line of every view says about where
+        # the desired state came from (a preview, or edits left out); null for a commit.
+        "source_note": common.source_note(plan),
         **data,
     }
     document["content_digest"] = content_digest(document)
@@ -104,7 +111,8 @@ def from_wire(data: object) -> Plan:
                              f"({content_digest(data)[:19]}…): the plan was edited after it "
                              "was saved")
     body = {k: v for k, v in data.items()
-            if k not in ("format_version", "verdict", "counts", "content_digest")}
+            if k not in ("format_version", "verdict", "counts", "content_digest",
+                         "source_note")}
     changes = []
     for index, raw in enumerate(body.get("changes") or []):
         if not isinstance(raw, dict):
@@ -145,6 +153,9 @@ def wire_schema() -> dict[str, Any]:
         "content_digest": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
         "counts": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
                    "required": [a.value for a in Action] + ["blockers", "drift"]},
+        "source_note": {"anyOf": [{"type": "string"}, {"type": "null"}],
+                        "description": "derived: a worktree preview, or uncommitted edits "
+                        "the plan left out, as the first line of every view says it"},
         **schema["properties"],
     }
     schema["required"] = ["format_version", "verdict", "counts", "content_digest",

@@ -385,8 +385,12 @@ def _risk_words(plan: Plan) -> str:
 
 def _title(plan: Plan, part: str = "") -> str:
     verdict = common.VERDICT_LINE[plan.verdict]
-    return (f"## reconcile plan: **{verdict}** — {_risk_words(plan)}{_title_words(plan)}"
-            f"{part}\n\n")
+    # Where the desired state came from goes first when it is not a clean commit: a
+    # preview, or edits the plan left out (never "no changes" beside an edited file).
+    source = common.source_headline(plan)
+    prefix = f"⚠️ {esc(source)} · " if source else ""
+    return (f"## {prefix}reconcile plan: **{verdict}** — {_risk_words(plan)}"
+            f"{_title_words(plan)}{part}\n\n")
 
 
 def _risks_section(plan: Plan) -> list[_Section]:
@@ -420,9 +424,9 @@ def _environment(plan: Plan) -> str:
     if plan.converging:
         line += f" · {len(plan.converging):,} not proven converged"
     line += "\n\n"
-    if plan.untracked:
-        line += (f"⚠️ Not desired state (in no commit, never read): "
-                 f"{_names(plan.untracked, 10)}\n\n")
+    note = common.source_note(plan)
+    if note is not None:
+        line += f"⚠️ **{esc(note.split(':', 1)[0])}**:{esc(note.split(':', 1)[1], 2000)}\n\n"
     for note in plan.notes:
         line += f"ℹ️ {esc(note)}\n\n"
     return line

@@ -123,6 +123,9 @@ def render(plan: Plan, *, color: bool = False) -> str:
     plan = common.untrusted(plan)
     style = _Style(color)
     out: list[str] = []
+    source = common.source_note(plan)
+    if source is not None:  # first, before "no changes" can be read beside an edited file
+        out.append(style(("PREVIEW — " if plan.worktree else "⚠ ") + source, "yellow", "bold"))
     risk_line = plan.risk_line()
     if risk_line is not None and plan.verdict is Verdict.GO:
         # What apply is already known to meet comes first, before any detail.
@@ -130,15 +133,12 @@ def render(plan: Plan, *, color: bool = False) -> str:
                          "bold"))
     commit = plan.commit[:12] if plan.commit else "<no commit>"
     dirty = " (dirty)" if plan.dirty else ""
+    if plan.worktree:
+        dirty = " + working tree (preview)"
     out.append(style(f"reconcile plan · commit {commit}{dirty} · {safe(plan.control_plane_url)}",
                      "bold"))
     out.append(f"gateway {safe(plan.gateway)} · expected clusters: "
                f"{', '.join(plan.expected_clusters) or '<none>'}")
-    if plan.untracked:
-        out.append(style(f"not desired state (in no commit, never read): "
-                         f"{', '.join(plan.untracked[:10])}"
-                         + (f" and {len(plan.untracked) - 10} more" if len(plan.untracked) > 10
-                            else ""), "yellow"))
     out.extend(style(f"note: {safe(note)}", "dim") for note in plan.notes)
     out.append("")
     out.extend(_review(plan, style))

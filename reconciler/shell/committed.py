@@ -8,6 +8,15 @@ same repo-relative path and line. Files that are on disk but in no commit (untra
 ignored, staged but not committed) are never desired state: they are listed apart
 (``untracked``) so a plan can say it left them out.
 
+The commit's tree id under the repo directory and its files (path -> blob id) come with
+it: a saved plan is bound to them, not to the commit id (``core.binding``). Tracked files
+with edits the commit does not hold are named (``Provenance.uncommitted``), so a plan can
+say first that it left them out.
+
+``load_worktree`` is ``plan --worktree``: the files as they are on disk (tracked,
+modified, untracked) minus what git ignores, read like a directory outside git; a
+preview with no tree to bind, which apply refuses.
+
 Reading a commit is atomic: the files and the commit id come from one object, so no
 before/after check is needed. A directory outside any git work tree is read from disk
 as before, with no commit (``in_git`` is False): validate and plan work, apply has no
@@ -19,6 +28,7 @@ unchanged blobs are neither read nor validated again).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +38,7 @@ from reconciler.core.planning import Provenance
 from reconciler.shell import gitrepo, loading, validating
 from reconciler.shell.gitrepo import GitError
 
-__all__ = ["CommittedLoad", "GitError", "load", "load_at"]
+__all__ = ["CommittedLoad", "GitError", "load", "load_at", "load_worktree"]
 
 _SYMLINK = "120000"
 _SUBMODULE = "160000"
@@ -71,7 +81,40 @@ def load(root: Path, *, cache: validating.BlobCache | None = None) -> CommittedL
         result = validating.LoadResult(None, (problem,), ())
         return CommittedLoad(result, provenance, on_disk, in_git=True)
 
-    result, untracked = _load_commit(root, provenance.commit, on_disk, cache)
+    entries = gitrepo.tree(root, provenance.commit)
+    result, untracked = _load_commit(root, provenance.commit, on_disk, cache, entries)
+    provenance = dataclasses.replace(
+        provenance, tree=gitrepo.tree_id(root, provenance.commit),
+        files=tuple((e.path, e.oid) for e in entries),
+        uncommitted=gitrepo.uncommitted(root) if provenance.dirty else ())
+    return CommittedLoad(result, provenance, untracked, in_git=True)
+
+
+def load_worktree(root: Path) -> CommittedLoad:
+    """``plan --worktree``: the desired state as the working tree holds it -- tracked,
+    modified and untracked files, never one git ignores -- with the commit HEAD is at as
+    information only. ``provenance.worktree`` is True and ``dirty`` says whether anything
+    differs from that commit; there is no tree to bind (apply refuses a preview).
+
+    Raises ``GitError`` when git cannot answer."""
+    refused = validating.check_root(root)
+    if refused is not None:
+        return CommittedLoad(refused, Provenance(path=str(root.resolve()), worktree=True), (),
+                             in_git=False)
+    provenance = gitrepo.provenance(root)
+    if provenance.commit is None and not _in_git(root):
+        return CommittedLoad(validating.load_repo(root),
+                             dataclasses.replace(provenance, worktree=True), (), in_git=False)
+    ignored = gitrepo.ignored_files(root)
+    result = validating.load_repo(root, exclude=ignored)
+    on_disk, _ = loading.discover(root)
+    committed: set[str] = set()
+    if provenance.commit is not None:
+        committed = {e.path for e in gitrepo.tree(root, provenance.commit)}
+    untracked = tuple(rel for rel in on_disk if rel not in committed and rel not in ignored)
+    edited = gitrepo.uncommitted(root) if provenance.commit is not None else ()
+    provenance = dataclasses.replace(provenance, worktree=True, uncommitted=edited,
+                                     dirty=bool(edited or untracked or provenance.dirty))
     return CommittedLoad(result, provenance, untracked, in_git=True)
 
 
@@ -81,16 +124,16 @@ def load_at(root: Path, ref: str) -> tuple[validating.LoadResult, str]:
 
     Raises ``GitError`` when ``ref`` names no commit or git cannot answer."""
     commit = gitrepo.resolve(root, ref)
-    result, _ = _load_commit(root, commit, (), None)
+    result, _ = _load_commit(root, commit, (), None, gitrepo.tree(root, commit))
     return result, commit
 
 
 def _load_commit(root: Path, commit: str, on_disk: Sequence[str],
-                 cache: validating.BlobCache | None,
+                 cache: validating.BlobCache | None, entries: Sequence[gitrepo.TreeEntry],
                  ) -> tuple[validating.LoadResult, tuple[str, ...]]:
     files: list[tuple[str, str]] = []
     problems: list[Diagnostic] = []
-    for entry in gitrepo.tree(root, commit):
+    for entry in entries:
         parts = entry.path.split("/")
         if any(part.startswith(".") for part in parts):
             continue  # like the loader on disk: dot-entries are not desired state

@@ -3,9 +3,12 @@ the commit's own files.
 
 Owns the questions plan, apply and watch ask of git, answered with the ``git`` command
 (never by parsing ``.git`` by hand): the commit HEAD is at and whether tracked files
-differ from it (``status``), the files of that commit under a directory (``tree``), and
-their bytes (``read_blobs``: one ``git cat-file --batch`` for all of them). A directory
-outside any git work tree has no commit; that is reported as such, never invented.
+differ from it (``status``), which files those are (``uncommitted``), the files of that
+commit under a directory (``tree``), the id of that directory's tree (``tree_id``: what a
+saved plan is bound to), their bytes (``read_blobs``: one ``git cat-file --batch`` for
+all of them), and which files on disk git ignores (``ignored_files``: ``plan
+--worktree`` leaves them out). A directory outside any git work tree has no commit;
+that is reported as such, never invented.
 """
 
 from __future__ import annotations
@@ -120,6 +123,34 @@ def read_blobs(root: Path, oids: Sequence[str], *, limit: int) -> list[bytes | i
         blobs.append(out[start:start + size] if size <= limit else size)
         at = start + size + 1
     return blobs
+
+
+def tree_id(root: Path, commit: str) -> str:
+    """The id of the tree ``commit`` holds at ``root`` (``git rev-parse COMMIT:./``, the
+    path read relative to ``root``): equal ids mean byte-identical directories, whatever
+    else the commits differ in."""
+    if not commit or not all(c in "0123456789abcdef" for c in commit):
+        raise GitError(f"not a commit id: {commit!r}")
+    done = _git(root, "rev-parse", "--verify", "--quiet", f"{commit}:./")
+    if done.returncode != 0 or not done.stdout.strip():
+        raise GitError(f"git rev-parse {commit[:12]}:./ failed in {root}: "
+                       f"{done.stderr.strip()[:300] or 'no such tree'}")
+    return done.stdout.strip()
+
+
+def uncommitted(root: Path) -> tuple[str, ...]:
+    """Tracked files under ``root`` whose working-tree or staged content differs from HEAD
+    (modified, added to the index, deleted), paths relative to ``root``, sorted."""
+    out = _git_bytes(root, "diff", "HEAD", "--name-only", "-z", "--relative", "--", ".")
+    return tuple(sorted(p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p))
+
+
+def ignored_files(root: Path) -> frozenset[str]:
+    """Files under ``root`` that git ignores and does not track, relative to ``root``.
+    ``plan --worktree`` plans what a commit could hold: an ignored file never could."""
+    out = _git_bytes(root, "ls-files", "-z", "--others", "--ignored", "--exclude-standard",
+                     "--", ".")
+    return frozenset(p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p)
 
 
 def resolve(root: Path, ref: str) -> str:

@@ -188,18 +188,24 @@ class Journal:
 
     # -- run records ------------------------------------------------------------------
 
-    def run_started(self, plan: Plan, *, saved_plan: bool = False) -> str:
+    def run_started(self, plan: Plan, *, saved_plan: bool = False,
+                    saved: Plan | None = None) -> str:
         """Record that an apply of ``plan`` (the fresh plan, already restricted to
         ``--only``) begins, before it may be refused and before anything is sent; return
         its run id, for ``run_finished``. A run that never finishes reads back as refused
         (its plan was NO-GO), nothing to do, interrupted (keys were sent), or ended without
         sending (refused as stale or mismatched, declined), from this record and the lines
-        after it. Raises ``JournalError`` if it cannot be written."""
+        after it. ``commit`` is the commit this apply ran at (``plan`` is the fresh plan);
+        ``saved``, the saved plan applied, gives ``reviewed_commit``, the commit it was
+        made at (another one after a merge, for the same desired-state tree).
+        Raises ``JournalError`` if it cannot be written."""
         run = f"run-{int(time.time() * 1000):x}-{os.urandom(4).hex()}"
         services = plan.services()
         self._append({
             "event": "run_started", "key": run, "commit": plan.commit,
-            "fingerprint": plan.fingerprint, "saved_plan": saved_plan,
+            "desired_tree": plan.desired_tree,
+            "reviewed_commit": saved.commit if saved is not None else None,
+            "fingerprint": plan.fingerprint, "saved_plan": saved_plan or saved is not None,
             "verdict": plan.verdict.value, "control_plane_url": plan.control_plane_url,
             "services": services[:MAX_SERVICES], "services_total": len(services),
             "blockers": [{"code": b.code.value, "message": b.message[:300]}
@@ -246,7 +252,9 @@ class Run:
     id: str
     started_ms: int
     line: int
-    commit: str | None = None
+    commit: str | None = None  # the commit the apply ran at
+    reviewed_commit: str | None = None  # a saved plan's: the commit it was made at
+    desired_tree: str | None = None
     fingerprint: str | None = None
     verdict: str | None = None
     saved_plan: bool = False
@@ -303,6 +311,7 @@ class Run:
         return {
             "id": self.id, "status": self.status, "started_ms": self.started_ms,
             "finished_ms": self.finished_ms, "line": self.line, "commit": self.commit,
+            "reviewed_commit": self.reviewed_commit, "desired_tree": self.desired_tree,
             "plan_fingerprint": self.fingerprint, "verdict": self.verdict,
             "saved_plan": self.saved_plan, "services": self.services,
             "blockers": self.blockers,
@@ -325,6 +334,8 @@ def history(path: Path) -> list[Run]:
         ts = int(entry.get("ts") or 0)
         if event == "run_started":
             run = Run(id=key, started_ms=ts, line=number, commit=entry.get("commit"),
+                      reviewed_commit=entry.get("reviewed_commit"),
+                      desired_tree=entry.get("desired_tree"),
                       fingerprint=entry.get("fingerprint"), verdict=entry.get("verdict"),
                       saved_plan=bool(entry.get("saved_plan")),
                       services=list(entry.get("services") or []),

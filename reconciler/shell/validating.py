@@ -119,15 +119,20 @@ class RepoCache:
             del self.outcomes[gone]
 
 
-def load_repo(root: Path, *, cache: RepoCache | None = None) -> LoadResult:
+def load_repo(root: Path, *, cache: RepoCache | None = None,
+              exclude: frozenset[str] = frozenset()) -> LoadResult:
     """Load and validate every YAML file under ``root``; never raises for bad input.
 
     ``cache``: see ``RepoCache`` (the watcher keeps one; one-shot commands pass none).
+    ``exclude``: root-relative paths that are not desired state (files git ignores, for
+    ``plan --worktree``); never read.
     """
     refused = check_root(root)
     if refused is not None:
         return refused
     paths, problems = loading.discover(root)
+    if exclude:
+        paths = tuple(p for p in paths if p not in exclude)
     outcomes: dict[str, _FileOutcome] = {}
     todo: list[str] = []
     for rel in paths:

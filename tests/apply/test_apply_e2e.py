@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.exitcodes import Exit
+from reconciler.render import jsonplan
 from reconciler.sandbox.launcher import Sandbox
 from tests.e2e_repo import PROJECT, Repo, Result, git
 from tests.plan.builders import digest
@@ -184,7 +185,8 @@ def test_a_saved_plan_whose_change_someone_else_already_made_reports_it_already_
     assert generations(sandbox)["svc-catalog"] == GENERATIONS["svc-catalog"] + 1
 
 
-def test_a_saved_plan_from_another_commit_is_refused(repo: Repo, sandbox: Sandbox) -> None:
+def test_a_saved_plan_over_another_desired_state_is_refused(repo: Repo,
+                                                            sandbox: Sandbox) -> None:
     plan_file = repo.path.parent / "plan.json"
     assert repo.run("plan", str(repo.path), "--out", str(plan_file)).code == Exit.OK
     (repo.path / "services" / "search.yaml").write_text(
@@ -192,9 +194,77 @@ def test_a_saved_plan_from_another_commit_is_refused(repo: Repo, sandbox: Sandbo
     dirty = repo.run("apply", str(plan_file))
     assert dirty.code == Exit.REFUSED_COMMIT and "uncommitted" in dirty.err
     repo.commit("another change")
+    # Bound to the desired-state tree (not the commit): the edited file is named.
     moved = repo.run("apply", str(plan_file))
-    assert moved.code == Exit.REFUSED_COMMIT and "plan again" in moved.err
+    assert moved.code == Exit.REFUSED_MISMATCH, moved.out + moved.err
+    assert "1 file(s) differ: services/search.yaml (modified)" in moved.err
+    assert "plan again" in moved.err
     assert writes(sandbox) == []
+
+
+def test_a_plan_saved_before_format_2_3_stays_bound_to_its_commit(
+        repo: Repo, sandbox: Sandbox) -> None:
+    plan_file = repo.path.parent / "plan.json"
+    assert repo.run("plan", str(repo.path), "--out", str(plan_file)).code == Exit.OK
+    # The same plan as reconcile 2.2 wrote it: no tree, so bound to its commit.
+    document = json.loads(plan_file.read_text())
+    for added in ("desired_tree", "desired_files", "worktree", "uncommitted", "source_note"):
+        document.pop(added)
+    document["format_version"] = "2.2"
+    document.pop("content_digest")
+    document["content_digest"] = jsonplan.content_digest(document)
+    plan_file.write_text(json.dumps(document))
+    git(repo.path, "-c", "user.email=ci@example.net", "-c", "user.name=ci", "commit", "-q",
+        "--allow-empty", "-m", "same tree, another commit")
+    moved = repo.run("apply", str(plan_file))
+    assert moved.code == Exit.REFUSED_COMMIT, moved.out + moved.err
+    assert f"made from commit {document['commit']}" in moved.err
+    assert "bound to its commit" in moved.err and "plan again" in moved.err
+    assert writes(sandbox) == []
+
+
+def test_a_worktree_preview_is_shown_but_never_applied(repo: Repo, sandbox: Sandbox) -> None:
+    search = repo.path / "services" / "search.yaml"
+    search.write_text(search.read_text().replace("\negress: []", "\negress:\n"
+                                                 "  - host: api.example.net\n    port: 443"))
+    (repo.path / ".gitignore").write_text("ignored.yaml\n")
+    (repo.path / "ignored.yaml").write_text("not: [valid\n")  # never read: git ignores it
+    plan_file = repo.path.parent / "preview.json"
+    preview = repo.run("plan", str(repo.path), "--worktree", "--out", str(plan_file))
+    assert preview.code == Exit.OK, preview.out + preview.err
+    first = preview.out.splitlines()[0]
+    assert first.startswith("PREVIEW — preview of uncommitted changes")
+    assert "services/search.yaml (modified)" in first and ".gitignore (untracked)" not in first
+    assert "api.example.net" in preview.out  # the edit is planned
+    md = repo.run("plan", str(repo.path), "--worktree", "--format", "markdown")
+    assert md.out.splitlines()[0].startswith(
+        "## ⚠️ preview of uncommitted changes (never applied) · reconcile plan:")
+    document = json.loads(plan_file.read_text())
+    assert document["worktree"] is True and document["desired_tree"] is None
+    assert document["source_note"].startswith("preview of uncommitted changes")
+    assert "never applied" in preview.err
+    repo.commit("the edit, committed")
+    applied = repo.run("apply", str(plan_file))
+    assert applied.code == Exit.REFUSED_COMMIT, applied.out + applied.err
+    assert "preview of uncommitted changes" in applied.err and "never applied" in applied.err
+    assert writes(sandbox) == []
+
+
+def test_a_plan_over_uncommitted_edits_says_first_they_are_not_included(
+        repo: Repo, sandbox: Sandbox) -> None:
+    search = repo.path / "services" / "search.yaml"
+    search.write_text(search.read_text() + "# an edit\n")
+    (repo.path / "services" / "new.yaml").write_text("# not added yet\n")
+    for fmt, first_line in (("text", "⚠ uncommitted edits are not included"),
+                            ("markdown", "## ⚠️ uncommitted edits are not included · ")):
+        shown = repo.run("plan", str(repo.path), "--format", fmt)
+        assert shown.code == Exit.OK, shown.out + shown.err
+        assert shown.out.splitlines()[0].startswith(first_line), shown.out[:400]
+        assert "services/search.yaml (modified)" in shown.out
+        assert "services/new.yaml (untracked)" in shown.out
+    document = json.loads(repo.run("plan", str(repo.path), "--format", "json").out)
+    assert document["uncommitted"] == ["services/search.yaml"]
+    assert document["source_note"].startswith("uncommitted edits are not included")
 
 
 def test_a_saved_plan_applies_exactly_and_non_interactive_apply_needs_approval(

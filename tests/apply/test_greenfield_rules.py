@@ -82,3 +82,85 @@ def test_a_saved_create_settled_by_a_crashed_run_is_accepted() -> None:
         c for c in saved.changes if c.action is not Action.CREATE)})
     assert binding.changes(saved, fresh, settled={key}) == []
     assert binding.changes(saved, fresh) != []
+
+
+# -- bound to the desired-state tree (issue 18) ------------------------------------------
+
+MERGED = "d" * 40
+TREE = "1" * 40
+FILES = {"services/ledger.yaml": "a" * 40, "settings.yaml": "b" * 40}
+
+
+def at(commit: str, tree: str | None = TREE, files: dict[str, str] | None = None,
+       ) -> Provenance:
+    return Provenance(commit=commit, tree=tree, files=tuple((files or FILES).items()))
+
+
+def where(commit: str, tree: str | None = TREE,
+          files: dict[str, str] | None = None) -> binding.Where:
+    return binding.Where(control_plane_url="https://cp", gateway="gw", repo_root=None,
+                         repo_path=None, commit=commit, tree=tree, files=files or FILES)
+
+
+def test_a_plan_applies_at_another_commit_holding_the_same_tree() -> None:
+    saved = planned(provenance=at(COMMIT))
+    assert saved.desired_tree == TREE and saved.desired_files == FILES
+    assert binding.source(saved, where(MERGED)) is None
+    assert binding.source(saved, where(COMMIT)) is None
+
+
+def test_another_tree_is_refused_naming_each_file_that_differs() -> None:
+    saved = planned(provenance=at(COMMIT))
+    now = {"services/ledger.yaml": "e" * 40, "services/new.yaml": "f" * 40}
+    refusal = binding.source(saved, where(MERGED, "2" * 40, now))
+    assert refusal is not None and refusal.kind is binding.Unbound.TREE
+    assert refusal.files == ("services/ledger.yaml (modified)", "services/new.yaml (added)",
+                             "settings.yaml (deleted)")
+    assert "3 file(s) differ: services/ledger.yaml (modified)" in refusal.message
+    assert f"planned at commit {COMMIT[:12]}" in refusal.message
+    assert f"at commit {MERGED[:12]}" in refusal.message
+
+
+def test_a_plan_with_no_tree_stays_bound_to_its_commit() -> None:
+    # What reconcile < 2.3 saved: no desired_tree. Same commit: fine; another: refused.
+    saved = planned(provenance=Provenance(commit=COMMIT))
+    assert saved.desired_tree is None
+    assert binding.source(saved, where(COMMIT)) is None
+    refusal = binding.source(saved, where(MERGED))
+    assert refusal is not None and refusal.kind is binding.Unbound.COMMIT
+    assert f"made from commit {COMMIT}" in refusal.message and "plan again" in refusal.message
+
+
+def test_a_worktree_preview_is_never_bound() -> None:
+    saved = planned(provenance=Provenance(commit=COMMIT, worktree=True))
+    refusal = binding.source(saved, where(COMMIT))
+    assert refusal is not None and refusal.kind is binding.Unbound.PREVIEW
+    assert "never applied" in refusal.message
+
+
+def test_a_creation_asked_again_at_the_merged_commit_is_the_reviewed_one() -> None:
+    saved = planned(provenance=at(COMMIT))
+    fresh = planned(provenance=at(MERGED))
+    then, now = (next(c for c in p.changes if c.action is Action.CREATE) for p in (saved, fresh))
+    assert then.idempotency_key == now.idempotency_key  # the key follows the intent
+    assert then.creation and now.creation and then.creation.fence and now.creation.fence
+    assert (then.creation.fence.source_revision, now.creation.fence.source_revision) == \
+        (COMMIT, MERGED)
+    # Bound to the commit (a plan < 2.3), the revision is a difference; bound to the tree,
+    # it is not.
+    assert binding.changes(saved, fresh) != []
+    assert binding.changes(saved, fresh, same_tree=True) == []
+
+
+def test_a_creation_at_the_merged_commit_must_still_be_go_for_the_same_intent() -> None:
+    saved = planned(provenance=at(COMMIT))
+    no_go = planned(provenance=at(MERGED),
+                    blockers=[{"code": "NAMESPACE_COLLISION", "message": "taken"}])
+    diffs = binding.changes(saved, no_go, same_tree=True)
+    assert len(diffs) == 1 and "create ledger" in diffs[0], diffs
+    # Anything else in the fence (here the version) is another creation, tree or not.
+    doc = ledger_doc()
+    doc["release"]["version"] = "1.0.1"
+    other = planned(desired_with(doc), provenance=at(MERGED))
+    diffs = binding.changes(saved, other, same_tree=True)
+    assert len(diffs) == 1 and "fence.version 1.0.0 → 1.0.1" in diffs[0], diffs
