@@ -396,8 +396,12 @@ def disagreement(probe: Report, bound: Report) -> list[str]:
     moved between two reads of one plan cannot be held to either."""
     skip = {"decision", "generated_at", "blockers"}
     first, second = probe.model_dump(), bound.model_dump()
-    out = [f"{name.replace('_', ' ')} {safe(json_repr(first[name]), 100)} (probe) vs "
-           f"{safe(json_repr(second[name]), 100)} (bound)"
+
+    def shown(value: object) -> str:
+        return safe(value if isinstance(value, str) else json_repr(value), 100)
+
+    out = [f"{name.replace('_', ' ')} {shown(first[name])} (probe) vs "
+           f"{shown(second[name])} (bound)"
            for name in first if name not in skip and first[name] != second[name]]
 
     def others(report: Report) -> list[tuple[str, str]]:
