@@ -1,7 +1,8 @@
 """The engine: the one place that sequences load → observe → plan (→ apply).
 
-Also the sequence of the preflight of each creation (after the snapshot, before
-planning, at the commit being planned), of the watcher's steps, and of ``reconcile pin``
+Also the sequence of the two preflights of each creation (after the snapshot, before
+planning, at the commit being planned: the probe without evidence, then the request bound
+to the configuration digest it reported), of the watcher's steps, and of ``reconcile pin``
 (working tree → releases → resolve → rewrite → the plan of that service).
 
 Owns the order of operations and the translation of shell failures into

@@ -7,11 +7,14 @@ being an intended change) and the evidence attached to each service. Apply execu
 what this decides and never decides again (STYLE §1).
 
 A creation is judged from what the engine read for it (``core.preflight.Greenfield``):
-the repo's own checks first (``core.greenfield.local_blockers``; when any fails nothing
-was sent, fail closed), then the control plane's preflight report for this exact request
-(GO/NO-GO with its codes verbatim; an invalid report is itself a blocker), whether the
-control plane executes creations at all (``GREENFIELD_EXECUTION_UNAVAILABLE``) and
-whether its authorization checks grant ``deployment:create-greenfield``.
+the repo's own checks first (``core.greenfield.local_blockers``, and an appId a live
+service uses; when any fails nothing was sent, fail closed), then two preflight reports
+-- the probe's (no evidence: it gives the control plane's configuration digest) and the
+report for the request whose evidence is bound to that digest (``bind``; GO/NO-GO with its
+codes verbatim; an invalid report is itself a blocker; the two must agree on all but the
+evidence; a GO report's own fields must not contradict it), whether the control plane
+executes creations at all (``GREENFIELD_EXECUTION_UNAVAILABLE``) and whether its
+authorization checks grant ``deployment:create-greenfield``.
 
 Must not: read files, talk to the network, look at the clock (time comes from the
 snapshot), or render anything.
@@ -193,8 +196,8 @@ def bind(svc: Service, provenance: Provenance, answers: pf.Greenfield | None) ->
                                    + "; ".join(elsewhere))
     except pf.InvalidReport as exc:
         return Bound(probe, status=pf.Status.INVALID, code=BlockerCode.PREFLIGHT_REPORT_INVALID,
-                     problem=f"the preflight reply (the probe, without evidence) is not a "
-                     f"valid report: {safe(exc)}")
+                     problem=f"the preflight reply is not a valid report: {safe(exc)} (the "
+                     "probe, sent without evidence to learn the configuration digest)")
     request_id = preflight_request_id(svc, revision, provenance.dirty)
     request = dict(greenfield.preflight_request(
         svc, request_id=request_id, source_revision=revision, source_dirty=provenance.dirty,

@@ -31,8 +31,10 @@ from reconciler.core.plans import Action, Change, Plan
 #: 2.1 added ``review`` (plan --base); 2.2 adds the ``create`` action (``changes[].creation``:
 #: the preflight request, the fence, the new service), ``preflights`` (each service's
 #: preflight and report), ``blockers[].upstream_code`` and ``review.blockers_*[].upstream_code``
-#: and the ``create`` count. docs/json-plan.md describes every field.
-FORMAT_VERSION = "2.2"
+#: and the ``create`` count; 2.3 adds ``preflights[].configuration_digest`` (the control
+#: plane's, learnt from the probe preflight, that the release evidence is bound to).
+#: docs/json-plan.md describes every field.
+FORMAT_VERSION = "2.3"
 MAJOR = FORMAT_VERSION.split(".")[0]
 SCHEMA_ID = "https://reconcile.dev/schemas/plan.schema.json"
 

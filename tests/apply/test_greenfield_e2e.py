@@ -439,7 +439,7 @@ def test_a_repository_that_does_not_hold_the_digest_is_no_go(
     with_ledger(repo, ledger_yaml().replace("repository: shop/ledger",
                                             "repository: shop/ledger-mirror"))
     assert_refused_before_apply(repo, sandbox, "release_repository_mismatch")
-    exit_code, document = plan_json(repo)
+    _, document = plan_json(repo)
     message = next(b["message"] for b in document["blockers"]
                    if b["code"] == "release_repository_mismatch")
     assert "registry.sandbox.test/shop/ledger-mirror" in message and \

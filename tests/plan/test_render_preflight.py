@@ -241,7 +241,7 @@ def test_the_json_plan_carries_the_report_and_reads_back_the_same(case: str) -> 
         doc["release"]["evidence"] = []
     p = planned(desired_with(doc), blockers=MANY if case == "no_go" else None)
     data = json.loads(jsonplan.dumps(p))
-    assert data["format_version"] == jsonplan.FORMAT_VERSION == "2.2"
+    assert data["format_version"] == jsonplan.FORMAT_VERSION == "2.3"
     jsonschema.validate(data, SCHEMA)
     assert data["counts"]["create"] == 1
     (pre,) = [x for x in data["preflights"] if x["service"] == "ledger"]
@@ -300,7 +300,7 @@ def test_a_2_1_reader_would_not_half_read_a_create() -> None:
     # (no preflights, no create), minor versions being additive.
     p = planned()
     data = json.loads(jsonplan.dumps(p))
-    assert data["format_version"] == "2.2"
+    assert data["format_version"] == "2.3"
     plain = planned(desired_with()).model_copy(update={
         "changes": tuple(c for c in p.changes if c.action is not Action.CREATE),
         "preflights": (), "blockers": ()})

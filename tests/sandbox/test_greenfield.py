@@ -328,7 +328,8 @@ CASES: list[tuple[str, Setup, str, str]] = [
      "RELEASE_EVIDENCE_INVALID",
      "Release evidence is not bound to the requested deployment fence."),
     ("evidence bound to the intent digest", lambda sb, _a: ledger_request(
-        sb, releaseEvidence={**ledger_request(sb)["releaseEvidence"], "configurationDigest": INTENT}),
+        sb, releaseEvidence={**ledger_request(sb)["releaseEvidence"],
+                             "configurationDigest": INTENT}),
      "RELEASE_EVIDENCE_INVALID",
      "Release evidence is not bound to the requested deployment fence."),
     ("a platform manifest pinned", lambda sb, _a: ledger_request(sb, ociIndexDigest=AMD64),
