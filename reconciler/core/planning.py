@@ -539,22 +539,27 @@ class _Planner:
             return pf.Status.FAILED, None, problem
         try:
             report = pf.parse_report(answer.reply)
-            elsewhere = pf.about_request(report, bound.request)
-            if elsewhere:
-                raise pf.InvalidReport("the report is about another request: "
-                                       + "; ".join(elsewhere))
         except pf.InvalidReport as exc:
             problem = f"the preflight reply is not a valid report: {safe(exc)}"
             block(BlockerCode.PREFLIGHT_REPORT_INVALID, problem)
             return pf.Status.INVALID, None, problem
-        status = pf.Status.GO if report.decision is pf.Decision.GO else pf.Status.NO_GO
-        problem = None
+        # Compared first: another intent or configuration digest than the probe's is the
+        # control plane changing its answer within one plan, said with both values.
         differ = pf.disagreement(bound.report, report)
-        if differ:
-            problem = ("the two preflights of this creation disagree (the probe without "
-                       "evidence, then the request bound to its configuration digest): "
-                       + "; ".join(differ))
-            block(BlockerCode.PREFLIGHT_REPORTS_DISAGREE, problem)
+        disagree = ("the two preflights of this creation disagree (the probe without "
+                    "evidence, then the request bound to its configuration digest): "
+                    + "; ".join(differ)) if differ else None
+        if disagree is not None:
+            block(BlockerCode.PREFLIGHT_REPORTS_DISAGREE, disagree)
+        elsewhere = pf.about_request(report, bound.request)
+        if elsewhere:
+            problem = ("the preflight reply is not a valid report: the report is about "
+                       "another request: " + "; ".join(elsewhere))
+            block(BlockerCode.PREFLIGHT_REPORT_INVALID, problem)
+            return pf.Status.INVALID, None, disagree or problem
+        status = pf.Status.GO if report.decision is pf.Decision.GO else pf.Status.NO_GO
+        problem = disagree
+        if disagree is not None:
             status = pf.Status.NO_GO
         for upstream in report.blockers:
             block(BlockerCode.PREFLIGHT_NO_GO,

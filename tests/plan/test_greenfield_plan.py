@@ -457,3 +457,22 @@ def test_an_app_id_in_use_blocks_before_any_preflight() -> None:
     # Its own id is no collision (a service listed under its own appId).
     own = live.model_copy(update={"app_ids": {"ledger": "svc-ledger"}})
     assert creation_requests(desired, own, prov) != []
+
+
+def test_a_bound_report_with_another_intent_digest_is_named_as_a_disagreement() -> None:
+    desired, live, prov = desired_with(), live_without_ledger(), Provenance(commit=COMMIT)
+    [probe] = creation_requests(desired, live, prov)
+    first = pf.Greenfield(execution_available=True, answers={probe.request_id: pf.Answer(
+        request_id=probe.request_id, reply=report_for(probe.request, blockers=EVIDENCE_MISSING))})
+    [bound] = bound_requests(desired, live, prov, first)
+    other = "sha256:" + "1e" * 32
+    moved = report_for(bound.request)
+    moved["source"]["intentDigest"] = other
+    answers = {**(first.answers or {}),
+               bound.request_id: pf.Answer(request_id=bound.request_id, reply=moved)}
+    p = plan(desired, live, prov, pf.Greenfield(execution_available=True, answers=answers))
+    [found] = [b_ for b_ in p.blockers if b_.code.value == "preflight_reports_disagree"]
+    assert other in found.message and str(probe.request["intentDigest"]) in found.message
+    assert p.verdict.value == "no_go"
+    change = next(c for c in p.changes if c.service == "ledger")
+    assert change.creation is not None and change.creation.fence is None  # nothing to send
