@@ -1,7 +1,8 @@
 """The engine: the one place that sequences load → observe → plan (→ apply).
 
-Also the sequence of the preflight of each creation (after the snapshot, before
-planning, at the commit being planned), of the watcher's steps, and of ``reconcile pin``
+Also the sequence of the two preflights of each creation (after the snapshot, before
+planning, at the commit being planned: the probe without evidence, then the request bound
+to the configuration digest it reported), of the watcher's steps, and of ``reconcile pin``
 (working tree → releases → resolve → rewrite → the plan of that service).
 
 Owns the order of operations and the translation of shell failures into
@@ -38,7 +39,13 @@ from reconciler.core.events import (
 from reconciler.core.evidence import ServiceProof
 from reconciler.core.live import ImageRelease, LiveService, LiveSnapshot, ReadFailure
 from reconciler.core.outcomes import ApplyReport, ChangeResult, GateReport, Outcome
-from reconciler.core.planning import Provenance, absent, creation_requests, target_of
+from reconciler.core.planning import (
+    Provenance,
+    absent,
+    bound_requests,
+    creation_requests,
+    target_of,
+)
 from reconciler.core.planning import plan as make_plan
 from reconciler.core.plans import Plan, Verdict, restrict
 from reconciler.core.preflight import Greenfield
@@ -245,6 +252,23 @@ class ApplyRun:
     report: ApplyReport
 
 
+async def ask_preflights(client: ControlPlaneClient,
+                         sides: list[tuple[DesiredState, Provenance]],
+                         snapshot: LiveSnapshot) -> Greenfield:
+    """The two preflight rounds of every creation (issue 24), in order: first each
+    request without release evidence (the probe: read-only, it tells the configuration
+    digest the control plane computes), then the same request with the evidence bound to
+    that digest, whose report decides. Two ``getDeploymentPreflight`` per creation (one
+    when the probe gives no valid report), and one ``getCapabilities`` per plan."""
+    probes = {a.request_id: a for desired, provenance in sides
+              for a in creation_requests(desired, snapshot, provenance)}
+    creating = any(absent(desired, snapshot) for desired, _ in sides)
+    first = await greenfield.read(client, list(probes.values()), creating=creating)
+    bound = {a.request_id: a for desired, provenance in sides
+             for a in bound_requests(desired, snapshot, provenance, first)}
+    return await greenfield.ask(client, list(bound.values()), first)
+
+
 class Reconciler:
     """One config repo wired to the live world: the client and the prober, held for one
     apply or for a watcher's whole life (the gateway is resolved once per prober, and the
@@ -299,10 +323,7 @@ class Reconciler:
         creation the plan will hold, at the commit being planned (``sourceRevision``) and
         its dirty state, and whether the control plane executes creations. Reads only;
         the planner judges the answers (planning stays pure)."""
-        asks = {a.request_id: a for desired, provenance in sides
-                for a in creation_requests(desired, snapshot, provenance)}
-        creating = any(absent(desired, snapshot) for desired, _ in sides)
-        return await greenfield.read(self.client, list(asks.values()), creating=creating)
+        return await ask_preflights(self.client, sides, snapshot)
 
     async def apply(self, desired: DesiredState, provenance: Provenance, *, hook: Hook,
                     saved: Plan | None = None, only: frozenset[str] = frozenset(),
@@ -591,8 +612,7 @@ class WatchSteps:
         except ConfigError:
             return None  # planned as "not asked": the next resync says why
         async with ControlPlaneClient(self._live.connection, token=token) as client:
-            return await greenfield.read(
-                client, creation_requests(desired, self._snapshot, provenance), creating=True)
+            return await ask_preflights(client, [(desired, provenance)], self._snapshot)
 
     async def observe(self, desired: DesiredState) -> LiveSnapshot:
         if self._live is None or self._settings != desired.settings:

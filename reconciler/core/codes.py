@@ -38,6 +38,8 @@ class BlockerCode(StrEnum):
     PREFLIGHT_FAILED = "preflight_failed"
     PREFLIGHT_REPORT_INVALID = "preflight_report_invalid"
     PREFLIGHT_NOT_ASKED = "preflight_not_asked"
+    PREFLIGHT_REPORTS_DISAGREE = "preflight_reports_disagree"
+    APP_ID_IN_USE = "app_id_in_use"
     RELEASE_EVIDENCE_REQUIRED = "release_evidence_required"
 
 
@@ -164,6 +166,12 @@ DOCS: dict[StrEnum, str] = {
     "or a decision its blockers contradict.",
     BlockerCode.PREFLIGHT_NOT_ASKED: "No preflight answer exists for this exact request "
     "(e.g. the commit moved since the live side was read); plan again.",
+    BlockerCode.PREFLIGHT_REPORTS_DISAGREE: "A creation's two preflights (the probe without "
+    "release evidence, and the request bound to the configuration digest the probe "
+    "reported) disagree about something other than the evidence, e.g. another "
+    "configuration digest; the message names both values.",
+    BlockerCode.APP_ID_IN_USE: "A new service declares an `appId` a live service already "
+    "uses (the clusters know a workload by it); found before any preflight is sent.",
     BlockerCode.RELEASE_EVIDENCE_REQUIRED: "`policy.releaseEvidence: every-promotion`: a "
     "promotion's release evidence is incomplete or not bound to the pinned digest (checked "
     "locally; the upstream preflight accepts greenfield requests only). The upstream code "

@@ -62,6 +62,15 @@ class LocatedError(ValueError):
         self.loc = loc
 
 
+class LocatedErrors(LocatedError):
+    """Several ``LocatedError``s from one rule (each entry of a list at fault): reported
+    one by one, each at its own line."""
+
+    def __init__(self, problems: list[tuple[tuple[str | int, ...], str]]) -> None:
+        super().__init__(problems[0][0], problems[0][1])
+        self.problems = tuple(problems)
+
+
 class _Model(BaseModel):
     model_config = MODEL_CONFIG
 
@@ -303,32 +312,30 @@ class Release(_Model):
         return f"{self.registry_host}/{self.repository}@{self.digest}"
 
     @model_validator(mode="after")
-    def _evidence_bound_to_the_digest(self) -> Release:
+    def _evidence_rules(self) -> Release:
         # Seed 002 validateDeploymentReleaseEvidence: an attestation whose subject is
         # another image proves nothing about this one. Caught here, before anything is
-        # sent, with both digests named so the copy-paste mistake is visible.
-        for index, attestation in enumerate(self.evidence):
-            if attestation.subject_digest != self.digest:
-                raise LocatedError(
-                    ("evidence", index, "subjectDigest"),
-                    f"{attestation.kind.value} evidence is bound to "
-                    f"{attestation.subject_digest} but the release pins {self.digest}",
-                )
-        return self
-
-    @model_validator(mode="after")
-    def _one_attestation_per_kind(self) -> Release:
-        # The seed counts kinds into a set; two of one kind would let one of them be
-        # the one nobody checked. One reference per kind keeps "which one" unambiguous.
+        # sent, with both digests named so the copy-paste mistake is visible. The seed
+        # counts kinds into a set; two of one kind would let one of them be the one nobody
+        # checked. Every entry at fault is named, not only the first: five entries pasted
+        # from another release are five problems.
+        problems: list[tuple[tuple[str | int, ...], str]] = []
         seen: dict[EvidenceKind, int] = {}
         for index, attestation in enumerate(self.evidence):
+            if attestation.subject_digest != self.digest:
+                problems.append((
+                    ("evidence", index, "subjectDigest"),
+                    f"{attestation.kind.value} evidence is bound to "
+                    f"{attestation.subject_digest} but the release pins {self.digest}"))
             if attestation.kind in seen:
-                raise LocatedError(
+                problems.append((
                     ("evidence", index, "kind"),
                     f"{attestation.kind.value} evidence is listed twice (also "
-                    f"evidence[{seen[attestation.kind]}])",
-                )
-            seen[attestation.kind] = index
+                    f"evidence[{seen[attestation.kind]}])"))
+            else:
+                seen[attestation.kind] = index
+        if problems:
+            raise LocatedErrors(problems)
         return self
 
 

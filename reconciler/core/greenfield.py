@@ -4,9 +4,11 @@ Owns, for a ``Service`` the control plane does not have yet (seed 002,
 ``deploymentpreflight.ts``):
 
 - ``intent_digest``: the digest of the service's declared intent (canonical form below),
-  sent as the preflight's ``intentDigest`` and -- because the configuration of a service
-  that does not exist yet is its declared intent -- as ``releaseEvidence.configurationDigest``
-  and the fence's ``configurationDigest``;
+  sent as the preflight's ``intentDigest``. It is *ours*; the control plane computes its
+  own ``configurationDigest`` over the configuration record it would create (seed 002,
+  12.0.0: "Distinguish the client intent digest from Cloudly's server-computed
+  configuration digest"), which this module never computes nor guesses: release evidence
+  and the fence are bound to the value a first, evidence-free preflight reported;
 - ``local_blockers`` / ``evidence_blockers``: the seed's request and evidence rules the
   repo can check itself, with the seed's blocker codes verbatim, so a request that would
   be refused is never sent;
@@ -356,12 +358,13 @@ def _required(service: Service) -> tuple[str, desired.Creation]:
 
 
 def release_evidence(service: Service, *, source_revision: str,
-                     configuration_digest: str | None = None) -> ReleaseEvidence:
+                     configuration_digest: str) -> ReleaseEvidence:
     """``IDeploymentReleaseEvidence`` for ``service``: bound to ``source_revision``, the
     version, the configuration digest and the pinned OCI index digest.
-    ``configuration_digest`` defaults to the intent digest: for a service that does not
-    exist yet the control plane reports its declared intent as its configuration
-    (``report.source.configurationDigest = intentDigest``). ``releaseAuthorized`` is
+    ``configuration_digest`` is the control plane's (``report.source.configurationDigest``
+    of a preflight of this same request without evidence), never the intent digest: the
+    seed's ``validateDeploymentReleaseEvidence`` refuses evidence whose
+    ``configurationDigest`` is not the one the control plane computed. ``releaseAuthorized`` is
     whether a release-authorization attestation is declared. Attestations in the seed's
     kind order, so reordering the file does not change the request. Needs
     ``release.version`` (else ``NotRequestable``), not ``create``."""
@@ -375,8 +378,7 @@ def release_evidence(service: Service, *, source_revision: str,
     return {
         "sourceRevision": source_revision,
         "version": version,
-        "configurationDigest": (configuration_digest if configuration_digest is not None
-                                else intent_digest(service)),
+        "configurationDigest": configuration_digest,
         "ociIndexDigest": release.digest,
         "releaseAuthorized": any(a.kind == EvidenceKind.RELEASE_AUTHORIZATION
                                  for a in release.evidence),
@@ -390,12 +392,17 @@ def release_evidence(service: Service, *, source_revision: str,
 
 
 def preflight_request(service: Service, *, request_id: str, source_revision: str,
-                      source_dirty: bool) -> PreflightRequestData:
+                      source_dirty: bool,
+                      configuration_digest: str | None = None) -> PreflightRequestData:
     """``IDeploymentPreflightRequestData`` for creating ``service`` (add ``identity`` to
     send it as ``getDeploymentPreflight``): ``greenfield: true``, the proposed namespace
     and Corestore resources, ``ociIndexDigest`` = the pinned digest, ``releaseTag`` when
-    declared, and ``releaseEvidence`` (always sent, possibly with no attestations: the
-    control plane then names every missing kind, as ``local_blockers`` does).
+    declared.
+
+    Without ``configuration_digest`` it is the *probe*: no ``releaseEvidence`` (the
+    control plane then names every kind missing, and reports the configuration digest it
+    computed). With it, ``releaseEvidence`` is bound to that digest: the request whose
+    report decides the plan and which the creation carries.
 
     Deterministic: the same service, revision and request id give the same value
     (Corestore resources sorted like the canonical form). Raises ``NotRequestable``
@@ -417,26 +424,28 @@ def preflight_request(service: Service, *, request_id: str, source_revision: str
         "proposedCorestoreResources": [{"capability": capability, "resourceName": name}
                                        for capability, name in resources],
         "ociIndexDigest": service.release.digest,
-        "releaseEvidence": release_evidence(service, source_revision=source_revision),
         "greenfield": True,
     }
+    if configuration_digest is not None:
+        request["releaseEvidence"] = release_evidence(
+            service, source_revision=source_revision, configuration_digest=configuration_digest)
     if service.release.tag is not None:
         request["releaseTag"] = service.release.tag
     return request
 
 
-def greenfield_fence(service: Service, *, source_revision: str) -> GreenfieldFence:
+def greenfield_fence(service: Service, *, source_revision: str,
+                     configuration_digest: str) -> GreenfieldFence:
     """``IGreenfieldDeploymentFence`` for creating ``service`` from ``source_revision``:
     what the creation is bound to, equal to what the preflight of ``preflight_request``
-    yields (sourceServiceId = serviceId, configurationDigest = the intent digest, which is
-    what the control plane reports as ``report.source.configurationDigest`` for a new
-    service). Raises ``NotRequestable`` like ``preflight_request``."""
+    yields (sourceServiceId = serviceId, ``configuration_digest`` = the control plane's,
+    from its report). Raises ``NotRequestable`` like ``preflight_request``."""
     version, create = _required(service)
     return {
         "sourceServiceId": service.service_id,
         "sourceRevision": source_revision,
         "version": version,
         "ociIndexDigest": service.release.digest,
-        "configurationDigest": intent_digest(service),
+        "configurationDigest": configuration_digest,
         "targetNamespace": create.namespace,
     }

@@ -240,3 +240,7 @@ class LiveSnapshot(_Model):
     mesh: MeshView
     observations: dict[str, tuple[Observation, ...]] = Field(
         default_factory=dict, description="appId -> one observation per expected cluster.")
+    app_ids: dict[str, str] = Field(
+        default_factory=dict, description="appId -> the id of the service that uses it, for "
+        "every service getServices listed (managed or not): a new service must not take "
+        "one that is in use.")

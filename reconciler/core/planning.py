@@ -7,11 +7,14 @@ being an intended change) and the evidence attached to each service. Apply execu
 what this decides and never decides again (STYLE §1).
 
 A creation is judged from what the engine read for it (``core.preflight.Greenfield``):
-the repo's own checks first (``core.greenfield.local_blockers``; when any fails nothing
-was sent, fail closed), then the control plane's preflight report for this exact request
-(GO/NO-GO with its codes verbatim; an invalid report is itself a blocker), whether the
-control plane executes creations at all (``GREENFIELD_EXECUTION_UNAVAILABLE``) and
-whether its authorization checks grant ``deployment:create-greenfield``.
+the repo's own checks first (``core.greenfield.local_blockers``, and an appId a live
+service uses; when any fails nothing was sent, fail closed), then two preflight reports
+-- the probe's (no evidence: it gives the control plane's configuration digest) and the
+report for the request whose evidence is bound to that digest (``bind``; GO/NO-GO with its
+codes verbatim; an invalid report is itself a blocker; the two must agree on all but the
+evidence; a GO report's own fields must not contradict it), whether the control plane
+executes creations at all (``GREENFIELD_EXECUTION_UNAVAILABLE``) and whether its
+authorization checks grant ``deployment:create-greenfield``.
 
 Risks (``risks_of``) come from the judge's findings against what the control plane
 intends now, for every service apply will gate: a cluster that *states* why it does not
@@ -27,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import cast
 
@@ -105,14 +108,17 @@ def idempotency_key(action: Action, service_id: str, payload: object,
     return "rcn-" + hashlib.sha256(material.encode()).hexdigest()[:40]
 
 
-def preflight_request_id(svc: Service, source_revision: str, source_dirty: bool) -> str:
+def preflight_request_id(svc: Service, source_revision: str, source_dirty: bool, *,
+                         probe: bool = False) -> str:
     """The preflight's ``requestId`` for creating ``svc`` from this commit: derived from
     the intent, so the same commit and document always ask the same question (the answer
     can be matched to it, and the creation's payload -- hence its idempotency key -- is
-    the same on every rerun)."""
+    the same on every rerun). ``probe``: the id of the first, evidence-free preflight,
+    distinct from the bound request's so the two answers cannot be confused."""
     material = json.dumps([svc.service_id, source_revision, source_dirty,
                            greenfield.intent_digest(svc)], separators=(",", ":"))
-    return "rcn-pf-" + hashlib.sha256(material.encode()).hexdigest()[:40]
+    prefix = "rcn-pf0-" if probe else "rcn-pf-"
+    return prefix + hashlib.sha256(material.encode()).hexdigest()[:40]
 
 
 @dataclass(frozen=True)
@@ -133,24 +139,106 @@ def absent(desired: DesiredState, live: LiveSnapshot) -> list[Service]:
             and state.code == "SERVICE_NOT_FOUND"]
 
 
+def app_id_owner(svc: Service, live: LiveSnapshot) -> str | None:
+    """The id of another live service that already uses ``svc``'s appId, or None."""
+    owner = live.app_ids.get(svc.app_id)
+    return owner if owner is not None and owner != svc.service_id else None
+
+
+def _askable(svc: Service, live: LiveSnapshot, provenance: Provenance) -> bool:
+    """Whether a preflight may be sent for creating ``svc``: every local check passes and
+    no live service uses its appId (fail closed: a request the repo already knows is
+    refused is never sent)."""
+    return not greenfield.local_blockers(svc, source_revision=provenance.commit or "",
+                                         source_dirty=provenance.dirty,
+                                         require_evidence=True) \
+        and app_id_owner(svc, live) is None
+
+
+def _probe(svc: Service, provenance: Provenance) -> PreflightAsk:
+    revision = provenance.commit or ""
+    request_id = preflight_request_id(svc, revision, provenance.dirty, probe=True)
+    request = greenfield.preflight_request(svc, request_id=request_id, source_revision=revision,
+                                           source_dirty=provenance.dirty)
+    return PreflightAsk(service=svc.name, service_id=svc.service_id, request_id=request_id,
+                        request=dict(request))
+
+
 def creation_requests(desired: DesiredState, live: LiveSnapshot,
                       provenance: Provenance) -> list[PreflightAsk]:
-    """The preflights a plan of ``desired`` against ``live`` at ``provenance`` needs: one
-    per declared service the control plane does not have, whose local checks all pass
-    (fail closed: a request the repo already knows is refused is never sent). The planner
-    asks the same questions in the same words, so the answers match by request id."""
-    asks = []
+    """The first preflights a plan of ``desired`` against ``live`` at ``provenance``
+    needs: one *probe* (no release evidence) per declared service the control plane does
+    not have and that may be asked about (``_askable``). Its report carries the control
+    plane's configuration digest, which ``bound_requests`` binds the evidence to."""
+    return [_probe(svc, provenance)
+            for svc in sorted(absent(desired, live), key=lambda s: s.name)
+            if _askable(svc, live, provenance)]
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What the probe's answer gives the bound request: the probe's valid report and the
+    request with evidence bound to its configuration digest -- or why there is none
+    (``status``/``problem``/``code``: the blocker the planner raises)."""
+
+    probe: PreflightAsk
+    report: pf.Report | None = None
+    request: dict[str, object] | None = None
+    request_id: str | None = None
+    status: pf.Status | None = None
+    problem: str | None = None
+    code: BlockerCode | None = None
+
+
+def bind(svc: Service, provenance: Provenance, answers: pf.Greenfield | None) -> Bound:
+    """The second preflight for creating ``svc``, from the probe's answer in ``answers``:
+    the probe's report must be valid and about the probe request (else no second request:
+    the reason is returned), and its ``source.configurationDigest`` -- validated as a
+    digest by ``parse_report`` -- is what the release evidence is bound to. The engine
+    (to send it) and the planner (to find its answer) call this with the same values, so
+    they ask and look up the same request."""
+    probe = _probe(svc, provenance)
+    found = answers.answers if answers is not None else None
+    answer = found.get(probe.request_id) if found is not None else None
     revision = provenance.commit or ""
+    if answer is None:
+        return Bound(probe, status=pf.Status.NOT_ASKED, code=BlockerCode.PREFLIGHT_NOT_ASKED,
+                     problem="no preflight answer for this request (commit "
+                     f"{revision[:12] or '<none>'}): nothing may be created unchecked")
+    if answer.error is not None:
+        return Bound(probe, status=pf.Status.FAILED, code=BlockerCode.PREFLIGHT_FAILED,
+                     problem="the preflight call failed: " + safe(answer.error) + (
+                         f" ({safe(answer.code, 60)})" if answer.code else ""))
+    try:
+        report = pf.parse_report(answer.reply)
+        elsewhere = pf.about_request(report, probe.request)
+        if elsewhere:
+            raise pf.InvalidReport("the report is about another request: "
+                                   + "; ".join(elsewhere))
+    except pf.InvalidReport as exc:
+        return Bound(probe, status=pf.Status.INVALID, code=BlockerCode.PREFLIGHT_REPORT_INVALID,
+                     problem=f"the preflight reply is not a valid report: {safe(exc)} (the "
+                     "probe, sent without evidence to learn the configuration digest)")
+    request_id = preflight_request_id(svc, revision, provenance.dirty)
+    request = dict(greenfield.preflight_request(
+        svc, request_id=request_id, source_revision=revision, source_dirty=provenance.dirty,
+        configuration_digest=report.configuration_digest))
+    return Bound(probe, report=report, request=request, request_id=request_id)
+
+
+def bound_requests(desired: DesiredState, live: LiveSnapshot, provenance: Provenance,
+                   answers: pf.Greenfield) -> list[PreflightAsk]:
+    """The second preflights, one per probe answered with a valid report: the same
+    request with release evidence bound to the configuration digest that report gave.
+    The answer to this one decides the plan."""
+    asks = []
     for svc in sorted(absent(desired, live), key=lambda s: s.name):
-        if greenfield.local_blockers(svc, source_revision=revision,
-                                     source_dirty=provenance.dirty, require_evidence=True):
+        if not _askable(svc, live, provenance):
             continue
-        request_id = preflight_request_id(svc, revision, provenance.dirty)
-        request = greenfield.preflight_request(svc, request_id=request_id,
-                                               source_revision=revision,
-                                               source_dirty=provenance.dirty)
-        asks.append(PreflightAsk(service=svc.name, service_id=svc.service_id,
-                                 request_id=request_id, request=dict(request)))
+        bound = bind(svc, provenance, answers)
+        if bound.request is not None and bound.request_id is not None:
+            asks.append(PreflightAsk(service=svc.name, service_id=svc.service_id,
+                                     request_id=bound.request_id, request=bound.request))
     return asks
 
 
@@ -371,18 +459,16 @@ class _Planner:
     # -- a creation ------------------------------------------------------------------
     def _create(self, svc: Service) -> None:
         """A declared service the control plane does not have: one ``create`` change, and
-        what its preflight says. Every reason it must not be sent is a blocker."""
+        what its two preflights say (the probe, then the request bound to the probe's
+        configuration digest). Every reason it must not be sent is a blocker."""
         name = svc.name
         revision = self.provenance.commit or ""
         dirty = self.provenance.dirty
         local = greenfield.local_blockers(svc, source_revision=revision, source_dirty=dirty,
                                           require_evidence=True)
         request_id = preflight_request_id(svc, revision, dirty)
+        sent_id: str | None = None  # the request the plan shows: the bound one, or the probe
         request: dict[str, object] = {}
-        # NotRequestable: local_blockers names what is missing (version, namespace).
-        with contextlib.suppress(greenfield.NotRequestable):
-            request = dict(greenfield.preflight_request(
-                svc, request_id=request_id, source_revision=revision, source_dirty=dirty))
         blockers: list[Blocker] = []
 
         def block(code: BlockerCode, message: str, upstream: str | None = None) -> None:
@@ -392,45 +478,34 @@ class _Planner:
         for found in local:
             block(BlockerCode.PREFLIGHT_NO_GO, f"{found.code}: {found.message} (checked "
                   "locally; no preflight was sent)", found.code)
+        owner = app_id_owner(svc, self.live)
+        if owner is not None:
+            block(BlockerCode.APP_ID_IN_USE, f"appId {svc.app_id} is already used by the live "
+                  f"service {safe(owner)}: a second service cannot take it (no preflight was "
+                  "sent)")
         report: pf.Report | None = None
+        configuration: str | None = None
         problem: str | None = None
-        answer = None
-        if local:
+        if local or owner is not None:
             status = pf.Status.NOT_SENT
-            codes = ", ".join(dict.fromkeys(b.code for b in local))
+            codes = ", ".join(dict.fromkeys(
+                [b.code for b in local] + ([BlockerCode.APP_ID_IN_USE.value] if owner else [])))
             problem = f"not sent: the repo's own checks failed first ({codes})"
+            # NotRequestable: local_blockers names what is missing (version, namespace).
+            with contextlib.suppress(greenfield.NotRequestable):
+                request = dict(greenfield.preflight_request(
+                    svc, request_id=request_id, source_revision=revision, source_dirty=dirty))
         else:
-            answers = self.answers.answers if self.answers is not None else None
-            answer = answers.get(request_id) if answers is not None else None
-            if answer is None:
-                status = pf.Status.NOT_ASKED
-                problem = ("no preflight answer for this request (commit "
-                           f"{revision[:12] or '<none>'}): nothing may be created unchecked")
-                block(BlockerCode.PREFLIGHT_NOT_ASKED, problem)
-            elif answer.error is not None:
-                status = pf.Status.FAILED
-                problem = f"the preflight call failed: {safe(answer.error)}" + (
-                    f" ({safe(answer.code, 60)})" if answer.code else "")
-                block(BlockerCode.PREFLIGHT_FAILED, problem)
+            bound = bind(svc, self.provenance, self.answers)
+            request = bound.request or dict(bound.probe.request)
+            sent_id = bound.request_id or bound.probe.request_id
+            if bound.report is None:
+                assert bound.status is not None and bound.code is not None
+                status, problem = bound.status, bound.problem
+                block(bound.code, problem or "no preflight report")
             else:
-                try:
-                    report = pf.parse_report(answer.reply)
-                    elsewhere = pf.about_request(report, request)
-                    if elsewhere:
-                        raise pf.InvalidReport("the report is about another request: "
-                                               + "; ".join(elsewhere))
-                except pf.InvalidReport as exc:
-                    report = None
-                    status = pf.Status.INVALID
-                    problem = f"the preflight reply is not a valid report: {safe(exc)}"
-                    block(BlockerCode.PREFLIGHT_REPORT_INVALID, problem)
-                else:
-                    status = pf.Status.GO if report.decision is pf.Decision.GO \
-                        else pf.Status.NO_GO
-                    for found in report.blockers:
-                        block(BlockerCode.PREFLIGHT_NO_GO,
-                              f"{found.code}: {found.message} (the control plane's preflight)",
-                              found.code)
+                configuration = bound.report.configuration_digest
+                status, report, problem = self._bound_report(svc, bound, block)
         unavailable = UpstreamBlockerCode.GREENFIELD_EXECUTION_UNAVAILABLE.value
         execution = self.answers.execution_available if self.answers is not None else None
         if self.answers is not None and self.answers.capabilities_error is not None:
@@ -461,8 +536,9 @@ class _Planner:
                              target_namespace=report.namespace)
         self.preflights.append(pf.ServicePreflight(
             service=name, service_id=svc.service_id, purpose="create", status=status,
-            request_id=request_id if request else None, source_revision=revision or None,
-            source_dirty=dirty, intent_digest=greenfield.intent_digest(svc), report=report,
+            request_id=sent_id, source_revision=revision or None,
+            source_dirty=dirty, intent_digest=greenfield.intent_digest(svc),
+            configuration_digest=configuration, report=report,
             problem=problem, local_blockers=local, execution_available=execution,
             blocked=bool(blockers)))
         new = pf.NewService(
@@ -493,6 +569,60 @@ class _Planner:
                                      reference=svc.release.reference),
             creation=creation,
         ))
+
+    def _bound_report(self, svc: Service, bound: Bound, block: Callable[..., None],
+                      ) -> tuple[pf.Status, pf.Report | None, str | None]:
+        """Judge the answer to the bound request (evidence bound to the probe's
+        configuration digest): the status, the report (None when there is no valid one)
+        and why not; every reason not to create goes through ``block``."""
+        assert bound.report is not None and bound.request is not None
+        problem: str | None
+        found = self.answers.answers if self.answers is not None else None
+        answer = found.get(bound.request_id or "") if found is not None else None
+        if answer is None:
+            problem = ("no answer to the preflight bound to configuration digest "
+                       f"{bound.report.configuration_digest}: nothing may be created unchecked")
+            block(BlockerCode.PREFLIGHT_NOT_ASKED, problem)
+            return pf.Status.NOT_ASKED, None, problem
+        if answer.error is not None:
+            problem = f"the preflight call failed: {safe(answer.error)}" + (
+                f" ({safe(answer.code, 60)})" if answer.code else "")
+            block(BlockerCode.PREFLIGHT_FAILED, problem)
+            return pf.Status.FAILED, None, problem
+        try:
+            report = pf.parse_report(answer.reply)
+        except pf.InvalidReport as exc:
+            problem = f"the preflight reply is not a valid report: {safe(exc)}"
+            block(BlockerCode.PREFLIGHT_REPORT_INVALID, problem)
+            return pf.Status.INVALID, None, problem
+        # Compared first: another intent or configuration digest than the probe's is the
+        # control plane changing its answer within one plan, said with both values.
+        differ = pf.disagreement(bound.report, report)
+        disagree = ("the two preflights of this creation disagree (the probe without "
+                    "evidence, then the request bound to its configuration digest): "
+                    + "; ".join(differ)) if differ else None
+        if disagree is not None:
+            block(BlockerCode.PREFLIGHT_REPORTS_DISAGREE, disagree)
+        elsewhere = pf.about_request(report, bound.request)
+        if elsewhere:
+            problem = ("the preflight reply is not a valid report: the report is about "
+                       "another request: " + "; ".join(elsewhere))
+            block(BlockerCode.PREFLIGHT_REPORT_INVALID, problem)
+            return pf.Status.INVALID, None, disagree or problem
+        status = pf.Status.GO if report.decision is pf.Decision.GO else pf.Status.NO_GO
+        problem = disagree
+        if disagree is not None:
+            status = pf.Status.NO_GO
+        for upstream in report.blockers:
+            block(BlockerCode.PREFLIGHT_NO_GO,
+                  f"{upstream.code}: {upstream.message} (the control plane's preflight)",
+                  upstream.code)
+        if report.decision is pf.Decision.GO:
+            for code, upstream_code, message in pf.contradictions(report, svc):
+                block(code, f"{message} (the report's own fields; its decision says GO, "
+                      "which does not outweigh them)", upstream_code)
+                status = pf.Status.NO_GO
+        return status, report, problem
 
     def _release(self, svc: Service, live: LiveService) -> None:
         pinned = svc.release.digest

@@ -14,6 +14,13 @@ blockers contradict (GO with blockers, NO-GO without one) is not a report: the p
 turns that into a blocker. Nothing here trusts a string from the wire: every string
 kept is sanitized and bounded.
 
+Two reports per creation (issue 24): a *probe* without release evidence, whose
+``source.configurationDigest`` -- the control plane's digest of the configuration it
+would create, not our intent digest -- the evidence is then bound to, and the *bound*
+request's report, which decides. ``disagreement`` names where the two say different
+things about anything but the evidence; ``contradictions`` names where a GO report's own
+fields say that apply could not do it (issue 18: fail closed).
+
 Pure: no I/O; the shell hands over the decoded JSON value.
 """
 
@@ -26,6 +33,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
+from reconciler.core.codes import BlockerCode, UpstreamBlockerCode
+from reconciler.core.desired import Service
 from reconciler.core.greenfield import PreflightBlocker
 from reconciler.core.names import is_digest
 from reconciler.core.sanitize import safe
@@ -119,6 +128,16 @@ class Status(StrEnum):
     LOCAL_ONLY = "local_only"  # a promotion's evidence, checked locally by policy
 
 
+#: The blocker codes a probe (a preflight without release evidence) is expected to carry
+#: and the bound request is not: they are about the evidence, the one thing that differs.
+EVIDENCE_CODES = frozenset({UpstreamBlockerCode.RELEASE_EVIDENCE_MISSING.value,
+                            UpstreamBlockerCode.RELEASE_EVIDENCE_INVALID.value,
+                            UpstreamBlockerCode.RELEASE_NOT_AUTHORIZED.value})
+#: Media types of an image index (seed 003 ``TOciManifestMediaType``): a creation pins one.
+INDEX_MEDIA_TYPES = frozenset({"application/vnd.oci.image.index.v1+json",
+                               "application/vnd.docker.distribution.manifest.list.v2+json"})
+
+
 class ServicePreflight(_Model):
     """One service's preflight as the plan shows it: what was asked, what came back, and
     what reconcile itself checked. ``blocked`` is whether it stops the plan; the blockers
@@ -132,6 +151,9 @@ class ServicePreflight(_Model):
     source_revision: str | None = None
     source_dirty: bool = False
     intent_digest: str | None = None
+    #: the control plane's configuration digest the probe reported and the release
+    #: evidence was bound to (None: no probe report to take it from)
+    configuration_digest: str | None = None
     report: Report | None = None
     problem: str | None = None  # why there is no valid report, one sentence, sanitized
     local_blockers: tuple[PreflightBlocker, ...] = ()
@@ -367,13 +389,102 @@ def about_request(report: Report, request: Mapping[str, Any]) -> list[str]:
             for label, got, want in pairs if got != want]
 
 
+def disagreement(probe: Report, bound: Report) -> list[str]:
+    """Where the bound request's report says something else than the probe's, about
+    anything but the evidence (the only difference between the two requests): one phrase
+    per field, naming both values; empty when they agree. A control plane whose answer
+    moved between two reads of one plan cannot be held to either."""
+    skip = {"decision", "generated_at", "blockers"}
+    first, second = probe.model_dump(), bound.model_dump()
+
+    def shown(value: object) -> str:
+        return safe(value if isinstance(value, str) else json_repr(value), 100)
+
+    out = [f"{name.replace('_', ' ')} {shown(first[name])} (probe) vs "
+           f"{shown(second[name])} (bound)"
+           for name in first if name not in skip and first[name] != second[name]]
+
+    def others(report: Report) -> list[tuple[str, str]]:
+        return sorted((b.code, b.message) for b in report.blockers
+                      if b.code not in EVIDENCE_CODES)
+
+    if others(probe) != others(bound):
+        gone = sorted({c for c, _ in others(probe)} - {c for c, _ in others(bound)})
+        new = sorted({c for c, _ in others(bound)} - {c for c, _ in others(probe)})
+        out.append("blockers other than the evidence's: "
+                   + ("; ".join(filter(None, [
+                       f"only the probe names {', '.join(gone)}" if gone else "",
+                       f"only the bound report names {', '.join(new)}" if new else ""]))
+                      or "the same codes with other messages"))
+    return out
+
+
+def contradictions(report: Report, svc: Service) -> list[tuple[BlockerCode, str | None, str]]:
+    """Where a GO ``report`` about creating ``svc`` says, in its own fields, that apply
+    could not do it (or cannot be proven to): ``(blocker code, upstream code or None,
+    message)`` each, the seed's code where one exists. Fail closed: ``unknown`` is not
+    ``true``. A NO-GO report needs none of this: its blockers already stop the plan."""
+    B, U = BlockerCode, UpstreamBlockerCode
+    release = svc.release
+    out: list[tuple[BlockerCode, str | None, str]] = []
+
+    def no_go(code: UpstreamBlockerCode, message: str) -> None:
+        out.append((B.PREFLIGHT_NO_GO, code.value, f"{code.value}: {message}"))
+
+    declared = f"{release.registry_host}/{release.repository}"
+    found = f"{report.registry_host}/{report.registry_repository}"
+    if (report.registry_host, report.registry_repository) != (release.registry_host,
+                                                              release.repository):
+        out.append((B.RELEASE_REPOSITORY_MISMATCH, None,
+                    f"the preflight found {release.digest} in {safe(found, 200)}, but the "
+                    f"release declares {declared}: the creation would be refused"))
+    if report.media_type not in INDEX_MEDIA_TYPES:
+        no_go(U.OCI_INDEX_MEDIA_TYPE_REQUIRED,
+              f"the preflight reports the pinned image's media type as "
+              f"{safe(json_repr(report.media_type), 120)}, not an OCI index")
+    elif release.media_type is not None and release.media_type != report.media_type:
+        out.append((B.MEDIA_TYPE_MISMATCH, None,
+                    f"the release declares mediaType {release.media_type}; the preflight "
+                    f"reports {safe(report.media_type, 120)}"))
+    if not any(p.runnable and p.manifest_present for p in report.platforms):
+        no_go(U.OCI_PLATFORM_MISSING, "the preflight reports no runnable platform with its "
+              "manifest present in the pinned index")
+    absent = [f"{p.os}/{p.architecture}" for p in report.platforms if not p.manifest_present]
+    if absent:
+        no_go(U.OCI_PLATFORM_MANIFEST_MISSING, "the preflight reports the manifest of "
+              f"{', '.join(absent)} absent from the registry")
+    if release.tag is not None and (report.release_tag != release.tag
+                                    or not report.tag_reserved):
+        no_go(U.IMMUTABLE_RELEASE_TAG_NOT_RESERVED,
+              f"the preflight reports tag {safe(json_repr(report.release_tag), 130)} "
+              f"{'reserved' if report.tag_reserved else 'not reserved'} for "
+              f"{release.digest}; the release pins tag {release.tag} (moved since it was "
+              "pinned?)")
+    if not report.version_reserved:
+        no_go(U.VERSION_NOT_RESERVED, f"the preflight reports version {safe(report.version)}"
+              " not reserved")
+    if report.namespace_reserved is not True:
+        no_go(U.NAMESPACE_NOT_RESERVED, f"the preflight reports namespace "
+              f"{safe(report.namespace)} not reserved")
+    if report.namespace_blank is not True:
+        no_go(U.NAMESPACE_NOT_PROVEN_BLANK, f"the preflight reports namespace "
+              f"{safe(report.namespace)} blank: {json_repr(report.namespace_blank)}")
+    if report.inventory_complete is not True:
+        no_go(U.CORESTORE_INVENTORY_UNAVAILABLE, "the preflight reports the Corestore "
+              "inventory incomplete, so the proposed resources are not proven free")
+    if report.would_replace_existing_state is not False:
+        no_go(U.WOULD_REPLACE_EXISTING_STATE, "the preflight reports wouldReplaceExistingState "
+              f"{json_repr(report.would_replace_existing_state)}")
+    return out
+
+
 # -- what a create change carries -------------------------------------------------------
 
 class Fence(_Model):
     """``IGreenfieldDeploymentFence``: what the creation is bound to. Taken from the
     preflight report the plan saw (``configurationDigest`` is the report's
-    ``source.configurationDigest``, which for a greenfield request is the intent digest),
-    so a saved plan binds to that report and the control plane refuses (``FENCE_MISMATCH``)
+    ``source.configurationDigest``: the control plane's, not our intent digest), so a
+    saved plan binds to that report and the control plane refuses (``FENCE_MISMATCH``)
     a creation whose preflight now yields anything else."""
 
     source_service_id: str

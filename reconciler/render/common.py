@@ -409,7 +409,9 @@ def preflight_facts(pre: ServicePreflight, wrap: Callable[[str], str] = _plain) 
             facts.append(Fact("source", f"{wrap(pre.source_revision[:12])} "
                               + ("dirty ✗" if pre.source_dirty else "clean ✓")
                               + (f" · intent {wrap(short(pre.intent_digest))}…"
-                                 if pre.intent_digest else ""), not pre.source_dirty))
+                                 if pre.intent_digest else "")
+                              + (f" · configuration {wrap(short(pre.configuration_digest))}…"
+                                 if pre.configuration_digest else ""), not pre.source_dirty))
         else:
             facts.append(Fact("source", "no commit ✗ (a creation is bound to one)", False))
     if report is not None:

@@ -39,6 +39,8 @@ from reconciler.render import common
 #: saved plan to the desired-state tree (``desired_tree``, ``desired_files``) instead of the
 #: commit, with ``worktree``, ``uncommitted`` and the derived ``source_note`` (plan
 #: --worktree; edits a plan left out). A 2.2 plan still loads and stays bound to its commit.
+#: 2.3 also adds ``preflights[].configuration_digest`` (the control plane's, learnt from
+#: the probe preflight, that the release evidence is bound to).
 #: docs/json-plan.md describes every field.
 FORMAT_VERSION = "2.3"
 MAJOR = FORMAT_VERSION.split(".")[0]

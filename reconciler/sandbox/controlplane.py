@@ -318,6 +318,18 @@ class ControlPlane:
             rows = [g for g in rows if g["userId"] == caller.user_id]
         return {"grants": rows}
 
+    def configuration_salt(self) -> str | None:
+        """A server-side configuration fact the faults change (None: none): ``config-salt``
+        a fixed one (every preflight from now on reports another configuration digest
+        than before), ``config-drift`` a new one on every call (two preflights of one plan
+        disagree)."""
+        if self.faults.get("config-drift") is not None:
+            return "drift-" + secrets.token_hex(8)
+        salt = self.faults.get("config-salt")
+        if salt is not None:
+            return "salt-" + str(salt.get("salt", salt.get("_nonce", "")))
+        return None
+
     def egress_from(self, egress: object) -> list[JsonDict]:
         """A declared egress list, checked: at most 50 unique ``{host, port}``."""
         if not isinstance(egress, list) or len(egress) > 50:

@@ -46,6 +46,10 @@ CONTROL_PLANE_KINDS: dict[str, str] = {
     "retry": "reply retry {waitForMs} (times=N, waitForMs=M)",
     "null-response": "reply response null without error (times=N)",
     "slow": "answer after ms=N milliseconds (default 3000)",
+    "config-salt": "a server-side configuration fact changes (salt=TEXT): every preflight "
+                   "from now on reports another configuration digest",
+    "config-drift": "every preflight reports a new configuration digest (two preflights of "
+                    "one plan disagree)",
 }
 
 FaultMap = dict[str, dict[str, dict[str, Any]]]

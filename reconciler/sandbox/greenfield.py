@@ -64,6 +64,8 @@ class Plane(Protocol):
 
     def egress_from(self, value: object) -> list[JsonDict]: ...
 
+    def configuration_salt(self) -> str | None: ...
+
 
 ErrorFactory = Callable[..., Exception]
 
@@ -77,6 +79,12 @@ def namespace_of(service: JsonDict) -> str:
 def app_id_of(service: JsonDict) -> str:
     data = service["data"]
     return str(data.get("appId") or data["name"])
+
+
+def workspace(conn: sqlite3.Connection) -> str:
+    """The control plane's workspace identity: fixed for a sandbox state, random across
+    them, so no client can know it (or a configuration digest over it) without asking."""
+    return "ws-" + str(store.get_meta(conn, store.STATE_INSTANCE, "unknown"))
 
 
 def released_versions(conn: sqlite3.Connection, service_id: str) -> frozenset[str]:
@@ -143,6 +151,7 @@ class Greenfield:
         digest = (preflight.normalize_sha256_digest(raw_digest)
                   if isinstance(raw_digest, str) else None)
         index = registry.find(conn, digest) if digest else None
+        manifest = registry.find_manifest(conn, digest) if digest and index is None else None
         tag = req.get("releaseTag")
         return preflight.Facts(
             preflight_granted=caller.admin or preflight.PREFLIGHT in caps,
@@ -157,7 +166,10 @@ class Greenfield:
             index=index,
             tag_digest=(store.tag_digest(conn, index["repository"], tag)
                         if index is not None and isinstance(tag, str) else None),
-            greenfield_execution=self.enabled)
+            greenfield_execution=self.enabled,
+            workspace=workspace(conn),
+            manifest=manifest,
+            configuration_salt=self.plane.configuration_salt())
 
     def report(self, conn: sqlite3.Connection, req: JsonDict, caller: Caller) -> JsonDict:
         request = {k: v for k, v in req.items() if k != "identity"}

@@ -3,8 +3,17 @@ line, and the preflight report the sandbox assembles from what it knows.
 
 Owns ``validate_deployment_preflight_request`` and ``validate_deployment_release_evidence``
 (the upstream validators: fail closed, same codes, same messages, same order), seed 003's
-``normalizeSha256Digest``, and ``report``: an ``IDeploymentPreflightReport`` (schemaVersion
-2) built from the request and a ``Facts`` value the control plane gathers from its state.
+``normalizeSha256Digest``, ``configuration_digest`` and ``report``: an
+``IDeploymentPreflightReport`` (schemaVersion 2) built from the request and a ``Facts``
+value the control plane gathers from its state.
+
+The configuration digest is the control plane's own (12.0.0: "Distinguish the client
+intent digest from Cloudly's server-computed configuration digest"): the SHA-256 of the
+canonical JSON of the configuration record the sandbox would create -- including what
+only it knows, the workspace identity (random per sandbox state) and the registry host and
+repository it resolved the digest to -- never the client's intent digest. Release evidence
+must be bound to it, exactly as the seed's validator says; a client that does not ask
+first cannot know it.
 JavaScript semantics are kept where Python differs: ``undefined`` is a key that is absent
 (``null`` is a value), string lengths count UTF-16 code units, a regex ``$`` never matches
 before a trailing newline (``fullmatch``), and ``Number.isSafeInteger`` accepts ``1.0``.
@@ -14,6 +23,8 @@ Pure: values in, values out; no I/O, no clock (``now`` is passed in).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -258,6 +269,14 @@ class Facts:
     index: JsonDict | None = None
     tag_digest: str | None = None
     greenfield_execution: bool = True
+    #: the control plane's workspace (part of every configuration it creates)
+    workspace: str = "ws-sandbox"
+    #: a platform manifest (not an index) with the requested digest, when no index has it:
+    #: ``{registryHost, repository, digest, mediaType, platform}``
+    manifest: JsonDict | None = None
+    #: a server-side configuration fact outside the request (a fault sets it), folded into
+    #: the configuration digest
+    configuration_salt: str | None = None
 
 
 def _str_or(value: object, default: str = "") -> str:
@@ -277,14 +296,32 @@ def _platform_name(platform: JsonDict) -> str:
         f"/{platform['variant']}" if platform.get("variant") else "")
 
 
+#: Media types of an image index (seed 003 ``TOciManifestMediaType``).
+INDEX_MEDIA_TYPES = ("application/vnd.oci.image.index.v1+json",
+                     "application/vnd.docker.distribution.manifest.list.v2+json")
+
+
 def _oci_blockers(digest: str | None, facts: Facts) -> list[JsonDict]:
+    """The OCI checks in the order of the seed's blocker codes: the digest, the index,
+    its media type, then its platforms."""
     if digest is None:
         return [_blocker("OCI_INDEX_DIGEST_REQUIRED",
                          "A greenfield deployment needs the OCI index digest it pins.")]
     index = facts.index
+    if index is None and facts.manifest is not None:
+        manifest = facts.manifest
+        return [_blocker(
+            "OCI_INDEX_MEDIA_TYPE_REQUIRED",
+            f"{digest} is a {manifest.get('platform', 'platform')} manifest "
+            f"({manifest.get('mediaType')}) in {manifest.get('repository')}, not an OCI index: "
+            "pin the index digest.")]
     if index is None:
         return [_blocker("OCI_INDEX_NOT_FOUND",
                          f"No repository of the registry holds the OCI index {digest}.")]
+    if index.get("mediaType") not in INDEX_MEDIA_TYPES:
+        return [_blocker("OCI_INDEX_MEDIA_TYPE_REQUIRED",
+                         f"{digest} has the media type {index.get('mediaType')}, not an OCI "
+                         "index.")]
     blockers: list[JsonDict] = []
     platforms: list[JsonDict] = index.get("platforms", [])
     if not any(p["os"] == RUNTIME_OS and p["architecture"] == RUNTIME_ARCHITECTURE
@@ -355,6 +392,37 @@ def _evidence_blockers(request: JsonDict, digest: str | None, configuration: obj
     return blockers + _published_evidence_blockers(request, digest, facts)
 
 
+def configuration_digest(request: JsonDict, facts: Facts) -> str:
+    """``sha256:`` + the SHA-256 of the canonical JSON (sorted keys, no whitespace) of the
+    configuration record a creation from ``request`` would make: the workspace, the
+    service id, the version, the namespace and Corestore resources, the image as the
+    registry resolved it (host, repository, digest, media type, tag) and the intent the
+    client declared. The release evidence and the source revision are not in it: the
+    evidence is bound to this digest, and the revision is fenced on its own."""
+    index = facts.index or facts.manifest or {}
+    resources = request.get("proposedCorestoreResources")
+    record: JsonDict = {
+        "workspaceIdentity": facts.workspace,
+        "serviceId": request.get("serviceId"),
+        "version": request.get("version"),
+        "namespace": request.get("proposedNamespace"),
+        "corestoreResources": sorted(
+            (json.dumps(r, sort_keys=True) for r in resources), key=str)
+        if isinstance(resources, list) else [],
+        "image": {"registryHost": index.get("registryHost"),
+                  "repository": index.get("repository"),
+                  "digest": request.get("ociIndexDigest"),
+                  "mediaType": index.get("mediaType"),
+                  "releaseTag": request.get("releaseTag")},
+        "intentDigest": request.get("intentDigest"),
+    }
+    if facts.configuration_salt is not None:
+        record["salt"] = facts.configuration_salt
+    text = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=str)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def report(request: JsonDict, facts: Facts, *, now: int) -> JsonDict:
     """The ``IDeploymentPreflightReport`` for ``request``: read-only, ``mutationPerformed``
     false, GO only when no blocker stands."""
@@ -393,8 +461,14 @@ def report(request: JsonDict, facts: Facts, *, now: int) -> JsonDict:
         blockers += _oci_blockers(None, facts)
     elif digest is not None:
         blockers += _oci_blockers(digest, facts)
-    # The configuration of a service that does not exist yet is its declared intent.
-    configuration = _get(request, "intentDigest")
+    if (digest is not None and facts.index is not None and isinstance(
+            request.get("releaseTag"), str) and facts.tag_digest != digest):
+        blockers.append(_blocker(
+            "IMMUTABLE_RELEASE_TAG_NOT_RESERVED",
+            f"Tag {request['releaseTag']} of {facts.index['repository']} points at "
+            f"{facts.tag_digest or 'nothing'}, not {digest}: it is not reserved for it."))
+    # The control plane's own digest of what it would create, never the client's intent.
+    configuration = configuration_digest(request, facts)
     blockers += _evidence_blockers(request, digest, configuration, facts)
     if not facts.greenfield_execution:
         blockers.append(_blocker(
@@ -404,7 +478,7 @@ def report(request: JsonDict, facts: Facts, *, now: int) -> JsonDict:
     data = service["data"] if service is not None else {}
     plan: JsonDict = data.get("imageDeployment") or {}
     status = facts.rollout_status or {}
-    index = facts.index or {}
+    index = facts.index or facts.manifest or {}
     resources = request.get("proposedCorestoreResources")
     requested: JsonDict = {
         "digest": digest, "releaseTag": request.get("releaseTag")
@@ -424,7 +498,7 @@ def report(request: JsonDict, facts: Facts, *, now: int) -> JsonDict:
         "generatedAt": now,
         "service": {"serviceId": service_id,
                     "serviceName": str(data.get("name", "")),
-                    "workspaceIdentity": service_id,
+                    "workspaceIdentity": facts.workspace,
                     "registryHost": str(index.get("registryHost") or plan.get("registryHost", "")),
                     "registryRepository": str(index.get("repository")
                                               or plan.get("repository", "")),
@@ -432,8 +506,8 @@ def report(request: JsonDict, facts: Facts, *, now: int) -> JsonDict:
         "source": {"revision": _str_or(request.get("sourceRevision")),
                    "dirty": request.get("sourceDirty") is not False,
                    "version": version,
-                   "intentDigest": _str_or(configuration),
-                   "configurationDigest": _str_or(configuration)},
+                   "intentDigest": _str_or(request.get("intentDigest")),
+                   "configurationDigest": configuration},
         "currentImage": {k: v for k, v in current.items() if v is not None},
         "requestedImage": {k: v for k, v in requested.items() if v is not None},
         "runtimeTasks": [],

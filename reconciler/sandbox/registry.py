@@ -146,6 +146,25 @@ def find(conn: sqlite3.Connection, digest: str) -> JsonDict | None:
     return found[0] if found else None
 
 
+def find_manifest(conn: sqlite3.Connection, digest: str) -> JsonDict | None:
+    """A platform manifest with ``digest`` (present in its repository), as
+    ``{registryHost, repository, digest, mediaType, platform}``, or None."""
+    row = conn.execute(
+        "SELECT r.data, p.value FROM registry_indexes r, "
+        "json_each(json_extract(r.data, '$.platforms')) p "
+        "WHERE json_extract(p.value, '$.digest') = ? "
+        "AND json_extract(p.value, '$.manifestPresent') ORDER BY r.seq LIMIT 1",
+        (digest,)).fetchone()
+    if row is None:
+        return None
+    index, platform = json.loads(row[0]), json.loads(row[1])
+    name = f"{platform['os']}/{platform['architecture']}" + (
+        f"/{platform['variant']}" if platform.get("variant") else "")
+    return {"registryHost": index["registryHost"], "repository": index["repository"],
+            "digest": digest, "mediaType": platform.get("mediaType", MANIFEST_MEDIA_TYPE),
+            "platform": name}
+
+
 def known(conn: sqlite3.Connection, digest: str) -> bool:
     """Whether ``digest`` is already an index or a release anywhere."""
     if store.indexes_by_digest(conn, digest):

@@ -8,6 +8,9 @@ Owns two exchanges with the control plane, both through ``ControlPlaneClient``:
   built, the ``getDeploymentPreflight`` answer -- the raw ``report`` value or why there is
   none. A failure is an answer (``core.preflight.Answer.error``), never an exception: the
   planner turns it into a blocker for that service and plans the rest.
+- ``ask``: the same answers for a second round (the requests bound to the configuration
+  digest the first round reported, ``core.planning.bound_requests``), added to a
+  ``Greenfield`` already read. Which round comes when is the engine's to say.
 - ``create``: ``createGreenfieldDeployment`` [ext] with the change's idempotency key,
   re-sent with the same key after a transient failure (the server replays; nothing is
   created twice).
@@ -19,6 +22,7 @@ Must not decide anything (the report is parsed and judged in ``core``), sequence
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +57,21 @@ async def read(client: ControlPlaneClient, asks: Sequence[PreflightAsk], *,
         execution = pf.CREATE_METHOD in await client.capabilities()
     except ControlPlaneError as exc:
         capabilities_error = exc.message
+    return pf.Greenfield(execution_available=execution, capabilities_error=capabilities_error,
+                         answers=await _answers(client, asks))
+
+
+async def ask(client: ControlPlaneClient, asks: Sequence[PreflightAsk],
+              read_so_far: pf.Greenfield) -> pf.Greenfield:
+    """``read_so_far`` with the answers to ``asks`` added (nothing asked when empty)."""
+    if not asks:
+        return read_so_far
+    answers = {**(read_so_far.answers or {}), **await _answers(client, asks)}
+    return dataclasses.replace(read_so_far, answers=answers)
+
+
+async def _answers(client: ControlPlaneClient, asks: Sequence[PreflightAsk],
+                   ) -> dict[str, pf.Answer]:
     slots = asyncio.Semaphore(max(1, client.concurrency))
 
     async def one(ask: PreflightAsk) -> pf.Answer:
@@ -70,8 +89,7 @@ async def read(client: ControlPlaneClient, asks: Sequence[PreflightAsk], *,
             return pf.Answer(request_id=ask.request_id, reply=response["report"])
 
     answers = await asyncio.gather(*(one(a) for a in asks))
-    return pf.Greenfield(execution_available=execution, capabilities_error=capabilities_error,
-                         answers={a.request_id: a for a in answers})
+    return {a.request_id: a for a in answers}
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,7 @@ async def observe_async(
         services=read.services,
         grants=read.grants,
         grants_error=read.grants_error,
+        app_ids=read.app_ids,
         mesh=mesh,
         observations=observations,
     )

@@ -42,6 +42,7 @@ from reconciler.core.desired import (
     EvidenceKind,
     Grant,
     LocatedError,
+    LocatedErrors,
     Service,
     Settings,
     SourceRef,
@@ -326,6 +327,12 @@ def validate_document(
         model = model_type.model_validate_json(json.dumps(value))
     except ValidationError as exc:
         for error in exc.errors(include_url=False):
+            ctx = error.get("ctx") or {}
+            several = ctx.get("error") if error["type"] == "value_error" else None
+            if isinstance(several, LocatedErrors):
+                for where, text in several.problems:
+                    problems.append(at((*tuple(error["loc"]), *where), text, key=False))
+                continue
             loc, message, on_key = _explain(error, model_type)
             problems.append(at(loc, message, key=on_key))
         return None, problems

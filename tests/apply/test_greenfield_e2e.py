@@ -291,7 +291,8 @@ def test_two_applies_creating_the_same_service_at_once_make_exactly_one(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
         for n, path in enumerate((repo.path, other))]
     deadline = time.monotonic() + 90
-    while len(preflights(sandbox)) < 2 and all(p.poll() is None for p in procs):
+    # Two preflights per creation (the probe, then the request bound to its digest).
+    while len(preflights(sandbox)) < 4 and all(p.poll() is None for p in procs):
         assert time.monotonic() < deadline, "the applies never asked their preflights"
         time.sleep(0.05)
     sandbox.fault("sn3", "slow", on=False)
@@ -346,3 +347,118 @@ def test_a_creation_one_cluster_does_not_prove_fails_the_gate_naming_it(
     assert again.code != Exit.OK, again.out
     repo.run("apply", str(repo.path), "--auto-approve")
     assert len(creations(sandbox)) == 1
+
+
+# -- issue 24: the control plane's configuration digest, learnt before binding ------------
+
+
+def test_the_evidence_sent_carries_the_control_planes_configuration_digest(
+        repo: Repo, sandbox: Sandbox) -> None:
+    """Two preflights per creation, the first without evidence; the evidence, the fence
+    and the creation carry the digest the control plane reported -- never the intent
+    digest (the sandbox computes its own, so a client that sent the intent digest would
+    be NO-GO RELEASE_EVIDENCE_INVALID here)."""
+    with_ledger(repo)
+    code, document = plan_json(repo)
+    assert code == Exit.CHANGES, document["blockers"]
+    [change], pre, upstream = ledger_part(document)
+    assert not upstream and pre is not None
+    sent = change["creation"]["preflight"]
+    configuration = pre["report"]["configuration_digest"]
+    assert sent["releaseEvidence"]["configurationDigest"] == configuration
+    assert change["creation"]["fence"]["configuration_digest"] == configuration
+    assert pre["configuration_digest"] == configuration
+    assert configuration != sent["intentDigest"] == pre["intent_digest"]
+    assert pre["report"]["intent_digest"] == sent["intentDigest"]
+    # The request count per creation, as docs/new-services.md states it: two preflights.
+    assert [(a["serviceId"], a["result"]) for a in preflights(sandbox)] == \
+        [("svc-ledger", "ok"), ("svc-ledger", "ok")]
+    applied = repo.run("apply", str(repo.path), "--auto-approve")
+    assert applied.code == Exit.OK, applied.out + applied.err
+    # apply plans afresh (two more preflights), then sends the creation once.
+    assert len(preflights(sandbox)) == 4 and len(creations(sandbox)) == 1
+
+
+def test_two_preflights_that_disagree_are_no_go_naming_both_digests(
+        repo: Repo, sandbox: Sandbox) -> None:
+    with_ledger(repo)
+    sandbox.fault("control-plane", "config-drift")
+    code, document = plan_json(repo)
+    assert code == Exit.CHANGES_NO_GO
+    [found] = [b for b in document["blockers"] if b["code"] == "preflight_reports_disagree"]
+    digests = {w.strip("(),;") for w in found["message"].split() if w.startswith("sha256:")}
+    assert len(digests) == 2, found["message"]
+    applied = repo.run("apply", str(repo.path), "--auto-approve")
+    assert applied.code == Exit.REFUSED_NO_GO, applied.out + applied.err
+    assert "preflight_reports_disagree" in applied.err
+    assert creations(sandbox) == []
+
+
+def test_a_platform_manifest_pinned_is_oci_index_media_type_required(
+        repo: Repo, sandbox: Sandbox) -> None:
+    manifest = digest("ledger", "v1.0.0:linux/amd64")
+    with_ledger(repo, ledger_yaml(digest_=manifest))
+    pre = assert_no_go(repo, sandbox, "OCI_INDEX_MEDIA_TYPE_REQUIRED")
+    codes = {b["code"] for b in pre["report"]["blockers"]}
+    assert "OCI_INDEX_NOT_FOUND" not in codes
+
+
+def test_a_saved_plan_whose_fresh_preflight_reports_another_configuration_digest_is_refused(
+        repo: Repo, sandbox: Sandbox, tmp_path: Path) -> None:
+    with_ledger(repo)
+    saved = tmp_path / "plan.json"
+    made = repo.run("plan", str(repo.path), "--out", str(saved))
+    assert made.code == Exit.OK, made.out + made.err
+    reviewed = next(p for p in json.loads(saved.read_text())["preflights"]
+                    if p["service"] == "ledger")["configuration_digest"]
+    # Something the control plane folds into the configuration changed since the review.
+    sandbox.fault("control-plane", "config-salt", salt="changed-after-review")
+    applied = repo.run("apply", str(saved), "--auto-approve")
+    assert applied.code == Exit.REFUSED_MISMATCH, applied.out + applied.err
+    line = next(x for x in applied.err.splitlines() if "configuration_digest" in x)
+    assert reviewed in line and "→ sha256:" in line
+    assert creations(sandbox) == []
+
+
+# -- issue 18 item 5: GO only when apply can do it ----------------------------------------
+
+
+def assert_refused_before_apply(repo: Repo, sandbox: Sandbox, code: str) -> None:
+    exit_code, document = plan_json(repo)
+    assert exit_code == Exit.CHANGES_NO_GO, document["blockers"]
+    assert code in {b["code"] for b in document["blockers"] if b["service"] == "ledger"} | \
+        {b["upstream_code"] for b in document["blockers"] if b["service"] == "ledger"}, \
+        document["blockers"]
+    applied = repo.run("apply", str(repo.path), "--auto-approve")
+    assert applied.code == Exit.REFUSED_NO_GO, applied.out + applied.err
+    assert creations(sandbox) == [], "a creation was sent from a NO-GO plan"
+
+
+def test_a_repository_that_does_not_hold_the_digest_is_no_go(
+        repo: Repo, sandbox: Sandbox) -> None:
+    with_ledger(repo, ledger_yaml().replace("repository: shop/ledger",
+                                            "repository: shop/ledger-mirror"))
+    assert_refused_before_apply(repo, sandbox, "release_repository_mismatch")
+    _, document = plan_json(repo)
+    message = next(b["message"] for b in document["blockers"]
+                   if b["code"] == "release_repository_mismatch")
+    assert "registry.sandbox.test/shop/ledger-mirror" in message and \
+        "registry.sandbox.test/shop/ledger," in message
+
+
+def test_an_app_id_a_live_service_uses_is_no_go_before_any_preflight(
+        repo_factory: Callable[..., Repo], sandbox: Sandbox) -> None:
+    seed = copy.deepcopy(seeding.DEFAULT_SEED)
+    seed["services"].append({"id": "svc-old-ledger", "name": "old-ledger", "appId": "ledger",
+                             "repository": "shop/old-ledger", "releases": [{"tag": "v0.9.0"}]})
+    sandbox.seed(seed)
+    repo = with_ledger(repo_factory(sandbox))
+    assert_refused_before_apply(repo, sandbox, "app_id_in_use")
+    assert preflights(sandbox) == []  # not even the read was sent
+
+
+def test_a_tag_moved_after_it_was_pinned_is_no_go(repo: Repo, sandbox: Sandbox) -> None:
+    with_ledger(repo)  # pins v1.0.0 = LEDGER
+    moved = sandbox.push("ledger", "v1.0.0", repository="shop/ledger")
+    assert moved != LEDGER
+    assert_refused_before_apply(repo, sandbox, "IMMUTABLE_RELEASE_TAG_NOT_RESERVED")

@@ -14,12 +14,14 @@ import pytest
 from reconciler.core import preflight as pf
 from reconciler.core.desired import DesiredState, Service, Settings
 from reconciler.core.live import LiveSnapshot, Observation, ObservationKind, ReadFailure
-from reconciler.core.planning import Provenance, creation_requests, plan
+from reconciler.core.planning import Provenance, bound_requests, creation_requests, plan
 from reconciler.core.plans import Action, Plan
 from reconciler.render import jsonplan
 from tests.plan import builders as b
 
 COMMIT = "c" * 40
+#: The configuration digest the control plane computes (its own, never the intent digest).
+CONFIG = "sha256:" + "cf" * 32
 KINDS = ("provenance", "sbom", "signature", "vulnerability-policy", "release-authorization")
 
 
@@ -73,7 +75,7 @@ def report_for(request: dict[str, Any], *, blockers: list[dict[str, str]] | None
                     "deployOnPush": False},
         "source": {"revision": request["sourceRevision"], "dirty": request["sourceDirty"],
                    "version": request["version"], "intentDigest": request["intentDigest"],
-                   "configurationDigest": request["intentDigest"]},
+                   "configurationDigest": CONFIG},
         "currentImage": {"mutableReference": False, "platforms": []},
         "requestedImage": {
             "digest": index, "releaseTag": request.get("releaseTag"), "tagReserved": True,
@@ -100,18 +102,33 @@ def report_for(request: dict[str, Any], *, blockers: list[dict[str, str]] | None
     return report
 
 
+EVIDENCE_MISSING = [{"code": "RELEASE_EVIDENCE_MISSING", "message": f"Missing {k} evidence."}
+                    for k in KINDS]
+
+
 def planned(desired: DesiredState | None = None, *, reply: Any = None, error: str | None = None,
             execution: bool = True, provenance: Provenance | None = None,
-            answer: bool = True, **report_over: Any) -> Plan:
+            answer: bool = True, probe: dict[str, Any] | None = None,
+            live: LiveSnapshot | None = None, **report_over: Any) -> Plan:
+    """The plan after the engine's two rounds: each probe (no evidence) answered as the
+    sandbox would (every kind of evidence missing, plus ``blockers``; ``probe`` overrides
+    fields of that report), then each bound request answered with ``reply`` or a report
+    for it (``report_over``)."""
     desired = desired or desired_with()
-    live = live_without_ledger()
+    live = live or live_without_ledger()
     prov = provenance or Provenance(commit=COMMIT)
-    asks = creation_requests(desired, live, prov)
     answers: dict[str, pf.Answer] = {}
-    for ask in asks if answer else []:
-        value = reply if reply is not None else report_for(ask.request, **report_over)
+    for ask in creation_requests(desired, live, prov) if answer else []:
+        over = {k: v for k, v in report_over.items() if k != "blockers"}
+        value = report_for(ask.request, blockers=[*(report_over.get("blockers") or []),
+                                                  *EVIDENCE_MISSING], **over)
+        value.update(probe or {})
         answers[ask.request_id] = pf.Answer(request_id=ask.request_id,
                                             reply=None if error else value, error=error)
+    first = pf.Greenfield(execution_available=execution, answers=answers)
+    for ask in bound_requests(desired, live, prov, first):
+        value = reply if reply is not None else report_for(ask.request, **report_over)
+        answers[ask.request_id] = pf.Answer(request_id=ask.request_id, reply=value)
     greenfield = pf.Greenfield(execution_available=execution, answers=answers)
     return plan(desired, live, prov, greenfield)
 
@@ -129,7 +146,10 @@ def test_complete_evidence_and_a_go_report_plan_one_create_with_its_fence() -> N
     assert change.creation is not None and change.creation.fence is not None
     fence = change.creation.fence
     request = change.creation.preflight
-    assert fence.configuration_digest == request["intentDigest"]
+    # Bound to the control plane's configuration digest (from the probe's report), never
+    # to the intent digest: a real control plane refuses evidence bound to anything else.
+    assert fence.configuration_digest == CONFIG != request["intentDigest"]
+    assert request["releaseEvidence"]["configurationDigest"] == CONFIG  # type: ignore[index]
     assert (fence.source_service_id, fence.source_revision, fence.target_namespace,
             fence.oci_index_digest) == ("svc-ledger", COMMIT, "ledger", seeded("ledger", "v1.0.0"))
     pre = p.preflight_of("ledger")
@@ -285,3 +305,174 @@ def test_every_promotion_policy_passes_complete_evidence_bound_to_the_pin() -> N
     assert not [b_ for b_ in p.blockers if b_.service == "checkout"]
     pre = p.preflight_of("checkout")
     assert pre is not None and not pre.blocked
+
+
+# -- issue 24: the configuration digest is learnt, then bound -----------------------------
+
+
+def test_the_probe_carries_no_evidence_and_the_bound_request_the_probes_digest() -> None:
+    desired, live, prov = desired_with(), live_without_ledger(), Provenance(commit=COMMIT)
+    [probe] = creation_requests(desired, live, prov)
+    assert "releaseEvidence" not in probe.request
+    reply = report_for(probe.request, blockers=EVIDENCE_MISSING)
+    reply["source"]["configurationDigest"] = "sha256:" + "5e" * 32
+    first = pf.Greenfield(execution_available=True, answers={
+        probe.request_id: pf.Answer(request_id=probe.request_id, reply=reply)})
+    [bound] = bound_requests(desired, live, prov, first)
+    assert bound.request_id != probe.request_id
+    evidence = bound.request["releaseEvidence"]
+    assert isinstance(evidence, dict)
+    assert evidence["configurationDigest"] == "sha256:" + "5e" * 32
+    assert evidence["configurationDigest"] != probe.request["intentDigest"]
+    assert {k: v for k, v in bound.request.items()
+            if k not in ("releaseEvidence", "requestId")} == \
+        {k: v for k, v in probe.request.items() if k != "requestId"}
+
+
+@pytest.mark.parametrize("reply,why", [
+    (None, "the preflight call failed"),
+    ({"schemaVersion": 2}, "not a valid report"),
+])
+def test_no_valid_probe_report_no_second_request(reply: Any, why: str) -> None:
+    desired, live, prov = desired_with(), live_without_ledger(), Provenance(commit=COMMIT)
+    [probe] = creation_requests(desired, live, prov)
+    answer = pf.Answer(request_id=probe.request_id, reply=reply,
+                       error="refused" if reply is None else None)
+    first = pf.Greenfield(execution_available=True, answers={probe.request_id: answer})
+    assert bound_requests(desired, live, prov, first) == []
+    p = plan(desired, live, prov, first)
+    assert any(why in b_.message for b_ in p.blockers if b_.service == "ledger")
+    assert p.verdict.value == "no_go"
+
+
+def test_a_probe_with_a_malformed_configuration_digest_binds_nothing() -> None:
+    [probe] = creation_requests(desired_with(), live_without_ledger(), Provenance(commit=COMMIT))
+    p = planned(probe={"source": {"revision": COMMIT, "dirty": False, "version": "1.0.0",
+                                  "intentDigest": probe.request["intentDigest"],
+                                  "configurationDigest": "sha256:zz"}})
+    assert ("preflight_report_invalid", None) in ledger_blockers(p)
+    message = next(b_.message for b_ in p.blockers if b_.service == "ledger")
+    assert "probe" in message and "configurationDigest is not a canonical" in message
+
+
+def test_reports_that_disagree_on_the_configuration_digest_are_no_go_naming_both() -> None:
+    other = "sha256:" + "0d" * 32
+    assert planned().verdict.value == "go"  # the baseline: the two agree
+    desired, live, prov = desired_with(), live_without_ledger(), Provenance(commit=COMMIT)
+    [probe] = creation_requests(desired, live, prov)
+    first = pf.Greenfield(execution_available=True, answers={probe.request_id: pf.Answer(
+        request_id=probe.request_id, reply=report_for(probe.request, blockers=EVIDENCE_MISSING))})
+    [bound] = bound_requests(desired, live, prov, first)
+    moved = report_for(bound.request)
+    moved["source"]["configurationDigest"] = other
+    answers = {**(first.answers or {}),
+               bound.request_id: pf.Answer(request_id=bound.request_id, reply=moved)}
+    p = plan(desired, live, prov, pf.Greenfield(execution_available=True, answers=answers))
+    found = [b_ for b_ in p.blockers if b_.code.value == "preflight_reports_disagree"]
+    assert len(found) == 1 and CONFIG in found[0].message and other in found[0].message
+    assert p.verdict.value == "no_go"
+    # Only the evidence blockers may differ: another blocker in one of them is named too.
+    extra = report_for(bound.request, blockers=[{"code": "VERSION_COLLISION",
+                                                 "message": "taken"}])
+    answers[bound.request_id] = pf.Answer(request_id=bound.request_id, reply=extra)
+    p = plan(desired, live, prov, pf.Greenfield(execution_available=True, answers=answers))
+    found = [b_ for b_ in p.blockers if b_.code.value == "preflight_reports_disagree"]
+    assert found and "only the bound report names VERSION_COLLISION" in found[0].message
+
+
+# -- issue 18 item 5: a GO report's own fields, and appIds in use -------------------------
+
+
+def _requested(**over: Any) -> dict[str, Any]:
+    base = {"digest": seeded("ledger", "v1.0.0"), "releaseTag": "v1.0.0", "tagReserved": True,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "platforms": [{"os": "linux", "architecture": "amd64", "runnable": True,
+                           "manifestPresent": True}]}
+    return {**base, **over}
+
+
+def _proposed(**over: Any) -> dict[str, Any]:
+    base = {"namespace": "ledger", "corestoreResources": [], "namespaceReserved": True,
+            "inventoryComplete": True, "namespaceBlank": True, "versionReserved": True,
+            "wouldReplaceExistingState": False}
+    return {**base, **over}
+
+
+@pytest.mark.parametrize("over,code,upstream", [
+    ({"requestedImage": _requested(tagReserved=False)}, "preflight_no_go",
+     "IMMUTABLE_RELEASE_TAG_NOT_RESERVED"),
+    ({"requestedImage": _requested(releaseTag="v9")}, "preflight_no_go",
+     "IMMUTABLE_RELEASE_TAG_NOT_RESERVED"),
+    ({"proposed": _proposed(namespaceBlank="unknown")}, "preflight_no_go",
+     "NAMESPACE_NOT_PROVEN_BLANK"),
+    ({"proposed": _proposed(inventoryComplete=False)}, "preflight_no_go",
+     "CORESTORE_INVENTORY_UNAVAILABLE"),
+    ({"proposed": _proposed(namespaceReserved=False)}, "preflight_no_go",
+     "NAMESPACE_NOT_RESERVED"),
+    ({"proposed": _proposed(versionReserved=False)}, "preflight_no_go", "VERSION_NOT_RESERVED"),
+    ({"proposed": _proposed(wouldReplaceExistingState="unknown")}, "preflight_no_go",
+     "WOULD_REPLACE_EXISTING_STATE"),
+    ({"requestedImage": _requested(
+        mediaType="application/vnd.oci.image.manifest.v1+json")}, "preflight_no_go",
+     "OCI_INDEX_MEDIA_TYPE_REQUIRED"),
+    ({"requestedImage": _requested(platforms=[])}, "preflight_no_go", "OCI_PLATFORM_MISSING"),
+    ({"requestedImage": _requested(platforms=[
+        {"os": "linux", "architecture": "amd64", "runnable": True, "manifestPresent": True},
+        {"os": "linux", "architecture": "arm64", "runnable": False,
+         "manifestPresent": False}])}, "preflight_no_go", "OCI_PLATFORM_MANIFEST_MISSING"),
+    ({"service": {"serviceId": "svc-ledger", "serviceName": "", "workspaceIdentity": "ws",
+                  "registryHost": "registry.sandbox.test", "registryRepository": "shop/other",
+                  "deployOnPush": False}}, "release_repository_mismatch", None),
+])
+def test_a_go_report_whose_own_fields_say_no_is_no_go(over: dict[str, Any], code: str,
+                                                      upstream: str | None) -> None:
+    p = planned(**over)
+    assert (code, upstream) in ledger_blockers(p), ledger_blockers(p)
+    assert p.verdict.value == "no_go"
+    pre = p.preflight_of("ledger")
+    assert pre is not None and pre.decision is pf.Decision.NO_GO
+    assert pre.report is not None and pre.report.decision is pf.Decision.GO
+
+
+def test_the_repository_mismatch_names_both_repositories() -> None:
+    p = planned(service={"serviceId": "svc-ledger", "serviceName": "",
+                         "workspaceIdentity": "ws", "registryHost": "registry.sandbox.test",
+                         "registryRepository": "shop/elsewhere", "deployOnPush": False})
+    message = next(b_.message for b_ in p.blockers if b_.code.value ==
+                   "release_repository_mismatch")
+    assert "shop/elsewhere" in message and "registry.sandbox.test/shop/ledger" in message
+
+
+def test_an_app_id_in_use_blocks_before_any_preflight() -> None:
+    live = live_without_ledger()
+    taken = live.model_copy(update={"app_ids": {"ledger": "svc-old-ledger"}})
+    desired, prov = desired_with(), Provenance(commit=COMMIT)
+    assert creation_requests(desired, taken, prov) == []  # nothing is sent
+    p = planned(live=taken)
+    assert ("app_id_in_use", None) in ledger_blockers(p)
+    message = next(b_.message for b_ in p.blockers if b_.code.value == "app_id_in_use")
+    assert "svc-old-ledger" in message and "ledger" in message
+    pre = p.preflight_of("ledger")
+    assert pre is not None and pre.status is pf.Status.NOT_SENT
+    # Its own id is no collision (a service listed under its own appId).
+    own = live.model_copy(update={"app_ids": {"ledger": "svc-ledger"}})
+    assert creation_requests(desired, own, prov) != []
+
+
+def test_a_bound_report_with_another_intent_digest_is_named_as_a_disagreement() -> None:
+    desired, live, prov = desired_with(), live_without_ledger(), Provenance(commit=COMMIT)
+    [probe] = creation_requests(desired, live, prov)
+    first = pf.Greenfield(execution_available=True, answers={probe.request_id: pf.Answer(
+        request_id=probe.request_id, reply=report_for(probe.request, blockers=EVIDENCE_MISSING))})
+    [bound] = bound_requests(desired, live, prov, first)
+    other = "sha256:" + "1e" * 32
+    moved = report_for(bound.request)
+    moved["source"]["intentDigest"] = other
+    answers = {**(first.answers or {}),
+               bound.request_id: pf.Answer(request_id=bound.request_id, reply=moved)}
+    p = plan(desired, live, prov, pf.Greenfield(execution_available=True, answers=answers))
+    [found] = [b_ for b_ in p.blockers if b_.code.value == "preflight_reports_disagree"]
+    assert other in found.message and str(probe.request["intentDigest"]) in found.message
+    assert p.verdict.value == "no_go"
+    change = next(c for c in p.changes if c.service == "ledger")
+    assert change.creation is not None and change.creation.fence is None  # nothing to send

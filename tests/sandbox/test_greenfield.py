@@ -137,22 +137,42 @@ def references(sandbox: Sandbox, digest: str) -> list[JsonDict]:
                                "verifiedAt")} for a in index["attestations"]]
 
 
+def configuration_of(sandbox: Sandbox, request: JsonDict) -> str:
+    """What a client must do to bind evidence (issue 24): ask the preflight without
+    evidence and take the configuration digest the control plane computed."""
+    probe = {k: v for k, v in request.items() if k != "releaseEvidence"}
+    client = ControlPlaneClient(sandbox)
+    try:
+        report = client.ok("getDeploymentPreflight", **probe)["report"]
+    finally:
+        client.close()
+    assert report["mutationPerformed"] is False
+    digest = report["source"]["configurationDigest"]
+    assert isinstance(digest, str) and digest.startswith("sha256:")
+    return digest
+
+
 def ledger_request(sandbox: Sandbox, digest: str = LEDGER, **changes: Any) -> JsonDict:
-    """A complete greenfield preflight request for ledger (GO on the default seed)."""
+    """A complete greenfield preflight request for ledger (GO on the default seed), its
+    evidence bound to the configuration digest a probe of the same request reported."""
     request: JsonDict = {
         "requestId": "req-ledger-1", "serviceId": "svc-ledger", "sourceRevision": REVISION,
         "sourceDirty": False, "version": "1.0.0", "intentDigest": INTENT,
         "proposedNamespace": "ledger", "proposedCorestoreResources": [],
-        "ociIndexDigest": digest, "releaseTag": "v1.0.0", "greenfield": True,
-        "releaseEvidence": {"sourceRevision": REVISION, "version": "1.0.0",
-                            "configurationDigest": INTENT, "ociIndexDigest": digest,
-                            "releaseAuthorized": True,
-                            "attestations": references(sandbox, digest)}}
+        "ociIndexDigest": digest, "releaseTag": "v1.0.0", "greenfield": True}
     for key, value in changes.items():
         if value is DROP:
-            request.pop(key)
-        else:
+            request.pop(key, None)
+        elif key != "releaseEvidence":
             request[key] = value
+    if "releaseEvidence" in changes:
+        if changes["releaseEvidence"] is not DROP:
+            request["releaseEvidence"] = changes["releaseEvidence"]
+        return request
+    request["releaseEvidence"] = {
+        "sourceRevision": REVISION, "version": "1.0.0",
+        "configurationDigest": configuration_of(sandbox, request), "ociIndexDigest": digest,
+        "releaseAuthorized": True, "attestations": references(sandbox, digest)}
     return request
 
 
@@ -171,16 +191,20 @@ def state_dump(sandbox: Sandbox) -> list[Any]:
 
 def test_complete_evidence_is_go_and_writes_nothing(bot: ControlPlaneClient,
                                                     sandbox: Sandbox) -> None:
+    request = ledger_request(sandbox)
     before = state_dump(sandbox)
-    report = bot.ok("getDeploymentPreflight", **ledger_request(sandbox))["report"]
+    report = bot.ok("getDeploymentPreflight", **request)["report"]
     assert report["compatibilityBlockers"] == []
     assert (report["schemaVersion"], report["decision"], report["mutationPerformed"]) == \
         (2, "GO", False)
     assert report["authorizationChecks"] == [
         {"capability": "deployment:preflight", "granted": True},
         {"capability": "deployment:create-greenfield", "granted": True}]
+    configuration = request["releaseEvidence"]["configurationDigest"]
     assert report["source"] == {"revision": REVISION, "dirty": False, "version": "1.0.0",
-                                "intentDigest": INTENT, "configurationDigest": INTENT}
+                                "intentDigest": INTENT, "configurationDigest": configuration}
+    # The control plane's own digest, not the client's (issue 24).
+    assert configuration != INTENT
     assert report["service"]["serviceId"] == "svc-ledger"
     assert report["service"]["registryRepository"] == "shop/ledger"
     assert report["service"]["registryHost"] == "registry.sandbox.test"
@@ -197,7 +221,8 @@ def test_complete_evidence_is_go_and_writes_nothing(bot: ControlPlaneClient,
         "wouldReplaceExistingState": False}
     assert report["currentImage"] == {"mutableReference": False, "platforms": []}
     assert state_dump(sandbox) == before
-    rows = [r for r in sandbox.audit() if r["method"] == "getDeploymentPreflight"]
+    rows = [r for r in sandbox.audit() if r["method"] == "getDeploymentPreflight"
+            and r["caller"] == "deploy-bot"]
     assert [(r["serviceId"], r["caller"], r["result"]) for r in rows] == \
         [("svc-ledger", "deploy-bot", "ok")]
 
@@ -235,6 +260,15 @@ def _pushed(evidence: str = "complete", references_from: str | None = None,
                 {**r, "subjectDigest": digest} for r in references(sb, digest)]
         return request
     return setup
+
+
+AMD64 = rollouts.seeded_digest("ledger", "v1.0.0:linux/amd64")
+
+
+def _moved_tag(sb: Sandbox, _admin: ControlPlaneClient) -> JsonDict:
+    request = ledger_request(sb)  # pinned while v1.0.0 is LEDGER
+    assert sb.push("ledger", "v1.0.0", repository="shop/ledger") != LEDGER
+    return request
 
 
 CASES: list[tuple[str, Setup, str, str]] = [
@@ -293,6 +327,15 @@ CASES: list[tuple[str, Setup, str, str]] = [
         sb, releaseEvidence={**ledger_request(sb)["releaseEvidence"], "sourceRevision": "f" * 40}),
      "RELEASE_EVIDENCE_INVALID",
      "Release evidence is not bound to the requested deployment fence."),
+    ("evidence bound to the intent digest", lambda sb, _a: ledger_request(
+        sb, releaseEvidence={**ledger_request(sb)["releaseEvidence"],
+                             "configurationDigest": INTENT}),
+     "RELEASE_EVIDENCE_INVALID",
+     "Release evidence is not bound to the requested deployment fence."),
+    ("a platform manifest pinned", lambda sb, _a: ledger_request(sb, ociIndexDigest=AMD64),
+     "OCI_INDEX_MEDIA_TYPE_REQUIRED", f"{AMD64} is a linux/amd64 manifest"),
+    ("a tag moved after it was pinned", _moved_tag, "IMMUTABLE_RELEASE_TAG_NOT_RESERVED",
+     "Tag v1.0.0 of shop/ledger points at"),
     ("release not authorized", lambda sb, _a: ledger_request(
         sb, releaseEvidence={**ledger_request(sb)["releaseEvidence"], "releaseAuthorized": False}),
      "RELEASE_NOT_AUTHORIZED", "Release authorization evidence is explicitly false."),
@@ -351,7 +394,7 @@ ORDER = ["reserved", "provisioning", "deploying", "verifying", "ready-for-promot
 def fence_of(request: JsonDict) -> JsonDict:
     return {"sourceServiceId": request["serviceId"], "sourceRevision": request["sourceRevision"],
             "version": request["version"], "ociIndexDigest": request["ociIndexDigest"],
-            "configurationDigest": request["intentDigest"],
+            "configurationDigest": request["releaseEvidence"]["configurationDigest"],
             "targetNamespace": request["proposedNamespace"]}
 
 
@@ -438,7 +481,8 @@ def test_fence_mismatch_creates_nothing(sandbox: Sandbox, bot: ControlPlaneClien
     body["fence"] = {**body["fence"], "configurationDigest": OTHER}
     err = bot.error("createGreenfieldDeployment", **body)
     assert err["data"]["code"] == "FENCE_MISMATCH"
-    assert err["data"]["expected"]["configurationDigest"] == INTENT
+    assert err["data"]["expected"]["configurationDigest"] == \
+        body["preflight"]["releaseEvidence"]["configurationDigest"] != INTENT
     assert err["data"]["actual"]["configurationDigest"] == OTHER
     assert "configurationDigest" in err["text"]
     assert state_dump(sandbox) == before
@@ -534,3 +578,45 @@ def test_a_failing_cluster_fails_the_operation(sandbox: Sandbox,
     sandbox.wait_settled()
     again = bot.ok("getGreenfieldDeploymentOperation", operationId=operation["id"])
     assert again["operation"]["data"]["state"] == "failed"
+
+
+# -- issue 24: the control plane's own configuration digest ---------------------------------
+
+
+def test_the_configuration_digest_is_the_control_planes_own(sandbox: Sandbox,
+                                                            bot: ControlPlaneClient) -> None:
+    """Not the intent digest, not something a client can compute: it covers the
+    workspace and the registry the control plane resolved; the same request gives the
+    same digest, another configuration another one."""
+    request = ledger_request(sandbox)
+    first = configuration_of(sandbox, request)
+    assert first != INTENT and first == configuration_of(sandbox, request)
+    assert configuration_of(sandbox, {**request, "proposedNamespace": "ledger-two"}) != first
+    assert configuration_of(sandbox, {**request, "intentDigest": OTHER}) != first
+    # The evidence is not part of it (it is bound to it), nor the revision (fenced apart).
+    assert configuration_of(sandbox, {**request, "sourceRevision": "f" * 40}) == first
+    report = bot.ok("getDeploymentPreflight", **request)["report"]
+    assert report["service"]["workspaceIdentity"].startswith("ws-")
+    assert report["service"]["workspaceIdentity"] not in ("svc-ledger", "")
+
+
+def test_faults_move_the_configuration_digest(sandbox: Sandbox) -> None:
+    request = ledger_request(sandbox)
+    before = configuration_of(sandbox, request)
+    sandbox.fault("control-plane", "config-salt", salt="v2")
+    salted = configuration_of(sandbox, request)
+    assert salted != before and configuration_of(sandbox, request) == salted
+    sandbox.fault("control-plane", "config-drift")
+    assert configuration_of(sandbox, request) != configuration_of(sandbox, request)
+    sandbox.clear_faults()
+    assert configuration_of(sandbox, request) == before
+
+
+def test_a_platform_manifest_is_refused_before_the_platform_checks(
+        sandbox: Sandbox, bot: ControlPlaneClient) -> None:
+    report = bot.ok("getDeploymentPreflight",
+                    **ledger_request(sandbox, ociIndexDigest=AMD64))["report"]
+    codes = [b["code"] for b in report["compatibilityBlockers"]]
+    assert "OCI_INDEX_MEDIA_TYPE_REQUIRED" in codes
+    assert not {"OCI_INDEX_NOT_FOUND", "OCI_PLATFORM_MISSING"} & set(codes)
+    assert report["requestedImage"]["mediaType"] == "application/vnd.oci.image.manifest.v1+json"

@@ -367,13 +367,18 @@ def seed_evidence_blockers(evidence: Any, *, source_revision: str, version: str,
     return codes
 
 
+#: What a control plane reports as its configuration digest (its own, not the intent's).
+CONFIGURATION = "sha256:" + "c0" * 32
+
+
 def seed_codes(service: Service, revision: str, dirty: bool) -> set[str]:
     request = dict(greenfield.preflight_request(service, request_id="req-1",
-                                                source_revision=revision, source_dirty=dirty))
+                                                source_revision=revision, source_dirty=dirty,
+                                                configuration_digest=CONFIGURATION))
     codes = seed_request_blockers(request)
     codes += seed_evidence_blockers(
         request["releaseEvidence"], source_revision=revision, version=request["version"],
-        configuration_digest=request["intentDigest"], oci_index_digest=request["ociIndexDigest"])
+        configuration_digest=CONFIGURATION, oci_index_digest=request["ociIndexDigest"])
     return set(codes)
 
 
@@ -528,9 +533,20 @@ def test_corestore_rules_fail_closed() -> None:
 # --------------------------------------------------------------------------- wire values
 
 
+def test_the_probe_request_carries_no_evidence() -> None:
+    """The first preflight of a creation: no ``releaseEvidence`` (the control plane names
+    every kind missing and reports the configuration digest it computes)."""
+    probe = greenfield.preflight_request(BASE, request_id="plan-0", source_revision=REV,
+                                         source_dirty=False)
+    bound = greenfield.preflight_request(BASE, request_id="plan-0", source_revision=REV,
+                                         source_dirty=False, configuration_digest=CONFIGURATION)
+    assert "releaseEvidence" not in probe
+    assert {k: v for k, v in bound.items() if k != "releaseEvidence"} == probe
+
+
 def test_the_preflight_request_is_the_seed_shape() -> None:
     request = greenfield.preflight_request(BASE, request_id="plan-1", source_revision=REV,
-                                           source_dirty=False)
+                                           source_dirty=False, configuration_digest=CONFIGURATION)
     intent = greenfield.intent_digest(BASE)
     assert request == {
         "requestId": "plan-1",
@@ -546,7 +562,8 @@ def test_the_preflight_request_is_the_seed_shape() -> None:
         "releaseEvidence": {
             "sourceRevision": REV,
             "version": "1.0.0",
-            "configurationDigest": intent,
+            # The control plane's digest, never the intent digest (a test of issue 24).
+            "configurationDigest": CONFIGURATION,
             "ociIndexDigest": BASE.release.digest,
             "releaseAuthorized": True,
             "attestations": [
@@ -572,7 +589,8 @@ def test_the_request_does_not_depend_on_the_order_in_the_file() -> None:
 
     def request(service: Service) -> greenfield.PreflightRequestData:
         return greenfield.preflight_request(service, request_id="r", source_revision=REV,
-                                            source_dirty=False)
+                                            source_dirty=False,
+                                            configuration_digest=CONFIGURATION)
 
     assert request(with_evidence(BASE, evidence)) == request(BASE)
     assert request(resources) == request(flipped)
@@ -583,7 +601,8 @@ def test_the_request_does_not_depend_on_the_order_in_the_file() -> None:
 
 def test_release_authorized_follows_the_release_authorization_attestation() -> None:
     without = with_evidence(BASE, BASE.release.evidence[:4])
-    evidence = greenfield.release_evidence(without, source_revision=REV)
+    evidence = greenfield.release_evidence(without, source_revision=REV,
+                                           configuration_digest=CONFIGURATION)
     assert evidence["releaseAuthorized"] is False
     assert [a["kind"] for a in evidence["attestations"]] == [
         "provenance", "sbom", "signature", "vulnerability-policy"]
@@ -606,9 +625,11 @@ def test_a_request_needs_version_and_create() -> None:
     no_version = BASE.model_copy(update={
         "release": BASE.release.model_copy(update={"version": None})})
     with pytest.raises(greenfield.NotRequestable, match=r"release\.version"):
-        greenfield.greenfield_fence(no_version, source_revision=REV)
+        greenfield.greenfield_fence(no_version, source_revision=REV,
+                                    configuration_digest=CONFIGURATION)
     with pytest.raises(greenfield.NotRequestable, match=r"release\.version"):
-        greenfield.release_evidence(no_version, source_revision=REV)
+        greenfield.release_evidence(no_version, source_revision=REV,
+                                    configuration_digest=CONFIGURATION)
     with pytest.raises(ValueError, match="request id"):
         greenfield.preflight_request(BASE, request_id=" ", source_revision=REV,
                                      source_dirty=False)
@@ -619,15 +640,16 @@ def test_a_request_needs_version_and_create() -> None:
 
 def test_the_fence_is_what_the_preflight_of_the_request_yields() -> None:
     request = greenfield.preflight_request(BASE, request_id="r", source_revision=REV,
-                                           source_dirty=False)
-    fence = greenfield.greenfield_fence(BASE, source_revision=REV)
+                                           source_dirty=False, configuration_digest=CONFIGURATION)
+    fence = greenfield.greenfield_fence(BASE, source_revision=REV,
+                                        configuration_digest=CONFIGURATION)
     assert fence == {
         "sourceServiceId": request["serviceId"],
         "sourceRevision": request["sourceRevision"],
         "version": request["version"],
         "ociIndexDigest": BASE.release.digest,
-        # The control plane reports a new service's configuration as its declared intent.
-        "configurationDigest": request["intentDigest"],
+        # The control plane's configuration digest, as its report gave it.
+        "configurationDigest": CONFIGURATION,
         "targetNamespace": request["proposedNamespace"],
     }
 

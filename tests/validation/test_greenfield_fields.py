@@ -235,3 +235,22 @@ def test_several_bad_attestations_each_get_a_line(repo: Path,
     assert run.code == 1
     assert f"{NEW}:22:19: release.evidence[0].verifiedAt: " in run.out
     assert f"{NEW}:29:24: release.evidence[2].statementDigest: " in run.out
+
+
+def test_every_attestation_bound_to_another_digest_is_reported(
+        repo: Path, validate: Callable[..., Run]) -> None:
+    """Issue 18: five entries pasted from another release are five problems, each at its
+    own line -- not the first one only. A kind listed twice is said beside them."""
+    text = LEDGER.replace(f"subjectDigest: {DIGEST}", f"subjectDigest: {OTHER}")
+    text = text.replace("kind: sbom\n", "kind: provenance\n")
+    write(NEW, text)(repo)
+    run = validate(str(repo))
+    assert run.code == 1
+    bound = [line for line in run.out.splitlines()
+             if "subjectDigest: " in line and f"is bound to {OTHER}" in line]
+    assert len(bound) == 5, run.out
+    assert [f"release.evidence[{i}].subjectDigest" in line for i, line in enumerate(bound)] \
+        == [True] * 5
+    assert f"{NEW}:20:" in bound[0]
+    assert any("release.evidence[1].kind" in line and "listed twice" in line
+               for line in run.out.splitlines()), run.out

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from reconciler.core.live import LiveGrant, LiveService, ReadFailure
@@ -48,6 +48,9 @@ class Fleet:
     services: dict[str, LiveService | ReadFailure]  # every managed service id
     grants: tuple[LiveGrant, ...] | None  # None: unreadable (``grants_error`` says why)
     grants_error: str | None
+    #: appId -> service id, for every service ``getServices`` listed (a service's appId is
+    #: ``data.appId``, else its name, as the clusters know it)
+    app_ids: dict[str, str] = field(default_factory=dict)
 
 
 def failure(service_id: str, exc: ControlPlaneError | None, reason: str | None = None
@@ -157,12 +160,27 @@ async def read(client: ControlPlaneClient, managed: Sequence[str], progress: Pro
     grants, grants_error, grants_etag = await grants_task
     revisions.add(grants_etag)
     fleet = Fleet(services={s: services[s] for s in ids}, grants=grants,
-                  grants_error=grants_error)
+                  grants_error=grants_error, app_ids=app_ids_of(first.services or ()))
     if memory is not None:
         # One revision for every read, or they may straddle a change: then nothing is
         # remembered and the next snapshot reads everything again.
         memory.keep(ids, fleet, first.etag if revisions == {first.etag} else None)
     return fleet
+
+
+def app_ids_of(listed: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """appId -> service id of every listed ``IService`` (the first listed wins a tie);
+    an entry without a usable id or name is skipped (its own read reports it)."""
+    out: dict[str, str] = {}
+    for raw in listed:
+        data = raw.get("data") if isinstance(raw, dict) else None
+        service_id = raw.get("id") if isinstance(raw, dict) else None
+        if not isinstance(data, dict) or not isinstance(service_id, str):
+            continue
+        app_id = data.get("appId") or data.get("name")
+        if isinstance(app_id, str) and app_id:
+            out.setdefault(safe(app_id, 200), safe(service_id, 200))
+    return out
 
 
 async def _offered(client: ControlPlaneClient) -> frozenset[str]:
