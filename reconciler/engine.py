@@ -42,7 +42,7 @@ from reconciler.core.planning import Provenance, absent, creation_requests, targ
 from reconciler.core.planning import plan as make_plan
 from reconciler.core.plans import Plan, Verdict, restrict
 from reconciler.core.preflight import Greenfield
-from reconciler.core.sanitize import safe
+from reconciler.core.sanitize import redact, safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 from reconciler.shell import applying, committed, gitrepo, greenfield, observing, validating
@@ -186,7 +186,8 @@ def refuse_no_go(plan_value: Plan) -> None:
 
 
 def _where(connection: Connection, provenance: Provenance) -> binding.Where:
-    return binding.Where(control_plane_url=connection.control_plane_url,
+    # Redacted as the plan holds it (observing): a query's token is never compared or shown.
+    return binding.Where(control_plane_url=redact(connection.control_plane_url),
                          gateway=connection.gateway, repo_root=provenance.root,
                          repo_path=provenance.path, commit=provenance.commit)
 

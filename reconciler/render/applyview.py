@@ -166,4 +166,5 @@ def json_line(event: Event) -> str:
         gate = event.report.gate
         data = {"event": "finished", "report": event.report.model_dump(mode="json"),
                 "converged": gate.converged and event.report.writes_ok if gate else None}
-    return json.dumps(data, sort_keys=True, ensure_ascii=False)
+    # Redacted and control-free like every other view (``common.terminal_json``).
+    return common.terminal_json(json.dumps(data, sort_keys=True, ensure_ascii=False))

@@ -15,7 +15,8 @@ apply executes: for a creation that includes the fence it is bound to
 digest, target namespace) and the preflight report it was planned on (``preflights``);
 editing any of them after saving breaks the digest.
 
-Pure: builds and reads plain values; the caller does the file I/O.
+Pure: builds and reads plain values; the caller does the file I/O. What it builds is
+redacted (``render.common.redacted``) before the digest is taken.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from reconciler.core.plans import Action, Change, Plan
+from reconciler.render import common
 
 #: 2.1 added ``review`` (plan --base); 2.2 adds the ``create`` action (``changes[].creation``:
 #: the preflight request, the fence, the new service), ``preflights`` (each service's
@@ -63,7 +65,10 @@ def _change_to_wire(change: Change) -> dict[str, Any]:
 
 
 def to_wire(plan: Plan) -> dict[str, Any]:
-    """The plan as a JSON-ready dict, keys in a fixed order."""
+    """The plan as a JSON-ready dict, keys in a fixed order, redacted (``common.redacted``:
+    a secret a control plane echoed is never saved or shown, and the content digest is
+    the digest of what is written)."""
+    plan = common.redacted(plan)
     data = plan.model_dump(mode="json")
     data["changes"] = [_change_to_wire(c) for c in plan.changes]
     document = {

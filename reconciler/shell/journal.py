@@ -31,10 +31,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from reconciler.core.outcomes import ApplyReport
 from reconciler.core.plans import Change, Plan
+from reconciler.core.sanitize import redact_value
 
 VERSION = 1
 
@@ -125,7 +126,9 @@ class Journal:
         return journal
 
     def _append(self, body: dict[str, Any]) -> None:
-        body = {"v": VERSION, "ts": int(time.time() * 1000), **body}
+        # Written redacted (a secret a control plane echoed into a detail), checksum after.
+        body = {"v": VERSION, "ts": int(time.time() * 1000), **cast(dict[str, Any],
+                                                                   redact_value(body))}
         line = json.dumps({**body, "sum": _checksum(body)}, sort_keys=True) + "\n"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,7 @@ from typing import Any, Final, Protocol
 
 import httpx
 
-from reconciler.core.sanitize import safe
+from reconciler.core.sanitize import REDACTED, register_secret, safe
 
 UNKNOWN_METHOD_TEXT: Final = "There is no available method for this call on the server side"
 
@@ -143,19 +143,25 @@ class Redact(Protocol):
 
 
 class Redactor:
-    """Removes known secrets from text, then bounds and de-fangs it with ``safe``."""
+    """Removes known secrets from text, then bounds and de-fangs it with ``safe``.
+
+    A secret it is told about is registered for the whole run
+    (``core.sanitize.register_secret``), so it is redacted from every output, not only
+    from this client's error messages: a control plane that echoes the token or the
+    session jwt into a rollout status is redacted in the plan, the journal and the logs."""
 
     def __init__(self) -> None:
         self._secrets: list[str] = []
 
     def add(self, secret: str | None) -> None:
+        register_secret(secret)
         if secret and len(secret) >= 4 and secret not in self._secrets:
             self._secrets.append(secret)
 
     def __call__(self, text: object, limit: int = 300) -> str:
         value = str(text)
         for secret in self._secrets:
-            value = value.replace(secret, "<redacted>")
+            value = value.replace(secret, REDACTED)
         return safe(value, limit)
 
 
