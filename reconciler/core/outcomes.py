@@ -23,6 +23,10 @@ class Outcome(StrEnum):
     ALREADY_APPLIED = "already_applied"  # idempotent replay, or the result was already live
     REFUSED = "refused"  # the control plane said no (CAS mismatch, forbidden, ...)
     FAILED = "failed"  # no answer we can trust, after bounded retries with the same key
+    #: sent, and no answer came back (the reply timed out, or the connection dropped after
+    #: the request went out): the control plane may have committed it. Not "failed": a
+    #: rerun replays the same idempotency key, and gets the first result if it landed.
+    IN_DOUBT = "in_doubt"
     SKIPPED = "skipped"  # not sent: an earlier change of the same service did not succeed
 
 

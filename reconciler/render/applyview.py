@@ -30,7 +30,7 @@ from reconciler.render import common
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _MARK = {Outcome.APPLIED: "✓", Outcome.ALREADY_APPLIED: "=", Outcome.REFUSED: "✗",
-         Outcome.FAILED: "✗", Outcome.SKIPPED: "-"}
+         Outcome.FAILED: "✗", Outcome.IN_DOUBT: "?", Outcome.SKIPPED: "-"}
 
 
 def _label(change: Change) -> str:
@@ -75,6 +75,8 @@ def text(event: Event) -> list[str]:
             return [f"  ✓ {_label(r.change)}" + (f" ({safe(r.detail)})" if r.detail else "")]
         if r.outcome is Outcome.ALREADY_APPLIED:
             return [f"  = {_label(r.change)}: {safe(r.detail) or 'already applied'}"]
+        if r.outcome is Outcome.IN_DOUBT:  # the detail says "in doubt — a rerun replays ..."
+            return [f"  {_MARK[r.outcome]} {_label(r.change)}: {safe(r.detail)}"]
         return [f"  {_MARK[r.outcome]} {_label(r.change)}: {r.outcome.value}: {safe(r.detail)}"]
     if isinstance(event, GateStarted):
         return [f"Convergence gate: {len(event.services)} service(s) × {len(event.clusters)} "
@@ -102,7 +104,8 @@ def summary(report: ApplyReport) -> tuple[list[str], list[str]]:
         out.append(f"Changes: {counts}")
     for r in report.results:
         if r.outcome not in (Outcome.APPLIED, Outcome.ALREADY_APPLIED):
-            err.append(f"  {r.outcome.value}: {_label(r.change)}: {safe(r.detail)}")
+            err.append(f"  {r.outcome.value.replace('_', ' ')}: {_label(r.change)}: "
+                       f"{safe(r.detail)}")
     gate = report.gate
     if gate is not None and not gate.converged:
         err.append(f"error: convergence gate failed after {gate.attempts} poll(s) "

@@ -19,6 +19,7 @@ Run: ``python -m reconciler.sandbox.controlplane --state DIR --fd N`` (the launc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hmac
 import json
 import secrets
@@ -557,6 +558,15 @@ class Handler(serving.JsonHandler):
             reply = plane.dispatch(envelope)
         except Exception as exc:
             self.send_json(500, {"error": f"internal error: {type(exc).__name__}"})
+            return
+        late = plane.faults.get("slow-reply")
+        if late is not None and late.get("method", method) == method \
+                and plane.faults.fires("slow-reply") is not None:
+            # Committed (dispatch ran in its own transaction): only the answer is late.
+            plane.audit_fault(method, envelope, "FAULT_SLOW_REPLY")
+            time.sleep(faults.param_int(late, "ms", 3000) / 1000)
+            with contextlib.suppress(OSError):  # the client may have given up by now
+                self.send_json(200, reply)
             return
         self.send_json(200, reply)
 

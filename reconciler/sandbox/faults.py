@@ -46,6 +46,8 @@ CONTROL_PLANE_KINDS: dict[str, str] = {
     "retry": "reply retry {waitForMs} (times=N, waitForMs=M)",
     "null-response": "reply response null without error (times=N)",
     "slow": "answer after ms=N milliseconds (default 3000)",
+    "slow-reply": "commit the request, then answer after ms=N milliseconds (default 3000; "
+    "method=NAME: only that method; times=N)",
     "echo-secrets": "successful replies' rollout statuses say failed, quoting the caller's "
     "token and session jwt",
 }

@@ -136,7 +136,16 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
         return ChangeResult(change=change, outcome=Outcome.REFUSED, detail=detail,
                             code=exc.code)
     except ControlPlaneError as exc:
-        # The write may or may not have landed; the journal keeps the key for a rerun.
+        if exc.in_doubt:
+            # Sent and unanswered: the control plane may have committed it. The journal
+            # keeps the key (in doubt), so a rerun replays it, never a fresh one.
+            detail = (f"in doubt — a rerun replays key {change.idempotency_key} ({exc}; the "
+                      "request was sent and no answer came back, so the control plane may "
+                      "have committed it)")
+            journal.result(change, Outcome.IN_DOUBT.value, detail)
+            return ChangeResult(change=change, outcome=Outcome.IN_DOUBT, detail=detail)
+        # Not sent, or refused in a way the client could not read: the journal still
+        # keeps the key for a rerun.
         detail = f"{exc} (a rerun replays key {change.idempotency_key})"
         journal.result(change, Outcome.FAILED.value, detail)
         return ChangeResult(change=change, outcome=Outcome.FAILED, detail=detail)

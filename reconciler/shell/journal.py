@@ -174,7 +174,7 @@ class Journal:
         if key not in self.sent:
             return False
         result = self.results.get(key)
-        return result is None or result.get("outcome") == "failed"
+        return result is None or result.get("outcome") in ("failed", "in_doubt")
 
     def intent(self, change: Change) -> None:
         self._append({"event": "intent", "key": change.idempotency_key,
@@ -264,14 +264,17 @@ class Run:
 
     @property
     def status(self) -> str:
-        """converged | not_converged | failed | unproven | refused | nothing_to_do |
-        interrupted | not_finished | legacy"""
+        """converged | not_converged | failed | in_doubt | unproven | refused |
+        nothing_to_do | interrupted | not_finished | legacy"""
         if self.legacy:
             return "legacy"
         done = self.finished
         if done is not None:
             if not done.get("writes_ok", False):
-                return "failed"
+                said = {str(o.get("outcome")) for o in done.get("outcomes") or []}
+                # Only unanswered writes went wrong: in doubt, not failed (a rerun replays).
+                return "in_doubt" if "in_doubt" in said and not said & {"failed", "refused"} \
+                    else "failed"
             gate = done.get("gate")
             if gate is None:
                 return "unproven" if done.get("outcomes") else "nothing_to_do"

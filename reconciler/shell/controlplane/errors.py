@@ -45,7 +45,13 @@ UNKNOWN_METHOD_TEXT: Final = "There is no available method for this call on the 
 
 
 class ControlPlaneError(Exception):
-    """Base of every control-plane failure; the message is sanitized and token-free."""
+    """Base of every control-plane failure; the message is sanitized and token-free.
+
+    ``in_doubt``: the request went out (its headers were sent) and no answer came back
+    for it -- a timeout, or the connection dropped -- so the control plane may have
+    committed it. Only a ``TransportError`` can be in doubt; a refusal was an answer."""
+
+    in_doubt = False
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -55,14 +61,17 @@ class ControlPlaneError(Exception):
 class TransportError(ControlPlaneError):
     """The exchange itself failed; ``transient`` says whether re-sending may help."""
 
-    def __init__(self, message: str, *, transient: bool, status: int | None = None) -> None:
+    def __init__(self, message: str, *, transient: bool, status: int | None = None,
+                 in_doubt: bool = False) -> None:
         super().__init__(message)
         self.transient = transient
+        self.in_doubt = in_doubt
         self.status = status
 
     def again(self, message: str) -> TransportError:
         """The same failure (same class, same flags) with another message."""
-        return TransportError(message, transient=self.transient, status=self.status)
+        return TransportError(message, transient=self.transient, status=self.status,
+                              in_doubt=self.in_doubt)
 
 
 class ProtocolError(TransportError):
