@@ -23,7 +23,7 @@ from reconciler.core.events import (
     PreApply,
 )
 from reconciler.core.evidence import Proof, ServiceProof
-from reconciler.core.outcomes import ApplyReport, Outcome
+from reconciler.core.outcomes import EXPIRED, ApplyReport, Outcome
 from reconciler.core.plans import Action, Change
 from reconciler.core.sanitize import safe
 from reconciler.render import common
@@ -107,9 +107,18 @@ def summary(report: ApplyReport) -> tuple[list[str], list[str]]:
             err.append(f"  {r.outcome.value.replace('_', ' ')}: {_label(r.change)}: "
                        f"{safe(r.detail)}")
     gate = report.gate
+    if report.expired and report.timeout_seconds is not None:
+        not_sent = [r for r in report.results
+                    if r.outcome is Outcome.SKIPPED and r.detail.startswith(EXPIRED)]
+        err.append(f"error: --timeout {report.timeout_seconds:g}s expired"
+                   + (f"; {len(not_sent)} change(s) not sent" if not_sent else "")
+                   + ("; the convergence gate stopped" if gate is not None and gate.expired
+                      else "")
+                   + (": still unproven below" if gate is not None and not gate.converged
+                      else ""))
     if gate is not None and not gate.converged:
-        err.append(f"error: convergence gate failed after {gate.attempts} poll(s) "
-                   f"({gate.waited_seconds:.1f}s):")
+        err.append(f"error: convergence gate {'stopped by --timeout' if gate.expired else 'failed'}"
+                   f" after {gate.attempts} poll(s) ({gate.waited_seconds:.1f}s):")
         for proof in gate.pending():
             if proof.rollout_why is not None:
                 err.append(f"  ✗ {safe(proof.service)}: {safe(proof.rollout_detail)}")
