@@ -581,11 +581,13 @@ class WatchSteps:
 
     def __init__(self, root: Path, *, overrides: Overrides, env: Mapping[str, str],
                  only: frozenset[str] = frozenset(),
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 timeout: float | None = None) -> None:
         self.root = root
         self.overrides = overrides
         self.env = env
         self.only = only
+        self.timeout = timeout  # watch --timeout: bounds each apply as apply --timeout does
         self.clock = clock  # wall-clock seconds: how old a snapshot's observations are
         self.cache = validating.BlobCache()
         self._live: Reconciler | None = None
@@ -658,7 +660,9 @@ class WatchSteps:
         desired, provenance = load_consistent(self.root)
         async with Reconciler(self.root, desired, overrides=self.overrides,
                               env=self.env) as reconciler:
-            return await reconciler.apply(desired, provenance, hook=hook, only=self.only)
+            return await reconciler.apply(
+                desired, provenance, hook=hook, only=self.only,
+                deadline=Deadline.after(self.timeout) if self.timeout is not None else None)
 
     async def close(self) -> None:
         if self._live is not None:
