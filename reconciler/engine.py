@@ -547,10 +547,16 @@ async def apply_async(
     confirm: Callable[[Plan], bool] | None = None,
     progress: Progress | None = None,
     timeout: float | None = None,
+    started: float | None = None,
 ) -> ApplyRun:
     """Load the commit, then one ``Reconciler`` run: observe, plan, bind, send, gate;
-    all of it within ``timeout`` seconds when given (``apply --timeout``)."""
-    deadline = Deadline.after(timeout) if timeout is not None else None
+    all of it within ``timeout`` seconds when given (``apply --timeout``), counted from
+    ``started`` (``time.monotonic()``; the command's start, so loading the HTTP stack
+    counts too) or from now."""
+    deadline = None
+    if timeout is not None:
+        deadline = Deadline(at=(time.monotonic() if started is None else started) + timeout,
+                            seconds=timeout)
     desired, provenance = load_consistent(root)
     unknown = sorted(only - {s.name for s in desired.services})
     if unknown:

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -88,6 +89,7 @@ def _show_plan(plan: Plan) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()  # --timeout counts from here, the HTTP stack's loading too
     from reconciler.engine import apply_async  # the HTTP stack loads only when needed
 
     target = Path(args.target)
@@ -105,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         result = asyncio.run(apply_async(
             root, overrides=options.overrides_from(args), env=os.environ, hook=_View(args.format),
             saved=saved, only=only, confirm=confirm, progress=output.progress_for_stderr(),
-            timeout=args.timeout))
+            timeout=args.timeout, started=started))
     except EngineError as exc:
         return output.report_error(exc)
     return _report(result, args.format)
