@@ -96,3 +96,18 @@ def _reference_plan() -> Plan:
     made = make_plan(reference_desired(), reference_live())
     assert made.changes
     return made
+
+
+def test_the_watchers_log_lines_are_redacted_text_and_json() -> None:
+    import io
+
+    from reconciler.core.sanitize import register_secret
+    from reconciler.shell.watching import Log
+
+    register_secret("bearer-9c1e5b2d4f6a")
+    for fmt in ("text", "json"):
+        stream = io.StringIO()
+        Log(fmt, stream=stream).event("apply-failed", "sn1 said bearer-9c1e5b2d4f6a is stale",
+                                      detail="again bearer-9c1e5b2d4f6a")
+        assert "9c1e5b2d4f6a" not in stream.getvalue()
+        assert "sn1 said <redacted> is stale" in stream.getvalue()
