@@ -7,11 +7,9 @@ string (summaries, messages, reasons, cluster ids, names, tags, digests, lastErr
 URLs...) has passed through ``safe``, so no control character, escape sequence, OSC-8
 hyperlink or bidi override in a plan value (a server's reply, or a hand-edited saved
 plan) can reach a terminal or a comment, whichever field a renderer reads. Length is
-bounded there too; each embedding may bound it further. ``safe`` also redacts (the
-secrets registered for the run, URL query values: ``core.sanitize``), so the same walk
-keeps every secret out of the text and Markdown plans; ``redacted(plan)`` is the same walk
-with redaction only (lossless otherwise), for the plan's JSON form and the saved plan.
-Pure; no styling here.
+bounded there too; each embedding may bound it further. ``safe`` also redacts (the secrets
+registered for the run, URL query values: ``core.sanitize``), so the same walk keeps every
+secret out of the text and Markdown plans. Pure; no styling here.
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ from reconciler.core.plans import (
     Verdict,
 )
 from reconciler.core.preflight import CREATE_METHOD, ServicePreflight, Status
-from reconciler.core.sanitize import redact, safe, safe_json_text
+from reconciler.core.sanitize import safe, safe_json_text
 
 #: The bound on any one string of a plan as rendered; fields shown in tables bound harder.
 VALUE_LIMIT = 2_000
@@ -67,9 +65,7 @@ class _Sanitizer:
     checked once, and each object of the plan walked once however often it is shared
     (a 10,000 × 10 plan shares its clusters' runtimes, cluster ids and digests)."""
 
-    def __init__(self, transform: Callable[[str], str] = lambda v: safe(v, VALUE_LIMIT),
-                 ) -> None:
-        self._transform = transform
+    def __init__(self) -> None:
         #: string -> its safe form, or None when it is already safe
         self._strings: dict[str, str | None] = {}
         #: id of an object of the plan (alive for the whole walk) -> its sanitized form
@@ -84,7 +80,7 @@ class _Sanitizer:
         if kind is str:
             made = self._strings.get(value, _UNSEEN)
             if made is _UNSEEN:
-                safe_form = self._transform(value)
+                safe_form = safe(value, VALUE_LIMIT)
                 made = self._strings[value] = None if safe_form == value else safe_form
             return value if made is None else made
         if value is None or kind is int or kind is bool or not isinstance(
@@ -130,14 +126,6 @@ def untrusted(plan: Plan) -> Plan:
     exactly as before. A copy, not a re-validation: it cannot fail on a plan that loaded.
     """
     result: Plan = _sanitize(plan)
-    return result
-
-
-def redacted(plan: Plan) -> Plan:
-    """The plan with every registered secret and URL query value redacted from every
-    string (``core.sanitize.redact``), nothing else changed: what its JSON form holds,
-    so the saved plan is written already redacted and its content digest covers that."""
-    result: Plan = _Sanitizer(redact)(plan)
     return result
 
 
