@@ -551,8 +551,8 @@ async def apply_async(
 ) -> ApplyRun:
     """Load the commit, then one ``Reconciler`` run: observe, plan, bind, send, gate;
     all of it within ``timeout`` seconds when given (``apply --timeout``), counted from
-    ``started`` (``time.monotonic()``; the command's start, so loading the HTTP stack
-    counts too) or from now."""
+    ``started`` (``time.monotonic()``; the command passes its process's start, so
+    loading the interpreter and the HTTP stack counts too) or from now."""
     deadline = None
     if timeout is not None:
         deadline = Deadline(at=(time.monotonic() if started is None else started) + timeout,

@@ -24,8 +24,9 @@ from tests.plan.builders import digest
 pytestmark = pytest.mark.integration
 
 NEW_CHECKOUT = digest("checkout", "v2.4.0")
-#: Interpreter start-up, the write in flight (it is never abandoned), process teardown.
-GRACE_S = 15.0
+#: The bound counts from the process's start; past it: closing the clients, the journal's
+#: last line, the interpreter's exit -- and a busy test machine.
+GRACE_S = 10.0
 
 
 def test_timeout_bounds_the_gate_over_a_slow_control_plane_and_a_stuck_cluster(
