@@ -71,3 +71,11 @@ def test_a_bad_timeout_is_a_usage_error(tmp_path: Path, value: str) -> None:
                             stdin=subprocess.DEVNULL)
     assert result.returncode == Exit.USAGE, result.stdout + result.stderr
     assert "invalid duration" in result.stderr
+
+
+def test_watch_timeout_without_apply_is_a_usage_error(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "reconciler", "watch", str(tmp_path),
+                             "--timeout", "30s"], cwd=PROJECT, capture_output=True, text=True,
+                            timeout=60, stdin=subprocess.DEVNULL)
+    assert result.returncode == Exit.USAGE, result.stdout + result.stderr
+    assert "--timeout bounds each apply: it needs --apply" in result.stderr
