@@ -30,6 +30,7 @@ from reconciler.core.desired import DesiredState, Service
 from reconciler.core.diagnostics import Diagnostic
 from reconciler.core.events import (
     ApplyStarted,
+    Event,
     Finished,
     GatePolled,
     GateStarted,
@@ -37,8 +38,15 @@ from reconciler.core.events import (
     NothingToDo,
 )
 from reconciler.core.evidence import ServiceProof
-from reconciler.core.live import ImageRelease, LiveService, LiveSnapshot, ReadFailure
-from reconciler.core.outcomes import ApplyReport, ChangeResult, GateReport, Outcome
+from reconciler.core.live import (
+    ImageRelease,
+    LiveService,
+    LiveSnapshot,
+    Observation,
+    ObservationKind,
+    ReadFailure,
+)
+from reconciler.core.outcomes import EXPIRED, ApplyReport, ChangeResult, GateReport, Outcome
 from reconciler.core.planning import (
     Provenance,
     absent,
@@ -50,7 +58,7 @@ from reconciler.core.planning import plan as make_plan
 from reconciler.core.plans import Plan, Verdict, restrict
 from reconciler.core.preflight import Greenfield
 from reconciler.core.results import PlanResult, ResultKind
-from reconciler.core.sanitize import safe
+from reconciler.core.sanitize import redact, safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 from reconciler.shell import applying, committed, gitrepo, greenfield, observing, validating
@@ -232,7 +240,8 @@ def refuse_no_go(plan_value: Plan) -> None:
 
 
 def _where(connection: Connection, provenance: Provenance) -> binding.Where:
-    return binding.Where(control_plane_url=connection.control_plane_url,
+    # Redacted as the plan holds it (observing): a query's token is never compared or shown.
+    return binding.Where(control_plane_url=redact(connection.control_plane_url),
                          gateway=connection.gateway, repo_root=provenance.root,
                          repo_path=provenance.path, commit=provenance.commit,
                          tree=provenance.tree, files=dict(provenance.files))
@@ -244,6 +253,24 @@ def _refuse_mismatch(what: str, diffs: list[str]) -> None:
                           + "\n".join(f"  ✗ {safe(d, 2000)}" for d in diffs)
                           + "\nplan again against this environment and review that plan",
                           Exit.REFUSED_MISMATCH)
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """``apply --timeout``: when the whole run must end (``time.monotonic()``), and the
+    bound as given, for the messages."""
+
+    at: float
+    seconds: float
+
+    @classmethod
+    def after(cls, seconds: float) -> Deadline:
+        return cls(at=time.monotonic() + seconds, seconds=seconds)
+
+
+def _left(deadline: Deadline | None) -> float | None:
+    """Seconds left before ``deadline`` (None: unbounded), for ``asyncio.timeout``."""
+    return None if deadline is None else max(0.0, deadline.at - time.monotonic())
 
 
 @dataclass(frozen=True)
@@ -328,9 +355,15 @@ class Reconciler:
     async def apply(self, desired: DesiredState, provenance: Provenance, *, hook: Hook,
                     saved: Plan | None = None, only: frozenset[str] = frozenset(),
                     confirm: Callable[[Plan], bool] | None = None,
-                    progress: Progress | None = None) -> ApplyRun:
+                    progress: Progress | None = None,
+                    deadline: Deadline | None = None) -> ApplyRun:
         """Observe, plan fresh, bind a saved plan to it, refuse what must be refused, send,
-        and gate on what the fresh judge does not prove."""
+        and gate on what the fresh judge does not prove.
+
+        ``deadline`` (``apply --timeout``) bounds all of it: reading the live world (expiry
+        there: nothing sent, exit 15), starting writes (none starts after it; one in
+        flight ends by its own call deadline) and the gate (it stops, and the judge's
+        word at the last finished poll names what is still unproven)."""
         where = _where(self.connection, provenance)
         unbound = binding.source(saved, where) if saved is not None else None
         if unbound is not None and unbound.kind is binding.Unbound.PREVIEW:
@@ -365,7 +398,19 @@ class Reconciler:
             journal = Journal.open(directory / "journal.jsonl")
         except JournalError as exc:
             raise EngineError(str(exc)) from exc
-        fresh_all, snapshot = await self.plan(desired, provenance, progress)
+        try:
+            async with asyncio.timeout(_left(deadline)):
+                fresh_all, snapshot = await self.plan(desired, provenance, progress)
+        except TimeoutError:
+            assert deadline is not None
+            names = sorted(s.name for s in desired.services
+                           if not only or s.name in only)
+            raise EngineError(
+                f"--timeout {deadline.seconds:g}s expired while reading the live world (the "
+                f"control plane {self.connection.control_plane_url} and the clusters of "
+                f"{self.connection.gateway}); nothing was sent; still unproven: "
+                f"{', '.join(names) or 'every service'} (nothing was judged)",
+                Exit.NOT_CONVERGED) from None
         fresh = restrict(fresh_all, only)
         try:
             # Before any refusal, so `reconcile history` lists refused applies too.
@@ -417,15 +462,21 @@ class Reconciler:
         hook(ApplyStarted(changes=len(checks)))
         try:
             results = await applying.execute(checks, client=self.client, journal=journal,
-                                             hook=hook, concurrency=self.connection.concurrency)
+                                             hook=hook, concurrency=self.connection.concurrency,
+                                             deadline=deadline.at if deadline else None)
         except JournalError as exc:
             # The journal is what makes a rerun safe: without it, stop sending at once.
             raise EngineError(f"{exc}; stopped sending: a rerun replays what the journal "
                               "holds", Exit.APPLY_FAILED) from exc
-        report = ApplyReport(results=tuple(results))
+        report = ApplyReport(results=tuple(results),
+                             timeout_seconds=deadline.seconds if deadline else None,
+                             expired=any(r.outcome is Outcome.SKIPPED
+                                         and r.detail.startswith(EXPIRED) for r in results))
         targets = self.gate_targets(desired, fresh, results)
         if targets:
-            report = report.model_copy(update={"gate": await self.gate(desired, targets, hook)})
+            gate = await self.bounded_gate(desired, targets, hook, deadline)
+            report = report.model_copy(update={"gate": gate,
+                                               "expired": report.expired or gate.expired})
         try:
             journal.run_finished(run, report)
         except JournalError as exc:
@@ -448,6 +499,44 @@ class Reconciler:
         declared = {s.name for s in desired.services}
         return {n: expected.get(n, fresh.expected_clusters)
                 for n in sorted(names - failed) if n in declared}
+
+    async def bounded_gate(self, desired: DesiredState,
+                           targets: Mapping[str, tuple[str, ...]], hook: Hook,
+                           deadline: Deadline | None) -> GateReport:
+        """``gate`` within what is left of ``deadline``. On expiry the polls stop; what is
+        unproven is the judge's word at the last poll that finished (its ``GatePolled``),
+        or, when none finished, the judge's word on services it was given no evidence for
+        (every expected cluster silent: "not polled before --timeout expired")."""
+        if deadline is None:
+            return await self.gate(desired, targets, hook)
+        polls: list[GatePolled] = []
+
+        def seen(event: Event) -> None:
+            if isinstance(event, GatePolled):
+                polls.append(event)
+            hook(event)
+
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(_left(deadline)):
+                return await self.gate(desired, targets, seen)
+        except TimeoutError:
+            pass
+        if polls:
+            proofs = polls[-1].proofs
+        else:
+            why = f"not polled before --timeout {deadline.seconds:g}s expired"
+            proofs = tuple(
+                evidence.judge(target_of(svc, None),
+                               ReadFailure(service_id=svc.service_id, reason=why),
+                               targets[svc.name],
+                               [Observation(cluster_id=c, kind=ObservationKind.SILENT,
+                                            reason=why) for c in targets[svc.name]])
+                for svc in sorted(desired.services, key=lambda s: s.name)
+                if svc.name in targets)
+        return GateReport(attempts=polls[-1].attempt if polls else 0,
+                          waited_seconds=time.monotonic() - started, proofs=proofs,
+                          expired=True)
 
     async def gate(self, desired: DesiredState, targets: Mapping[str, tuple[str, ...]],
                    hook: Hook) -> GateReport:
@@ -538,8 +627,17 @@ async def apply_async(
     only: frozenset[str] = frozenset(),
     confirm: Callable[[Plan], bool] | None = None,
     progress: Progress | None = None,
+    timeout: float | None = None,
+    started: float | None = None,
 ) -> ApplyRun:
-    """Load the commit, then one ``Reconciler`` run: observe, plan, bind, send, gate."""
+    """Load the commit, then one ``Reconciler`` run: observe, plan, bind, send, gate;
+    all of it within ``timeout`` seconds when given (``apply --timeout``), counted from
+    ``started`` (``time.monotonic()``; the command passes its process's start, so
+    loading the interpreter and the HTTP stack counts too) or from now."""
+    deadline = None
+    if timeout is not None:
+        deadline = Deadline(at=(time.monotonic() if started is None else started) + timeout,
+                            seconds=timeout)
     desired, provenance = load_consistent(root)
     unknown = sorted(only - {s.name for s in desired.services})
     if unknown:
@@ -547,7 +645,7 @@ async def apply_async(
                           Exit.USAGE)
     async with Reconciler(root, desired, overrides=overrides, env=env) as reconciler:
         return await reconciler.apply(desired, provenance, hook=hook, saved=saved, only=only,
-                                      confirm=confirm, progress=progress)
+                                      confirm=confirm, progress=progress, deadline=deadline)
 
 
 # -- the watcher's steps ------------------------------------------------------------------
@@ -570,11 +668,13 @@ class WatchSteps:
 
     def __init__(self, root: Path, *, overrides: Overrides, env: Mapping[str, str],
                  only: frozenset[str] = frozenset(),
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 timeout: float | None = None) -> None:
         self.root = root
         self.overrides = overrides
         self.env = env
         self.only = only
+        self.timeout = timeout  # watch --timeout: bounds each apply as apply --timeout does
         self.clock = clock  # wall-clock seconds: how old a snapshot's observations are
         self.cache = validating.BlobCache()
         self._live: Reconciler | None = None
@@ -646,7 +746,9 @@ class WatchSteps:
         desired, provenance = load_consistent(self.root)
         async with Reconciler(self.root, desired, overrides=self.overrides,
                               env=self.env) as reconciler:
-            return await reconciler.apply(desired, provenance, hook=hook, only=self.only)
+            return await reconciler.apply(
+                desired, provenance, hook=hook, only=self.only,
+                deadline=Deadline.after(self.timeout) if self.timeout is not None else None)
 
     async def close(self) -> None:
         if self._live is not None:

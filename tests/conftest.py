@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from reconciler.core import sanitize
 from reconciler.sandbox import launcher
 from reconciler.sandbox.launcher import Sandbox
 
@@ -44,3 +45,11 @@ def sandbox_factory(tmp_path: Path) -> Iterator[Callable[..., Sandbox]]:
     finally:
         for sb in started:
             sb.stop()
+
+
+@pytest.fixture(autouse=True)
+def _forget_secrets() -> Iterator[None]:
+    """Each test starts with no registered secret (``core.sanitize``), as each run does."""
+    sanitize.forget_secrets()
+    yield
+    sanitize.forget_secrets()

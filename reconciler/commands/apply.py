@@ -11,10 +11,11 @@ import argparse
 import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reconciler.commands import options, output, selection
+from reconciler.commands import durations, options, output, selection
 from reconciler.core.events import Event
 from reconciler.core.outcomes import ApplyReport, Outcome
 from reconciler.core.plans import Plan
@@ -42,6 +43,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="progress and result as terminal text, or one JSON object per "
                         "event per line")
+    parser.add_argument("--timeout", type=durations.seconds, metavar="DURATION",
+                        help="bound the whole run, gate included (90, 90s, 5m, 1m30s, 1h): "
+                        "once it expires no further change is sent (one in flight ends by "
+                        "the control plane's own call timeout), the convergence gate stops, "
+                        "and apply exits 15 naming what is still unproven (service, "
+                        "cluster, digest); expired before anything was sent: nothing is "
+                        "sent, exit 15. Default: no bound beyond the gate's own polls")
     parser.add_argument("--repo", metavar="PATH",
                         help="the config repo of a saved plan (default: where it was made)")
     options.add_connection_flags(parser)
@@ -80,7 +88,22 @@ def _show_plan(plan: Plan) -> bool:
     return True
 
 
+def process_started() -> float:
+    """When this process started, on ``time.monotonic()``'s clock: ``--timeout`` counts
+    from there, so the interpreter's and the HTTP stack's loading are inside the bound
+    (seconds on a busy machine). Linux: ``/proc``; elsewhere, now."""
+    try:
+        stat = Path("/proc/self/stat").read_text(encoding="ascii")
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        uptime = float(Path("/proc/uptime").read_text(encoding="ascii").split()[0])
+        age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.monotonic()
+    return time.monotonic() - min(max(0.0, age), 60.0)  # never trust a wild answer
+
+
 def run(args: argparse.Namespace) -> int:
+    started = process_started()
     from reconciler.engine import apply_async  # the HTTP stack loads only when needed
 
     target = Path(args.target)
@@ -97,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
             confirm = _show_plan if args.format == "text" else _accept
         result = asyncio.run(apply_async(
             root, overrides=options.overrides_from(args), env=os.environ, hook=_View(args.format),
-            saved=saved, only=only, confirm=confirm, progress=output.progress_for_stderr()))
+            saved=saved, only=only, confirm=confirm, progress=output.progress_for_stderr(),
+            timeout=args.timeout, started=started))
     except EngineError as exc:
         return output.report_error(exc)
     return _report(result, args.format)
@@ -111,6 +135,10 @@ def _report(run_: ApplyRun, fmt: str) -> int:
     if any(r.outcome is Outcome.REFUSED and r.code and r.code.endswith("_MISMATCH")
            for r in report.results):
         code = Exit.CONFLICT
+    elif report.failures():
+        code = Exit.APPLY_FAILED  # refused, failed, or in doubt (the text says which)
+    elif report.expired:
+        code = Exit.NOT_CONVERGED  # --timeout: what is unproven is named below
     elif not report.writes_ok:
         code = Exit.APPLY_FAILED
     gate = report.gate

@@ -104,6 +104,7 @@ STATUS_WORDS = {
     "converged": "converged",
     "not_converged": "NOT converged",
     "failed": "FAILED (a change did not go through)",
+    "in_doubt": "IN DOUBT (a change was sent and not answered; a rerun replays its key)",
     "unproven": "sent, convergence not proven",
     "refused": "refused (NO-GO), nothing sent",
     "nothing_to_do": "nothing to do",

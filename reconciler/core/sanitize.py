@@ -5,6 +5,18 @@ value echoed from a user's file or a saved plan) has its control characters made
 visible and its length bounded before it reaches a terminal, a log line or a PR
 comment. Pure.
 
+It also owns redaction, the one mechanism every output passes through: the secrets known
+to the run (the machine token, the session jwt the control plane hands out, the clusters'
+bearer tokens, the GitHub token) are *registered* once, by whoever learns them
+(``register_secret``), and ``redact`` removes every registered secret, and the value of
+every query parameter of a URL (``https://host/x?token=<redacted>``), from a string.
+``safe`` redacts first, so every message, every rendered plan (``render.common.untrusted``)
+and every log line is covered; ``safe_json_text`` redacts JSON text (JSON views, history);
+``redact_value`` redacts plain JSON values before they are written (the journal), and the
+plan's JSON form (the saved plan, ``--format json``) is redacted before its content digest
+is taken (``render.jsonplan.to_wire``). The registry is process-wide state on purpose:
+a secret learnt anywhere in the run is redacted everywhere in it; it is no I/O.
+
 "Control" means every character of the Unicode categories Cc (C0, DEL, C1: ESC, BEL,
 CSI, OSC...), Cf (format: bidi embeddings/overrides/isolates and marks, zero-width
 characters, the invisible "tag" characters), Cs (lone surrogates, which cannot even be
@@ -17,6 +29,74 @@ from __future__ import annotations
 import re
 
 DEFAULT_LIMIT = 300
+
+#: What a secret is replaced with, wherever it appears.
+REDACTED = "<redacted>"
+#: Shorter values are not redacted: replacing a 3-character "secret" everywhere would
+#: mangle every output, and nothing that short is a credential worth the name.
+MIN_SECRET_LENGTH = 6
+
+#: The secrets known to this run, longest first (a secret containing another is replaced
+#: whole). Grows only; ``forget_secrets`` is for tests.
+_SECRETS: list[str] = []
+
+# A URL's query: scheme://... ? then everything up to whitespace, a quote, '<', '>' or '#'.
+_URL_QUERY = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^\s?#'\"<>`]*\?)([^\s#'\"<>`]+)")
+
+
+def register_secret(secret: object) -> None:
+    """Remember ``secret`` (a str of at least ``MIN_SECRET_LENGTH`` characters; anything
+    else is ignored) so that every later output of this run shows ``<redacted>`` instead."""
+    if not isinstance(secret, str):
+        return
+    secret = secret.strip()
+    if len(secret) < MIN_SECRET_LENGTH or secret in _SECRETS:
+        return
+    _SECRETS.append(secret)
+    _SECRETS.sort(key=len, reverse=True)
+
+
+def known_secrets() -> tuple[str, ...]:
+    return tuple(_SECRETS)
+
+
+def forget_secrets() -> None:
+    """Tests only: start from no registered secret."""
+    _SECRETS.clear()
+
+
+def _query_values(match: re.Match[str]) -> str:
+    params = []
+    for param in match.group(2).split("&"):
+        name, equals, value = param.partition("=")
+        if equals:
+            params.append(f"{name}={REDACTED}" if value else param)
+        else:
+            params.append(REDACTED if name else param)  # a bare value may be the token
+    return match.group(1) + "&".join(params)
+
+
+def redact(text: str) -> str:
+    """``text`` with every registered secret and every URL query value replaced by
+    ``<redacted>``. Nothing else changes (no escaping, no bound)."""
+    for secret in _SECRETS:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    if "?" in text and "://" in text:
+        text = _URL_QUERY.sub(_query_values, text)
+    return text
+
+
+def redact_value(value: object) -> object:
+    """A plain JSON value (dicts, lists, strings, numbers) with every string redacted,
+    keys included; for what is written as JSON (the journal's lines)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact_value(k): redact_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_value(v) for v in value]
+    return value
 
 # Regex escapes, not raw characters. C0 apart: JSON text uses newlines structurally.
 _C0 = r"\x00-\x1f"
@@ -45,8 +125,9 @@ def _escape(match: re.Match[str]) -> str:
 
 
 def safe(text: object, limit: int = DEFAULT_LIMIT) -> str:
-    """Return ``text`` with controls escaped (``\\x1b``) and at most ``limit`` characters."""
-    value = _UNSAFE.sub(_escape, str(text))
+    """Return ``text`` redacted (``redact``), with controls escaped (``\\x1b``) and at
+    most ``limit`` characters."""
+    value = _UNSAFE.sub(_escape, redact(str(text)))
     if len(value) > limit:
         return f"{value[:limit]}…(+{len(value) - limit} chars)"
     return value
@@ -64,6 +145,7 @@ def safe_json_text(text: str) -> str:
     """JSON text (from ``json.dumps``) with every control inside a string as a ``\\u`` escape.
 
     Lossless: the document decodes to the same value, but no C1 control, bidi override
-    or lone surrogate is left raw for a terminal (or ``cat``) to act on.
+    or lone surrogate is left raw for a terminal (or ``cat``) to act on. Redacted too
+    (``redact``): a registered secret is never printed, even inside a JSON string.
     """
-    return _UNSAFE_IN_JSON.sub(_json_escape, text)
+    return _UNSAFE_IN_JSON.sub(_json_escape, redact(text))

@@ -26,14 +26,14 @@ from reconciler.core.events import (
     PreApply,
 )
 from reconciler.core.evidence import Proof, ServiceProof
-from reconciler.core.outcomes import ApplyReport, Outcome
+from reconciler.core.outcomes import EXPIRED, ApplyReport, Outcome
 from reconciler.core.plans import Action, Change
 from reconciler.core.sanitize import safe
 from reconciler.render import common
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _MARK = {Outcome.APPLIED: "✓", Outcome.ALREADY_APPLIED: "=", Outcome.REFUSED: "✗",
-         Outcome.FAILED: "✗", Outcome.SKIPPED: "-"}
+         Outcome.FAILED: "✗", Outcome.IN_DOUBT: "?", Outcome.SKIPPED: "-"}
 
 
 def _label(change: Change) -> str:
@@ -104,6 +104,8 @@ def text(event: Event) -> list[str]:
             return [f"  ✓ {_label(r.change)}" + (f" ({safe(r.detail)})" if r.detail else "")]
         if r.outcome is Outcome.ALREADY_APPLIED:
             return [f"  = {_label(r.change)}: {safe(r.detail) or 'already applied'}"]
+        if r.outcome is Outcome.IN_DOUBT:  # the detail says "in doubt — a rerun replays ..."
+            return [f"  {_MARK[r.outcome]} {_label(r.change)}: {safe(r.detail)}"]
         return [f"  {_MARK[r.outcome]} {_label(r.change)}: {r.outcome.value}: {safe(r.detail)}"]
     if isinstance(event, GateStarted):
         return [f"Convergence gate: {len(event.services)} service(s) × {len(event.clusters)} "
@@ -138,8 +140,18 @@ def summary(report: ApplyReport) -> tuple[list[str], list[str]]:
         out.append(f"Changes: {counts}")
     for r in report.results:
         if r.outcome not in (Outcome.APPLIED, Outcome.ALREADY_APPLIED):
-            err.append(f"  {r.outcome.value}: {_label(r.change)}: {safe(r.detail)}")
+            err.append(f"  {r.outcome.value.replace('_', ' ')}: {_label(r.change)}: "
+                       f"{safe(r.detail)}")
     gate = report.gate
+    if report.expired and report.timeout_seconds is not None:
+        not_sent = [r for r in report.results
+                    if r.outcome is Outcome.SKIPPED and r.detail.startswith(EXPIRED)]
+        err.append(f"error: --timeout {report.timeout_seconds:g}s expired"
+                   + (f"; {len(not_sent)} change(s) not sent" if not_sent else "")
+                   + ("; the convergence gate stopped" if gate is not None and gate.expired
+                      else "")
+                   + (": still unproven below" if gate is not None and not gate.converged
+                      else ""))
     if gate is not None and gate.stopped():
         # No later poll can prove these: said once, not once per poll.
         err.append(f"error: convergence gate stopped after {gate.attempts} poll(s) "
@@ -151,8 +163,9 @@ def summary(report: ApplyReport) -> tuple[list[str], list[str]]:
             err.extend(_stopped(proof))
     if gate is not None and not gate.converged:
         if not gate.stopped():
-            err.append(f"error: convergence gate failed after {gate.attempts} poll(s) "
-                       f"({gate.waited_seconds:.1f}s):")
+            err.append(f"error: convergence gate "
+                       f"{'stopped by --timeout' if gate.expired else 'failed'}"
+                       f" after {gate.attempts} poll(s) ({gate.waited_seconds:.1f}s):")
         for proof in gate.pending():
             if proof.terminal:
                 continue
@@ -215,4 +228,5 @@ def json_line(event: Event) -> str:
         data = {"event": "finished", "report": event.report.model_dump(mode="json"),
                 "converged": gate.converged and event.report.writes_ok if gate else None,
                 "stopped": [p.service for p in gate.stopped()] if gate else []}
-    return json.dumps(data, sort_keys=True, ensure_ascii=False)
+    # Redacted and control-free like every other view (``common.terminal_json``).
+    return common.terminal_json(json.dumps(data, sort_keys=True, ensure_ascii=False))

@@ -7,7 +7,9 @@ string (summaries, messages, reasons, cluster ids, names, tags, digests, lastErr
 URLs...) has passed through ``safe``, so no control character, escape sequence, OSC-8
 hyperlink or bidi override in a plan value (a server's reply, or a hand-edited saved
 plan) can reach a terminal or a comment, whichever field a renderer reads. Length is
-bounded there too; each embedding may bound it further. Pure; no styling here.
+bounded there too; each embedding may bound it further. ``safe`` also redacts (the secrets
+registered for the run, URL query values: ``core.sanitize``), so the same walk keeps every
+secret out of the text and Markdown plans. Pure; no styling here.
 """
 
 from __future__ import annotations

@@ -15,18 +15,20 @@ apply executes: for a creation that includes the fence it is bound to
 digest, target namespace) and the preflight report it was planned on (``preflights``);
 editing any of them after saving breaks the digest.
 
-Pure: builds and reads plain values; the caller does the file I/O.
+Pure: builds and reads plain values; the caller does the file I/O. What it builds is
+redacted (``core.sanitize.redact``) before the digest is taken.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
 from reconciler.core.plans import Action, Change, Plan
+from reconciler.core.sanitize import redact, redact_value
 from reconciler.render import common
 
 #: 2.1 added ``review`` (plan --base); 2.2 adds the ``create`` action (``changes[].creation``:
@@ -61,8 +63,15 @@ def content_digest(document: dict[str, Any]) -> str:
     ``content_digest`` itself. Binds a reviewed plan to its bytes; it is an integrity
     check, not a signature: whoever can write the file can recompute it, which is why
     apply also re-derives the plan and compares (``core.binding``)."""
+    return _digest_of(_canonical(document))
+
+
+def _canonical(document: dict[str, Any]) -> str:
     body = {k: v for k, v in document.items() if k != "content_digest"}
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _digest_of(canonical: str) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
@@ -73,10 +82,12 @@ def _change_to_wire(change: Change) -> dict[str, Any]:
 
 
 def to_wire(plan: Plan) -> dict[str, Any]:
-    """The plan as a JSON-ready dict, keys in a fixed order."""
+    """The plan as a JSON-ready dict, keys in a fixed order, redacted (``core.sanitize``:
+    a secret a control plane echoed, a URL's query values, are never saved or shown) before
+    the content digest is taken, so the digest is the digest of what is written."""
     data = plan.model_dump(mode="json")
     data["changes"] = [_change_to_wire(c) for c in plan.changes]
-    document = {
+    document: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "verdict": plan.verdict.value,
         "counts": plan.counts(),
@@ -85,7 +96,13 @@ def to_wire(plan: Plan) -> dict[str, Any]:
         "source_note": common.source_note(plan),
         **data,
     }
-    document["content_digest"] = content_digest(document)
+    # The canonical text the digest needs anyway is the probe: the per-string walk runs
+    # only when it holds something to redact (a large plan is not walked for nothing).
+    canonical = _canonical(document)
+    if redact(canonical) != canonical:
+        document = cast(dict[str, Any], redact_value(document))
+        canonical = _canonical(document)
+    document["content_digest"] = _digest_of(canonical)
     return document
 
 

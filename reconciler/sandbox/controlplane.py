@@ -19,6 +19,7 @@ Run: ``python -m reconciler.sandbox.controlplane --state DIR --fd N`` (the launc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hmac
 import json
 import secrets
@@ -89,6 +90,9 @@ class ControlPlane:
         self.faults = faults.FaultView(state_dir, faults.CONTROL_PLANE)
         self.secret = (state_dir / SECRET_FILE).read_text(encoding="utf-8").strip()
         self._local = threading.local()
+        #: jwt -> the token it was exchanged for, kept only while ``echo-secrets`` is on
+        #: (the store keeps hashes): what that fault echoes back to the caller.
+        self._echoed_tokens: dict[str, str] = {}
         # Issue 12: the preflight, and the [ext] creation unless switched off.
         self.creations = greenfield.Greenfield(self, DomainError, enabled=greenfield_execution)
         self.methods: dict[str, Callable[[sqlite3.Connection, JsonDict], JsonDict]] = {
@@ -197,8 +201,38 @@ class ControlPlane:
                      (store.sha256_hex(jwt), row[0], expires_at))
         conn.execute("DELETE FROM sessions WHERE expires_at < ?",
                      (store.now_ms() - 86_400_000,))
+        if self.faults.get("echo-secrets") is not None:
+            self._echoed_tokens[jwt] = token
         return {"identity": {"name": row[1], "userId": row[0], "type": row[2], "role": row[3],
                              "expiresAt": expires_at, "jwt": jwt}}
+
+    def echo_secrets(self, response: JsonDict, req: JsonDict) -> JsonDict:
+        """The ``echo-secrets`` fault: every service in a successful reply carries a rollout
+        status ``failed`` whose ``mismatchReason`` quotes the caller's token and session
+        jwt, as a careless deployer's debug message would. Applied to the reply only (after
+        the idempotency record is kept), so a replay echoes the replaying caller's."""
+        identity = req.get("identity")
+        jwt = identity.get("jwt") if isinstance(identity, dict) else None
+        if not isinstance(jwt, str):
+            return response
+        token = self._echoed_tokens.get(jwt, "<unknown token>")
+        reason = f"deployer debug: authorization token={token} session={jwt} rejected the image"
+
+        def echo(service: Any) -> Any:
+            if isinstance(service, dict) and isinstance(service.get("data"), dict) \
+                    and isinstance(service["data"].get("imageRolloutStatus"), dict):
+                data = dict(service["data"])
+                data["imageRolloutStatus"] = {**data["imageRolloutStatus"], "status": "failed",
+                                              "mismatchReason": reason}
+                return {**service, "data": data}
+            return service
+
+        out = dict(response)
+        if "service" in out:
+            out["service"] = echo(out["service"])
+        if isinstance(out.get("services"), list):
+            out["services"] = [echo(s) for s in out["services"]]
+        return out
 
     def get_capabilities(self, conn: sqlite3.Connection, req: JsonDict) -> JsonDict:
         """[ext] Every method this control plane answers, read from the handler table, so a
@@ -415,6 +449,9 @@ class ControlPlane:
                 conn.execute("SAVEPOINT method")
                 try:
                     reply["response"] = handler(conn, req)
+                    if self.faults.get("echo-secrets") is not None \
+                            and isinstance(reply["response"], dict):
+                        reply["response"] = self.echo_secrets(reply["response"], req)
                     conn.execute("RELEASE method")
                     result = "ok"
                 except DomainError as exc:
@@ -533,6 +570,15 @@ class Handler(serving.JsonHandler):
             reply = plane.dispatch(envelope)
         except Exception as exc:
             self.send_json(500, {"error": f"internal error: {type(exc).__name__}"})
+            return
+        late = plane.faults.get("slow-reply")
+        if late is not None and late.get("method", method) == method \
+                and plane.faults.fires("slow-reply") is not None:
+            # Committed (dispatch ran in its own transaction): only the answer is late.
+            plane.audit_fault(method, envelope, "FAULT_SLOW_REPLY")
+            time.sleep(faults.param_int(late, "ms", 3000) / 1000)
+            with contextlib.suppress(OSError):  # the client may have given up by now
+                self.send_json(200, reply)
             return
         self.send_json(200, reply)
 

@@ -50,6 +50,10 @@ CONTROL_PLANE_KINDS: dict[str, str] = {
                    "from now on reports another configuration digest",
     "config-drift": "every preflight reports a new configuration digest (two preflights of "
                     "one plan disagree)",
+    "slow-reply": "commit the request, then answer after ms=N milliseconds (default 3000; "
+    "method=NAME: only that method; times=N)",
+    "echo-secrets": "successful replies' rollout statuses say failed, quoting the caller's "
+    "token and session jwt",
 }
 
 FaultMap = dict[str, dict[str, dict[str, Any]]]

@@ -17,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from collections.abc import Sequence
 
 from reconciler.core import staleness
 from reconciler.core.events import Hook, PostApply, PreApply
-from reconciler.core.outcomes import ChangeResult, Outcome
+from reconciler.core.outcomes import EXPIRED, ChangeResult, Outcome
 from reconciler.core.plans import Action, Change
 from reconciler.core.sanitize import safe
 from reconciler.core.staleness import Check, Freshness
@@ -136,7 +137,16 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
         return ChangeResult(change=change, outcome=Outcome.REFUSED, detail=detail,
                             code=exc.code)
     except ControlPlaneError as exc:
-        # The write may or may not have landed; the journal keeps the key for a rerun.
+        if exc.in_doubt:
+            # Sent and unanswered: the control plane may have committed it. The journal
+            # keeps the key (in doubt), so a rerun replays it, never a fresh one.
+            detail = (f"in doubt — a rerun replays key {change.idempotency_key} ({exc}; the "
+                      "request was sent and no answer came back, so the control plane may "
+                      "have committed it)")
+            journal.result(change, Outcome.IN_DOUBT.value, detail)
+            return ChangeResult(change=change, outcome=Outcome.IN_DOUBT, detail=detail)
+        # Not sent, or refused in a way the client could not read: the journal still
+        # keeps the key for a rerun.
         detail = f"{exc} (a rerun replays key {change.idempotency_key})"
         journal.result(change, Outcome.FAILED.value, detail)
         return ChangeResult(change=change, outcome=Outcome.FAILED, detail=detail)
@@ -157,8 +167,13 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
 
 
 async def execute(checks: Sequence[Check], *, client: ControlPlaneClient, journal: Journal,
-                  hook: Hook, concurrency: int) -> list[ChangeResult]:
-    """Send every change; services in parallel, each service's changes in plan order."""
+                  hook: Hook, concurrency: int,
+                  deadline: float | None = None) -> list[ChangeResult]:
+    """Send every change; services in parallel, each service's changes in plan order.
+
+    ``deadline`` (``time.monotonic()``; ``apply --timeout``): no change is *started* after
+    it (each is skipped, said so); a write already sent is never abandoned mid-flight --
+    its own call deadline bounds it -- so it ends applied, refused, failed or in doubt."""
     by_service: dict[str, list[Check]] = {}
     for check in checks:
         by_service.setdefault(check.change.service_id, []).append(check)
@@ -169,6 +184,11 @@ async def execute(checks: Sequence[Check], *, client: ControlPlaneClient, journa
         async with semaphore:
             stopped: ChangeResult | None = None
             for check in group:
+                if stopped is None and deadline is not None and time.monotonic() >= deadline:
+                    results[check.change.idempotency_key] = ChangeResult(
+                        change=check.change, outcome=Outcome.SKIPPED,
+                        detail=f"{EXPIRED} before it was sent")
+                    continue
                 if stopped is not None:
                     results[check.change.idempotency_key] = ChangeResult(
                         change=check.change, outcome=Outcome.SKIPPED,

@@ -52,7 +52,7 @@ from githubkit.exception import (
 from githubkit.retry import RetryOption
 
 from reconciler import __version__
-from reconciler.core.sanitize import safe
+from reconciler.core.sanitize import register_secret, safe
 
 API_VERSION = "2022-11-28"
 DEFAULT_API_URL = "https://api.github.com"
@@ -177,6 +177,7 @@ class CommentsClient:
             raise GitHubError(f"a repository is OWNER/NAME, got {safe(repo)}")
         self.owner, self.name = owner, name
         self._token = token or None
+        register_secret(self._token)  # never printed, whichever output a reply reaches
         self.retry = BoundedRetry(budget=wait_budget, on_wait=on_wait)
         self._github: GitHub[Any] = GitHub(
             self._token, base_url=self.api_url + "/", user_agent=f"reconcile/{__version__}",

@@ -31,10 +31,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from reconciler.core.outcomes import ApplyReport
 from reconciler.core.plans import Change, Plan
+from reconciler.core.sanitize import redact_value
 
 VERSION = 1
 
@@ -125,7 +126,9 @@ class Journal:
         return journal
 
     def _append(self, body: dict[str, Any]) -> None:
-        body = {"v": VERSION, "ts": int(time.time() * 1000), **body}
+        # Written redacted (a secret a control plane echoed into a detail), checksum after.
+        body = {"v": VERSION, "ts": int(time.time() * 1000), **cast(dict[str, Any],
+                                                                   redact_value(body))}
         line = json.dumps({**body, "sum": _checksum(body)}, sort_keys=True) + "\n"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -171,7 +174,7 @@ class Journal:
         if key not in self.sent:
             return False
         result = self.results.get(key)
-        return result is None or result.get("outcome") == "failed"
+        return result is None or result.get("outcome") in ("failed", "in_doubt")
 
     def intent(self, change: Change) -> None:
         self._append({"event": "intent", "key": change.idempotency_key,
@@ -269,14 +272,17 @@ class Run:
 
     @property
     def status(self) -> str:
-        """converged | not_converged | failed | unproven | refused | nothing_to_do |
-        interrupted | not_finished | legacy"""
+        """converged | not_converged | failed | in_doubt | unproven | refused |
+        nothing_to_do | interrupted | not_finished | legacy"""
         if self.legacy:
             return "legacy"
         done = self.finished
         if done is not None:
             if not done.get("writes_ok", False):
-                return "failed"
+                said = {str(o.get("outcome")) for o in done.get("outcomes") or []}
+                # Only unanswered writes went wrong: in doubt, not failed (a rerun replays).
+                return "in_doubt" if "in_doubt" in said and not said & {"failed", "refused"} \
+                    else "failed"
             gate = done.get("gate")
             if gate is None:
                 return "unproven" if done.get("outcomes") else "nothing_to_do"

@@ -35,6 +35,7 @@ from pathlib import Path
 from reconciler.core import attribution
 from reconciler.core.desired import DesiredState
 from reconciler.core.live import LiveService, LiveSnapshot
+from reconciler.core.sanitize import redact
 from reconciler.shell.controlplane import ControlPlaneClient, fleet, token_from_env
 from reconciler.shell.controlplane.fleet import Memory as Memory
 from reconciler.shell.endpoints import ConfigError, Connection
@@ -128,7 +129,7 @@ async def observe_async(
 
     return LiveSnapshot(
         taken_at=taken_at,
-        control_plane_url=conn.control_plane_url,
+        control_plane_url=redact(conn.control_plane_url),  # a query may hold a token
         services=read.services,
         grants=read.grants,
         grants_error=read.grants_error,

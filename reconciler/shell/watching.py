@@ -34,7 +34,7 @@ from reconciler.core.live import LiveSnapshot
 from reconciler.core.outcomes import ApplyReport, Outcome
 from reconciler.core.planning import Provenance
 from reconciler.core.plans import Plan, Verdict
-from reconciler.core.sanitize import safe
+from reconciler.core.sanitize import redact, safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 from reconciler.shell.controlplane import ControlPlaneError
@@ -125,7 +125,7 @@ class Log:
             extra = fields.get("lines")
             if isinstance(extra, list | tuple):
                 line += "".join(f"\n    {x}" for x in extra)
-        self.stream.write(line + "\n")
+        self.stream.write(redact(line) + "\n")  # a log line never carries a secret
         self.stream.flush()
 
 
@@ -238,7 +238,7 @@ class Metrics:
                     label = (obs.cluster_id, obs.kind.value)
                     counted[label] = counted.get(label, 0) + 1
             for (cluster, outcome), count in counted.items():
-                self.observations.labels(cluster, outcome).inc(count)
+                self.observations.labels(redact(cluster), outcome).inc(count)
 
     def observed(self) -> None:
         self.last_observation.set(time.time())

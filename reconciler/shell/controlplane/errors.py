@@ -39,13 +39,19 @@ from typing import Any, Final, Protocol
 
 import httpx
 
-from reconciler.core.sanitize import safe
+from reconciler.core.sanitize import REDACTED, register_secret, safe
 
 UNKNOWN_METHOD_TEXT: Final = "There is no available method for this call on the server side"
 
 
 class ControlPlaneError(Exception):
-    """Base of every control-plane failure; the message is sanitized and token-free."""
+    """Base of every control-plane failure; the message is sanitized and token-free.
+
+    ``in_doubt``: the request went out (its headers were sent) and no answer came back
+    for it -- a timeout, or the connection dropped -- so the control plane may have
+    committed it. Only a ``TransportError`` can be in doubt; a refusal was an answer."""
+
+    in_doubt = False
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -55,14 +61,17 @@ class ControlPlaneError(Exception):
 class TransportError(ControlPlaneError):
     """The exchange itself failed; ``transient`` says whether re-sending may help."""
 
-    def __init__(self, message: str, *, transient: bool, status: int | None = None) -> None:
+    def __init__(self, message: str, *, transient: bool, status: int | None = None,
+                 in_doubt: bool = False) -> None:
         super().__init__(message)
         self.transient = transient
+        self.in_doubt = in_doubt
         self.status = status
 
     def again(self, message: str) -> TransportError:
         """The same failure (same class, same flags) with another message."""
-        return TransportError(message, transient=self.transient, status=self.status)
+        return TransportError(message, transient=self.transient, status=self.status,
+                              in_doubt=self.in_doubt)
 
 
 class ProtocolError(TransportError):
@@ -143,19 +152,25 @@ class Redact(Protocol):
 
 
 class Redactor:
-    """Removes known secrets from text, then bounds and de-fangs it with ``safe``."""
+    """Removes known secrets from text, then bounds and de-fangs it with ``safe``.
+
+    A secret it is told about is registered for the whole run
+    (``core.sanitize.register_secret``), so it is redacted from every output, not only
+    from this client's error messages: a control plane that echoes the token or the
+    session jwt into a rollout status is redacted in the plan, the journal and the logs."""
 
     def __init__(self) -> None:
         self._secrets: list[str] = []
 
     def add(self, secret: str | None) -> None:
+        register_secret(secret)
         if secret and len(secret) >= 4 and secret not in self._secrets:
             self._secrets.append(secret)
 
     def __call__(self, text: object, limit: int = 300) -> str:
         value = str(text)
         for secret in self._secrets:
-            value = value.replace(secret, "<redacted>")
+            value = value.replace(secret, REDACTED)
         return safe(value, limit)
 
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
+from reconciler.core.sanitize import register_secret
 from reconciler.shell.endpoints import ConfigError, Connection
 
 #: Re-exchange the identity this long before its ``expiresAt``.
@@ -32,6 +33,7 @@ def token_from_env(conn: Connection, env: Mapping[str, str]) -> str:
             f"the control-plane token is missing: environment variable {conn.token_env} "
             "is unset or empty (controlPlane.tokenEnv names it); set it to a machine user's "
             'token (for the sandbox: eval "$(reconcile sandbox env)")')
+    register_secret(value)  # known to the run from now on: redacted from every output
     return value
 
 

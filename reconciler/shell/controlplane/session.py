@@ -57,6 +57,25 @@ _CALL_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "reconcile_call_deadline", default=None)
 
 
+class _Unanswered:
+    """The outermost call's record (in this task) of whether one of its own requests went
+    out -- headers sent, per httpcore's trace -- and got no answer: then its failure is
+    *in doubt* (the control plane may have committed it), not a plain failure."""
+
+    def __init__(self) -> None:
+        self.started = False  # the attempt in progress has sent its request headers
+        self.in_doubt = False
+
+
+_UNANSWERED: contextvars.ContextVar[_Unanswered | None] = contextvars.ContextVar(
+    "reconcile_unanswered", default=None)
+#: httpcore trace events fired when a request's headers start going out (HTTP/1.1, 2).
+SEND_EVENTS: Final = frozenset({"http11.send_request_headers.started",
+                                "http2.send_request_headers.started"})
+#: The identity exchange: its requests never make the caller's write in doubt.
+IDENTITY_METHOD: Final = "getIdentityByToken"
+
+
 class Session:
     """Async TypedRequest session; one per run, used as an async context manager.
 
@@ -154,14 +173,25 @@ class Session:
         budget = self._conn.call_timeout
         deadline = asyncio.get_running_loop().time() + budget
         token = _CALL_DEADLINE.set(deadline)
+        unanswered = _Unanswered()
+        marker = _UNANSWERED.set(unanswered)
         try:
             async with asyncio.timeout_at(deadline):
                 return await run()
         except TimeoutError as exc:
             raise TransportError(
                 f"{method}: no complete answer within the {budget:g}s call deadline "
-                "(retries included)", transient=True) from exc
+                "(retries included)", transient=True, in_doubt=unanswered.in_doubt) from exc
+        except TransportError as exc:
+            if unanswered.in_doubt and not exc.in_doubt:
+                # An earlier attempt went out unanswered: whatever the last one said, the
+                # control plane may hold the first.
+                doubtful = exc.again(exc.message)
+                doubtful.in_doubt = True
+                raise doubtful from exc
+            raise
         finally:
+            _UNANSWERED.reset(marker)
             _CALL_DEADLINE.reset(token)
 
     def _remaining(self) -> float:
@@ -197,12 +227,22 @@ class Session:
         self.requests_sent += 1
         # This attempt may use what is left of the call's deadline, never more.
         left = min(self._conn.call_timeout, self._remaining())
-        with mapped_transport_errors(method, self._redact):
-            response = await self._http.post(
-                self._url, content=body,
-                headers={"Content-Type": "application/json"},
-                timeout=httpx.Timeout(left, connect=min(left, 5.0)),
-                extensions={"trace": self._trace})
+        unanswered = _UNANSWERED.get()
+        if unanswered is not None:
+            unanswered.started = False
+        try:
+            with mapped_transport_errors(method, self._redact):
+                response = await self._http.post(
+                    self._url, content=body,
+                    headers={"Content-Type": "application/json"},
+                    timeout=httpx.Timeout(left, connect=min(left, 5.0)),
+                    extensions={"trace": self._trace})
+        except BaseException as exc:  # a timeout, a dropped connection, the deadline
+            if unanswered is not None and unanswered.started and method != IDENTITY_METHOD:
+                unanswered.in_doubt = True
+                if isinstance(exc, TransportError):
+                    exc.in_doubt = True
+            raise
         if response.status_code != 200:
             raise http_status_error(method, response, self._redact)
         return envelope.decode(method, response.content, status=200)
@@ -211,6 +251,10 @@ class Session:
         """httpcore's ``trace`` hook: counts TCP connections actually opened."""
         if event == CONNECT_EVENT:
             self.connections_opened += 1
+        elif event in SEND_EVENTS:
+            unanswered = _UNANSWERED.get()
+            if unanswered is not None:
+                unanswered.started = True
 
     # -- identity -----------------------------------------------------------------------
 
