@@ -155,8 +155,11 @@ def render_run(run_json: dict[str, Any]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``history`` alone (as the CLI would, once it is registered there)."""
-    parser = argparse.ArgumentParser(prog="reconcile")
-    register(parser.add_subparsers(dest="command"))
+    parser = argparse.ArgumentParser(prog="reconcile", allow_abbrev=False)
+    subparsers = parser.add_subparsers(dest="command")
+    register(subparsers)
+    for sub in subparsers.choices.values():
+        sub.allow_abbrev = False  # as cli.Parser: `--jour` is no `--journal`
     args = parser.parse_args(["history", *(sys.argv[1:] if argv is None else argv)])
     return int(args.handler(args))
 
