@@ -38,6 +38,7 @@ SECTIONS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("control plane", (
         ("control_plane_url", "url"),
         ("control_plane_ca", "CA"),
+        ("allow_insecure_http", "plain http"),
         ("token_env", "token"),
         ("call_timeout", "timeout (s)"),
     )),
@@ -169,6 +170,10 @@ def _value_text(key: str, entry: Mapping[str, Any]) -> str:
         exists = "names an existing file" if entry.get("file_exists") else (
             "names no existing file")
         return f"${value} is set, {exists} (value never shown)"
+    if key == "allow_insecure_http":
+        text = "allowed beyond loopback" if value else "loopback only"
+        note = entry.get("note")
+        return safe(text + (f" ({note})" if note else ""), 200)
     if value is None:
         text = entry.get("note") or "-"
     elif isinstance(value, list):
