@@ -33,6 +33,7 @@ from reconciler.core.events import (
     GatePolled,
     GateStarted,
     Hook,
+    JournalRepaired,
     NothingToDo,
 )
 from reconciler.core.evidence import ServiceProof
@@ -297,6 +298,9 @@ class Reconciler:
             journal = Journal.open(directory / "journal.jsonl")
         except JournalError as exc:
             raise EngineError(str(exc)) from exc
+        if journal.repaired is not None:
+            hook(JournalRepaired(path=str(journal.path), line=journal.repaired.line,
+                                 message=journal.repaired.describe()))
         fresh_all, snapshot = await self.plan(desired, provenance, progress)
         fresh = restrict(fresh_all, only)
         try:
@@ -347,9 +351,14 @@ class Reconciler:
             results = await applying.execute(checks, client=self.client, journal=journal,
                                              hook=hook, concurrency=self.connection.concurrency)
         except JournalError as exc:
-            # The journal is what makes a rerun safe: without it, stop sending at once.
-            raise EngineError(f"{exc}; stopped sending: a rerun replays what the journal "
-                              "holds", Exit.APPLY_FAILED) from exc
+            # The journal is what makes a rerun safe: without it, stop sending at once,
+            # and say what was sent, as a crash would leave it (never "Apply complete").
+            sent = journal.sent_lines()
+            said = ("sent before it failed (a rerun replays these exact keys; `reconcile "
+                    "history` shows this run as interrupted):\n" + "\n".join(sent)) if sent \
+                else "nothing was sent"
+            raise EngineError(f"{exc}; stopped sending, the apply did not complete; {said}",
+                              Exit.APPLY_FAILED) from exc
         report = ApplyReport(results=tuple(results))
         targets = self.gate_targets(desired, fresh, results)
         if targets:
@@ -357,8 +366,10 @@ class Reconciler:
         try:
             journal.run_finished(run, report)
         except JournalError as exc:
-            raise EngineError(f"{exc} (the changes above were sent; `reconcile history` will "
-                              "show this run as interrupted)", Exit.APPLY_FAILED) from exc
+            sent = journal.sent_lines()
+            raise EngineError(f"{exc}; the apply cannot be recorded as complete (`reconcile "
+                              "history` shows this run as interrupted); sent:\n"
+                              + "\n".join(sent or ["  nothing"]), Exit.APPLY_FAILED) from exc
         hook(Finished(report=report))
         return ApplyRun(fresh, report)
 

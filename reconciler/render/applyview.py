@@ -18,6 +18,7 @@ from reconciler.core.events import (
     Finished,
     GatePolled,
     GateStarted,
+    JournalRepaired,
     NothingToDo,
     PostApply,
     PreApply,
@@ -54,6 +55,13 @@ def _pending(proofs: tuple[ServiceProof, ...]) -> list[str]:
                    f"{'unproven' if c.proof is Proof.UNPROVEN else 'not converged'}: "
                    f"{safe(c.detail)}" for c in proof.pending())
     return out
+
+
+def warnings(event: Event) -> list[str]:
+    """The lines a terminal shows for ``event`` on stderr (a warning, not progress)."""
+    if isinstance(event, JournalRepaired):
+        return [f"warning: {safe(event.message, 1000)}"]
+    return []
 
 
 def text(event: Event) -> list[str]:
@@ -161,6 +169,9 @@ def json_line(event: Event) -> str:
     elif isinstance(event, GatePolled):
         data = {"event": "gate_polled", "attempt": event.attempt, "attempts": event.attempts,
                 "proofs": [p.model_dump(mode="json") for p in event.proofs]}
+    elif isinstance(event, JournalRepaired):
+        data = {"event": "journal_repaired", "path": event.path, "line": event.line,
+                "message": event.message}
     else:
         assert isinstance(event, Finished)
         gate = event.report.gate
