@@ -221,10 +221,12 @@ class Reconciler:
         try:
             token = token_from_env(self.connection, env)
             signer = observing.signer_key_path(self.connection, env)
-        except ConfigError as exc:
+            # Both load what they were given here (a CA bundle, the signer key): a file
+            # that is not what it should be is a clear error naming it, never a traceback.
+            self.prober = Prober(self.connection, signer_key=signer)
+            self.client = ControlPlaneClient(self.connection, token=token)
+        except ConfigError as exc:  # nothing was opened yet: the clients dial lazily
             raise EngineError(str(exc)) from exc
-        self.client = ControlPlaneClient(self.connection, token=token)
-        self.prober = Prober(self.connection, signer_key=signer)
         #: The control plane's last clean read, for a conditional re-read (the prober
         #: keeps the clusters' ETags): lives as long as this reconciler, so a watcher's.
         self.memory = observing.Memory()
