@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -207,7 +208,7 @@ def test_outside_any_desired_state_every_command_says_so_and_stops(
         argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     top = checkouts(tmp_path)
-    for name in [k for k in __import__("os").environ if k.startswith("RECONCILE_")]:
+    for name in [k for k in os.environ if k.startswith("RECONCILE_")]:
         monkeypatch.delenv(name)
     monkeypatch.chdir(top)
     code = cli.main(argv)
