@@ -309,7 +309,7 @@ class Reconciler:
             # Before any refusal, so `reconcile history` lists refused applies too.
             run = journal.run_started(fresh, saved_plan=saved is not None)
         except JournalError as exc:
-            raise EngineError(str(exc)) from exc
+            raise EngineError(f"{exc}; nothing was sent") from exc
         refuse_no_go(fresh)
         sending = fresh.changes
         if saved is not None:

@@ -319,14 +319,21 @@ class Journal:
             known["outcome"] = outcome  # known even if the line below cannot be written
         self._append(body)
         self.results[change.idempotency_key] = body
+        if known is not None:
+            known["recorded"] = True
 
     def sent_lines(self) -> list[str]:
         """What this run sent, one line each, for a run that stops on a journal failure."""
         lines = []
         for key, what in self.sent_now.items():
             outcome = what["outcome"]
-            state = ("no answer recorded: in doubt" if outcome is None else
-                     f"{outcome}; its result line may not be recorded")
+            if outcome is None:
+                state = "sent, no answer recorded: in doubt (a rerun replays this key)"
+            elif what.get("recorded"):
+                state = outcome
+            else:
+                state = (f"{outcome}, but its result line could not be written: in doubt "
+                         "for the journal (a rerun replays this key)")
             lines.append(f"  {what['action']} {what['service']} (key {key}): {state}")
         return lines
 
