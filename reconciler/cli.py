@@ -47,7 +47,15 @@ _SUGGESTIONS = "_did_you_mean"
 
 class Parser(argparse.ArgumentParser):
     """argparse with usage errors as ``UsageError`` (exit 64, not 2) and "did you mean"
-    for a mistyped subcommand, choice or flag (Python 3.11 has no ``suggest_on_error``)."""
+    for a mistyped subcommand, choice or flag (Python 3.11 has no ``suggest_on_error``).
+
+    Abbreviations are off for every parser, subcommands included: argparse would
+    otherwise take ``apply --auto`` for ``--auto-approve`` and really apply. A prefix is
+    an unknown flag, answered with "did you mean" like any other typo."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False  # never a prefix: see the class docstring
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message}", self.prog)
@@ -75,7 +83,10 @@ class Parser(argparse.ArgumentParser):
         for extra in extras:
             flag = extra.split("=", 1)[0]
             if flag.startswith("-") and flag not in suggestions:
-                close = difflib.get_close_matches(flag, flags, n=1, cutoff=0.6)
+                # A prefix of one flag (abbreviations are off) names that flag.
+                longer = [s for s in flags if s.startswith(flag)] if len(flag) > 2 else []
+                close = longer if len(longer) == 1 else \
+                    difflib.get_close_matches(flag, flags, n=1, cutoff=0.6)
                 if close:
                     suggestions[flag] = close[0]
         setattr(parsed, _SUGGESTIONS, suggestions)

@@ -35,6 +35,7 @@ from reconciler.core.events import (
     GatePolled,
     GateStarted,
     Hook,
+    JournalRepaired,
     NothingToDo,
 )
 from reconciler.core.evidence import ServiceProof
@@ -311,10 +312,12 @@ class Reconciler:
         try:
             token = token_from_env(self.connection, env)
             signer = observing.signer_key_path(self.connection, env)
-        except ConfigError as exc:
+            # Both load what they were given here (a CA bundle, the signer key): a file
+            # that is not what it should be is a clear error naming it, never a traceback.
+            self.prober = Prober(self.connection, signer_key=signer)
+            self.client = ControlPlaneClient(self.connection, token=token)
+        except ConfigError as exc:  # nothing was opened yet: the clients dial lazily
             raise EngineError(str(exc)) from exc
-        self.client = ControlPlaneClient(self.connection, token=token)
-        self.prober = Prober(self.connection, signer_key=signer)
         #: The control plane's last clean read, for a conditional re-read (the prober
         #: keeps the clusters' ETags): lives as long as this reconciler, so a watcher's.
         self.memory = observing.Memory()
@@ -398,6 +401,9 @@ class Reconciler:
             journal = Journal.open(directory / "journal.jsonl")
         except JournalError as exc:
             raise EngineError(str(exc)) from exc
+        if journal.repaired is not None:
+            hook(JournalRepaired(path=str(journal.path), line=journal.repaired.line,
+                                 message=journal.repaired.describe()))
         try:
             async with asyncio.timeout(_left(deadline)):
                 fresh_all, snapshot = await self.plan(desired, provenance, progress)
@@ -416,7 +422,7 @@ class Reconciler:
             # Before any refusal, so `reconcile history` lists refused applies too.
             run = journal.run_started(fresh, saved=saved)
         except JournalError as exc:
-            raise EngineError(str(exc)) from exc
+            raise EngineError(f"{exc}; nothing was sent") from exc
         refuse_no_go(fresh)
         sending = fresh.changes
         if saved is not None:
@@ -465,9 +471,14 @@ class Reconciler:
                                              hook=hook, concurrency=self.connection.concurrency,
                                              deadline=deadline.at if deadline else None)
         except JournalError as exc:
-            # The journal is what makes a rerun safe: without it, stop sending at once.
-            raise EngineError(f"{exc}; stopped sending: a rerun replays what the journal "
-                              "holds", Exit.APPLY_FAILED) from exc
+            # The journal is what makes a rerun safe: without it, stop sending at once,
+            # and say what was sent, as a crash would leave it (never "Apply complete").
+            sent = journal.sent_lines()
+            said = ("sent before it failed (a rerun replays these exact keys; `reconcile "
+                    "history` shows this run as interrupted):\n" + "\n".join(sent)) if sent \
+                else "nothing was sent"
+            raise EngineError(f"{exc}; stopped sending, the apply did not complete; {said}",
+                              Exit.APPLY_FAILED) from exc
         report = ApplyReport(results=tuple(results),
                              timeout_seconds=deadline.seconds if deadline else None,
                              expired=any(r.outcome is Outcome.SKIPPED
@@ -480,8 +491,10 @@ class Reconciler:
         try:
             journal.run_finished(run, report)
         except JournalError as exc:
-            raise EngineError(f"{exc} (the changes above were sent; `reconcile history` will "
-                              "show this run as interrupted)", Exit.APPLY_FAILED) from exc
+            sent = journal.sent_lines()
+            raise EngineError(f"{exc}; the apply cannot be recorded as complete (`reconcile "
+                              "history` shows this run as interrupted); sent:\n"
+                              + "\n".join(sent or ["  nothing"]), Exit.APPLY_FAILED) from exc
         hook(Finished(report=report))
         return ApplyRun(fresh, report)
 

@@ -55,7 +55,7 @@ def render() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reconciler.schemagen",
+    parser = argparse.ArgumentParser(prog="python -m reconciler.schemagen", allow_abbrev=False,
                                      description=__doc__.splitlines()[0] if __doc__ else None)
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--check", action="store_true",

@@ -8,9 +8,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from reconciler import cli
 from reconciler.exitcodes import Exit
+from reconciler.sandbox import pki
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "desired-state"
 TOKEN = "canary-token-5e1f0c9a7b3d"
@@ -27,11 +30,13 @@ def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         monkeypatch.delenv(name)
     repo = tmp_path / "repo"
     shutil.copytree(EXAMPLES, repo)
-    ca = tmp_path / "ca.pem"
-    ca.write_text("x")
+    pki.ensure_ca(tmp_path)  # a real CA bundle and a real key: config loads both
+    ca = tmp_path / pki.CA_FILE
     key_dir = tmp_path / KEY_PATH_CANARY
     key_dir.mkdir()
-    (key_dir / "signer").write_text("secret")
+    (key_dir / "signer").write_bytes(Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
     monkeypatch.setenv("RECONCILE_TOKEN", TOKEN)
     monkeypatch.setenv("RECONCILE_SIGNER_KEY", str(key_dir / "signer"))
     monkeypatch.setenv("RECONCILE_CA_FILE", str(ca))
@@ -112,3 +117,47 @@ def test_no_settings_is_an_error(run, tmp_path: Path) -> None:  # type: ignore[n
     empty.mkdir()
     code, _, err = run("empty")
     assert code == Exit.ERROR and "Settings" in err
+
+
+# -- config vouches only for what loads ------------------------------------------------------
+
+MALFORMED_KEYS = {
+    "public-key": b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGx0 someone@host\n",
+    "short-hex": b"abcd" * 8 + b"\n",
+    "garbage-pem": b"-----BEGIN PRIVATE KEY-----\nnot base64 at all\n-----END PRIVATE KEY-----\n",
+    "text": b"this is not a key\n",
+}
+
+
+@pytest.mark.parametrize("name", list(MALFORMED_KEYS))
+def test_a_malformed_signer_key_is_a_problem_not_no_problems(
+        run, monkeypatch, tmp_path: Path, name: str) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / f"bad-{name}.key"
+    bad.write_bytes(MALFORMED_KEYS[name])
+    monkeypatch.setenv("RECONCILE_SIGNER_KEY", str(bad))
+    code, out, _ = run("repo")
+    assert code == Exit.ERROR
+    assert "no problems" not in out
+    problems = out.split("problems (plan, apply and watch would stop here):", 1)[1]
+    assert "RECONCILE_SIGNER_KEY" in problems and str(bad) in problems and "saw " in problems
+    code, out, _ = run("repo", "--format", "json")
+    report = json.loads(out)
+    assert code == Exit.ERROR and not report["usable"]
+    assert any("saw " in p for p in report["problems"])
+
+
+def test_a_ca_file_that_does_not_load_is_a_problem(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    junk = tmp_path / "junk.pem"
+    junk.write_text("-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n")
+    code, out, _ = run("repo", "--mesh-ca", str(junk))
+    assert code == Exit.ERROR
+    problems = out.split("problems", 1)[1]
+    assert "mesh CA" in problems and "cannot be loaded" in problems and str(junk) in problems
+    assert "controlPlane CA" not in problems  # that one (the real CA) loads
+
+
+def test_an_unset_token_is_a_problem(run, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("RECONCILE_TOKEN")
+    code, out, _ = run("repo")
+    assert code == Exit.ERROR and "no problems" not in out
+    assert "control-plane token is missing" in out.split("problems", 1)[1]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -175,3 +176,89 @@ def test_plan_from_three_depths(tmp_path: Path, sandbox: Sandbox) -> None:
         assert Path(plan["repo_path"]) == repo.path.resolve()
         plans.append(sorted(c["service"] for c in plan["changes"]))
     assert plans[0] and plans[0] == plans[1] == plans[2]
+
+
+# --- outside any desired state -----------------------------------------------------------
+
+def checkouts(tmp_path: Path) -> Path:
+    """A directory holding other checkouts: a desired-state repo, a Kubernetes-like repo
+    with many YAML files, and loose YAML; no Settings document of its own."""
+    top = tmp_path / "src"
+    shutil.copytree(EXAMPLES, top / "deploy-config")
+    git(top / "deploy-config", "init", "-q")
+    manifests = top / "k8s-manifests"
+    for i in range(300):
+        folder = manifests / f"app{i % 30}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"m{i}.yaml").write_text(
+            f"apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: a{i}\n")
+    git(manifests, "init", "-q")
+    (top / "notes.yaml").write_text("todo: [x, y]\n")
+    (top / "scratch").mkdir()
+    (top / "scratch" / "ci.yml").write_text("on: push\n")
+    return top
+
+
+COMMANDS = [["validate"], ["plan"], ["apply", "--auto-approve"], ["watch"],
+            ["config"], ["history"], ["pin", "--check"]]
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=lambda a: a[0])
+def test_outside_any_desired_state_every_command_says_so_and_stops(
+        argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    top = checkouts(tmp_path)
+    for name in [k for k in os.environ if k.startswith("RECONCILE_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(top)
+    code = cli.main(argv)
+    captured = capsys.readouterr()
+    if code == Exit.USAGE:  # a command without that flag: no PATH check to reach
+        pytest.fail(captured.err)
+    assert code == Exit.ERROR, captured.err
+    err = captured.err
+    assert "no desired state here" in err and "no Settings document in ." in err
+    assert "deploy-config" in err  # the checkout to give instead
+    assert f"reconcile {argv[0]} deploy-config" in err
+    assert "m1.yaml" not in captured.out + err and "Traceback" not in err
+    assert len((captured.out + err).splitlines()) <= 3
+
+
+def test_a_plain_directory_of_yaml_is_no_desired_state(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "values.yaml").write_text("replicas: 3\n")
+    assert cli.main(["validate", str(tmp_path)]) == Exit.ERROR
+    err = capsys.readouterr().err
+    assert "no desired state here" in err and "filesystem root" in err
+    assert "values.yaml" not in err
+    assert cli.main(["validate", "--format", "github", str(tmp_path)]) == Exit.ERROR
+    assert capsys.readouterr().out.startswith("::error title=reconcile validate::")
+
+
+def test_a_repo_whose_settings_live_in_a_subdirectory_still_works_from_its_top(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shutil.copytree(EXAMPLES, tmp_path / "repo" / "desired")
+    git(tmp_path / "repo", "init", "-q")
+    assert cli.main(["validate", str(tmp_path / "repo")]) == Exit.OK, capsys.readouterr()
+    assert "valid: 5 services" in capsys.readouterr().out
+
+
+def test_a_repo_that_lost_its_settings_is_still_validated_and_told_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shutil.copytree(EXAMPLES, tmp_path / "repo")
+    (tmp_path / "repo" / "settings.yaml").unlink()
+    assert cli.main(["validate", str(tmp_path / "repo")]) == Exit.ERROR
+    captured = capsys.readouterr()
+    assert "no Settings document" in captured.out and "no desired state here" not in \
+        captured.err
+
+
+def test_another_checkout_below_is_not_searched(tmp_path: Path) -> None:
+    top = checkouts(tmp_path)
+    found = discovery.find_root(top)
+    message = discovery.absent(found, command="plan")
+    assert message is not None and str(top / "deploy-config") in message
+    # Inside the checkout itself it is a desired state, from any depth.
+    inner = discovery.find_root(top / "deploy-config" / "services")
+    assert discovery.absent(inner, command="plan") is None

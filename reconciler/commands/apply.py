@@ -66,6 +66,8 @@ class _View:
         if self.fmt == "json":
             print(applyview.json_line(event), flush=True)
             return
+        for line in applyview.warnings(event):
+            print(line, file=sys.stderr, flush=True)
         for line in applyview.text(event):
             print(line, flush=True)
 

@@ -11,8 +11,11 @@ Secrets are never printed: for the machine token and the signer key only the *na
 their variables are shown, with whether each is set (and, for the key, whether it names
 an existing file). The control-plane URL is shown with any userinfo masked.
 
-No network. Exit 0 when a connection can be built, 1 when it cannot (every problem is
-listed), or when the desired state has no readable Settings document.
+It loads what it vouches for, as plan/apply/watch will: the token must be set, the signer
+key file must parse as a key, each CA bundle must load; each failure is a problem that
+names the variable or file. No network. Exit 0 when a connection can be built and all of
+that loads, 1 when not (every problem is listed), or when the desired state has no
+readable Settings document.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ SECTIONS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("control plane", (
         ("control_plane_url", "url"),
         ("control_plane_ca", "CA"),
+        ("allow_insecure_http", "plain http"),
         ("token_env", "token"),
         ("call_timeout", "timeout (s)"),
     )),
@@ -91,6 +95,14 @@ def run(args: argparse.Namespace) -> int:
     assert isinstance(located.document, Settings)
     explained = Connection.explain(located.document, repo_root=root,
                                    overrides=options.overrides_from(args))
+    if explained.connection is not None:
+        # Vouch only for what loads: the token read, the signer key parsed, each CA
+        # loaded, exactly as plan/apply/watch will (no network).
+        from reconciler.shell.observing import credential_problems
+
+        found = credential_problems(explained.connection, os.environ)
+        if found:
+            explained = Explanation(explained.values, tuple(found), None)
     report = build_report(root, located, explained, os.environ)
     if args.format == "json":
         output.write(json.dumps(report, indent=2, ensure_ascii=True) + "\n")
@@ -169,6 +181,10 @@ def _value_text(key: str, entry: Mapping[str, Any]) -> str:
         exists = "names an existing file" if entry.get("file_exists") else (
             "names no existing file")
         return f"${value} is set, {exists} (value never shown)"
+    if key == "allow_insecure_http":
+        text = "allowed beyond loopback" if value else "loopback only"
+        note = entry.get("note")
+        return safe(text + (f" ({note})" if note else ""), 200)
     if value is None:
         text = entry.get("note") or "-"
     elif isinstance(value, list):

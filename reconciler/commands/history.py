@@ -63,14 +63,18 @@ def journal_path(args: argparse.Namespace) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reconciler.shell.journal import JournalError, history
+    from reconciler.shell.journal import JournalError, TornTail, history
 
     if args.limit < 1:
         print("error: --limit must be at least 1", file=sys.stderr)
         return int(Exit.USAGE)
+    def torn(tail: TornTail) -> None:  # a crash's or a full disk's: skipped, said
+        print(f"warning: {safe(tail.describe(), 1000)}; the next apply removes it from the "
+              "file", file=sys.stderr)
+
     try:
         path = journal_path(args)
-        runs = history(path)
+        runs = history(path, on_torn=torn)
     except (EngineError, JournalError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(Exit.ERROR)
@@ -158,8 +162,11 @@ def render_run(run_json: dict[str, Any]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``history`` alone (as the CLI would, once it is registered there)."""
-    parser = argparse.ArgumentParser(prog="reconcile")
-    register(parser.add_subparsers(dest="command"))
+    parser = argparse.ArgumentParser(prog="reconcile", allow_abbrev=False)
+    subparsers = parser.add_subparsers(dest="command")
+    register(subparsers)
+    for sub in subparsers.choices.values():
+        sub.allow_abbrev = False  # as cli.Parser: `--jour` is no `--journal`
     args = parser.parse_args(["history", *(sys.argv[1:] if argv is None else argv)])
     return int(args.handler(args))
 

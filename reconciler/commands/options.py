@@ -44,6 +44,11 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
                        "'none' uses DNS even when the settings list addresses. Curl's syntax, "
                        "but PORT is the port dialled (as if given with --mesh-port at this "
                        "layer) (env RECONCILE_RESOLVE; settings mesh.resolve + mesh.port)")
+    group.add_argument("--allow-insecure-http", action="store_const", const="1", default=None,
+                       help="allow an http:// control-plane URL to a host that is not "
+                       "loopback: the token then crosses the network in clear text; "
+                       "refused without it (env RECONCILE_ALLOW_INSECURE_HTTP=1; no "
+                       "settings field: a repo cannot allow it for its readers)")
 
 
 def overrides_from(args: argparse.Namespace,
@@ -53,5 +58,6 @@ def overrides_from(args: argparse.Namespace,
         control_plane_url=args.control_plane_url, ca_file=args.ca_file,
         control_plane_ca=getattr(args, "control_plane_ca", None),
         mesh_ca=getattr(args, "mesh_ca", None), gateway=args.gateway,
-        mesh_port=getattr(args, "mesh_port", None), resolve=args.resolve)
+        mesh_port=getattr(args, "mesh_port", None), resolve=args.resolve,
+        allow_insecure_http=getattr(args, "allow_insecure_http", None))
     return flags.over(Overrides.from_env(os.environ if env is None else env))

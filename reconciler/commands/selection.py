@@ -70,6 +70,9 @@ def desired_root(path: str, *, command: str) -> Path:
     if problem is not None:
         raise EngineError(problem, Exit.ERROR)
     found = discovery.find_root(given)
+    nothing = discovery.absent(found, command=command)
+    if nothing is not None:
+        raise EngineError(nothing, Exit.ERROR)
     if found.moved:
         print(f"reconcile {command}: using the desired state in {found.root} (the nearest "
               f"directory above {path} holding a Settings document)", file=sys.stderr)

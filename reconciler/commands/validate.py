@@ -72,6 +72,13 @@ def run(args: argparse.Namespace) -> int:
     root = given
     if given.is_dir():
         found = discovery.find_root(given)
+        nothing = discovery.absent(found, command="validate")
+        if nothing is not None:
+            nothing = f"reconcile validate: {nothing}"
+            if args.format == "github":
+                print(f"::error title=reconcile validate::{escape_data(nothing)}")
+            print(safe(nothing, limit=2000), file=sys.stderr)
+            return Exit.ERROR
         if found.moved:
             print(f"reconcile validate: using the desired state in {found.root} (the nearest "
                   f"directory above {args.path} holding a Settings document); paths below "

@@ -61,7 +61,18 @@ class Finished:
     report: ApplyReport
 
 
-Event = NothingToDo | ApplyStarted | PreApply | PostApply | GateStarted | GatePolled | Finished
+@dataclass(frozen=True)
+class JournalRepaired:
+    """The journal's torn last line (a crash or a full disk) was dropped before this run;
+    ``message`` names the file, the line and what was dropped."""
+
+    path: str
+    line: int
+    message: str
+
+
+Event = (NothingToDo | ApplyStarted | PreApply | PostApply | GateStarted | GatePolled
+         | Finished | JournalRepaired)
 
 
 class Hook(Protocol):

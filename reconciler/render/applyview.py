@@ -21,6 +21,7 @@ from reconciler.core.events import (
     Finished,
     GatePolled,
     GateStarted,
+    JournalRepaired,
     NothingToDo,
     PostApply,
     PreApply,
@@ -83,6 +84,13 @@ def _stopped(proof: ServiceProof) -> list[str]:
         lines.append(f"  ? {service}: also not proven when the gate stopped (said nothing, "
                      f"not polled again): {', '.join(quiet)}")
     return lines
+
+
+def warnings(event: Event) -> list[str]:
+    """The lines a terminal shows for ``event`` on stderr (a warning, not progress)."""
+    if isinstance(event, JournalRepaired):
+        return [f"warning: {safe(event.message, 1000)}"]
+    return []
 
 
 def text(event: Event) -> list[str]:
@@ -222,6 +230,9 @@ def json_line(event: Event) -> str:
     elif isinstance(event, GatePolled):
         data = {"event": "gate_polled", "attempt": event.attempt, "attempts": event.attempts,
                 "proofs": [p.model_dump(mode="json") for p in event.proofs]}
+    elif isinstance(event, JournalRepaired):
+        data = {"event": "journal_repaired", "path": event.path, "line": event.line,
+                "message": event.message}
     else:
         assert isinstance(event, Finished)
         gate = event.report.gate

@@ -733,7 +733,7 @@ def _serve(server: ClusterServer) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="reconciler.sandbox.cluster")
+    parser = argparse.ArgumentParser(prog="reconciler.sandbox.cluster", allow_abbrev=False)
     parser.add_argument("--state", type=Path, required=True)
     parser.add_argument("--id", required=True)
     parser.add_argument("--address", required=True)

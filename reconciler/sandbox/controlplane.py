@@ -588,7 +588,7 @@ class ControlPlaneServer(serving.TLSServer):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="reconciler.sandbox.controlplane")
+    parser = argparse.ArgumentParser(prog="reconciler.sandbox.controlplane", allow_abbrev=False)
     parser.add_argument("--state", type=Path, required=True)
     parser.add_argument("--fd", type=int, default=-1, help="inherited listening socket")
     parser.add_argument("--port", type=int, default=18443)

@@ -201,5 +201,12 @@ async def execute(checks: Sequence[Check], *, client: ControlPlaneClient, journa
                 if result.outcome not in (Outcome.APPLIED, Outcome.ALREADY_APPLIED):
                     stopped = result
 
-    await asyncio.gather(*(run_service(g) for g in by_service.values()))
+    # Every service's sequence settles before a failure is raised: a journal that stops
+    # taking lines stops every other sequence at its next intent (before its send), and
+    # the caller can then name everything that was sent.
+    settled = await asyncio.gather(*(run_service(g) for g in by_service.values()),
+                                   return_exceptions=True)
+    for outcome in settled:
+        if isinstance(outcome, BaseException):
+            raise outcome
     return [results[c.change.idempotency_key] for c in checks]

@@ -15,6 +15,17 @@ subdirectory still works when you name its top, and one with no Settings is told
 
 Keep the Settings file at the top of the desired-state directory and every command
 finds it from any subdirectory.
+
+**Outside any desired state** (``absent``): when no directory on the way up holds a
+Settings file, PATH is used only if something below it is desired state -- a Settings
+document, or any ``apiVersion: reconcile/v1`` document (a repo that lost its Settings is
+still validated, and told so). The search below skips hidden entries, links, and
+directories holding their own ``.git`` (other checkouts: they belong to something else).
+Otherwise every command that acts on a desired state (validate, plan, apply, watch,
+config, history, pin) says there is none here and stops, instead of loading every YAML
+file under PATH -- run from a directory holding other checkouts it would report their
+files by the thousand. Git repositories just below PATH that hold a Settings file at
+their top are named, as the paths to give instead.
 """
 
 from __future__ import annotations
@@ -31,6 +42,10 @@ from reconciler.shell import loading, validating
 
 #: Files without this word are not parsed at all.
 _MENTIONS_SETTINGS = re.compile(rb"\bSettings\b")
+#: A document of this tool's own kind (any kind): the tree is desired state.
+_OURS = re.compile(rb"^apiVersion:[ \t]*[\"']?reconcile/v1\b", re.MULTILINE)
+#: Nested git repositories holding a Settings file named in ``absent``'s message.
+_MAX_NAMED = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +103,69 @@ def find_root(start: Path) -> Found:
     if found is None or found == here:
         return Found(start, _shown(repo, start), moved=False)
     return Found(_shown(found, start) or found, _shown(repo, start), moved=True)
+
+
+def absent(found: Found, *, command: str) -> str | None:
+    """The message for a start outside any desired state (see the module docstring), or
+    None when ``found`` is one. ``found`` is ``find_root``'s answer."""
+    root = found.root
+    if found.moved or holds_settings(root):
+        return None
+    ours, nested = _search_below(root)
+    if ours:
+        return None
+    top = (f"up to the git work tree {found.repo}" if found.repo is not None
+           else "up to the filesystem root")
+    message = (f"no desired state here: no Settings document in "
+               f"{root} or above it ({top}), and no reconcile/v1 document below it "
+               "(directories holding their own .git are other repositories and were not "
+               "searched); nothing was read. Run it inside a desired-state repo, or give "
+               f"its path: reconcile {command} PATH")
+    if nested:
+        shown = ", ".join(str(p) for p in nested[:_MAX_NAMED])
+        more = f" (+{len(nested) - _MAX_NAMED} more)" if len(nested) > _MAX_NAMED else ""
+        message += (f". Below it, these git repositories hold a Settings document: "
+                    f"{shown}{more} (e.g. reconcile {command} {nested[0]})")
+    return message
+
+
+def _search_below(root: Path) -> tuple[bool, list[Path]]:
+    """Whether a desired-state document lies below ``root`` (own tree only), and the
+    nested git repositories that hold a Settings file at their top."""
+    nested: list[Path] = []
+    pending: list[Path] = [root]
+    while pending:
+        directory = pending.pop()
+        try:
+            with os.scandir(directory) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                if entry.is_symlink():
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    sub = Path(entry.path)
+                    if os.path.lexists(sub / ".git"):
+                        if holds_settings(sub):
+                            nested.append(sub)
+                        continue
+                    pending.append(sub)
+                    continue
+                if not entry.name.endswith(loading.YAML_SUFFIXES) \
+                        or entry.stat(follow_symlinks=False).st_size > loading.MAX_FILE_BYTES:
+                    continue
+                with open(entry.path, "rb") as handle:
+                    data = handle.read(loading.MAX_FILE_BYTES + 1)
+            except OSError:
+                continue
+            if _OURS.search(data) or (_MENTIONS_SETTINGS.search(data)
+                                      and _is_settings_file(data, entry.name)):
+                return True, nested
+    return False, sorted(nested)
 
 
 def _shown(path: Path | None, start: Path) -> Path | None:

@@ -17,7 +17,17 @@ whatever the lower layers said, and the built-in default applies:
   PEM path or ``system``; unset = ``system``, the system trust store;
 - gateway: ``--gateway`` / ``RECONCILE_GATEWAY`` (no default: empty = "not given");
 - mesh port: ``--mesh-port`` / ``RECONCILE_MESH_PORT``; unset (or ``default``) = 443;
-- static addresses: ``--resolve`` / ``RECONCILE_RESOLVE``; unset (or ``none``) = DNS.
+- static addresses: ``--resolve`` / ``RECONCILE_RESOLVE``; unset (or ``none``) = DNS;
+- plain ``http://`` to a host that is not loopback: ``--allow-insecure-http`` /
+  ``RECONCILE_ALLOW_INSECURE_HTTP=1`` (``0``/``false``/empty: unset); unset = refused.
+
+**Clear text.** Every control-plane call carries the machine token (and then the session
+JWT it buys), so a control-plane URL of ``http://`` to anything but a loopback host
+(``localhost``, ``127.0.0.0/8``, ``::1``) is a problem that stops the ``Connection`` being
+built -- nothing is sent -- unless the user allowed it explicitly by the flag or the
+variable (a trusted private network, a local proxy). It is deliberately not a settings
+field: a repo cannot allow its own readers' tokens to travel in clear text. Loopback
+``http://`` (the sandbox's, a port-forward) stays allowed without asking.
 
 Within one layer the specific CA (``--control-plane-ca``/``--mesh-ca``) wins over the
 "both" one (``--ca-file``); across layers the higher layer wins. An ``http://`` control
@@ -69,6 +79,7 @@ ENV_MESH_CA = "RECONCILE_MESH_CA"
 ENV_GATEWAY = "RECONCILE_GATEWAY"
 ENV_MESH_PORT = "RECONCILE_MESH_PORT"
 ENV_RESOLVE = "RECONCILE_RESOLVE"
+ENV_ALLOW_INSECURE_HTTP = "RECONCILE_ALLOW_INSECURE_HTTP"
 
 #: ``Overrides`` field -> (flag, environment variable).
 OVERRIDE_NAMES: Mapping[str, tuple[str, str]] = {
@@ -79,6 +90,7 @@ OVERRIDE_NAMES: Mapping[str, tuple[str, str]] = {
     "gateway": ("--gateway", ENV_GATEWAY),
     "mesh_port": ("--mesh-port", ENV_MESH_PORT),
     "resolve": ("--resolve", ENV_RESOLVE),
+    "allow_insecure_http": ("--allow-insecure-http", ENV_ALLOW_INSECURE_HTTP),
 }
 
 #: Values with no built-in default: an empty value means "not given" at that layer.
@@ -88,6 +100,10 @@ SYSTEM_CA = "system"
 DNS = "none"
 DEFAULT_PORT_WORD = "default"
 DEFAULT_MESH_PORT = 443
+
+#: Words ``RECONCILE_ALLOW_INSECURE_HTTP`` accepts (lower case): yes, and no (= unset).
+_YES = frozenset({"1", "true", "yes", "on"})
+_NO = frozenset({"", "0", "false", "no", "off"})
 
 
 class ConfigError(ValueError):
@@ -141,6 +157,7 @@ class Overrides:
     gateway: str | None = None
     mesh_port: str | None = None
     resolve: str | None = None  # "HOST:PORT:ADDR[,ADDR...]" (PORT is dialled), or "none"
+    allow_insecure_http: str | None = None  # "1"/"true"/... allows it; "0"/"false"/"" unsets
     sources: Mapping[str, Source] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -211,7 +228,30 @@ def _is_unset(name: str, value: str) -> bool:
         return word == DNS
     if name == "mesh_port":
         return word == DEFAULT_PORT_WORD
+    if name == "allow_insecure_http":
+        return word in _NO
     return False
+
+
+def is_loopback_host(host: str) -> bool:
+    """``localhost`` (and ``*.localhost``, RFC 6761), ``127.0.0.0/8`` or ``::1``, by
+    name only: nothing is resolved (a name that resolves to loopback is not trusted to)."""
+    name = host.strip().lower().rstrip(".").removeprefix("[").removesuffix("]")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def url_host(url: str) -> str:
+    """The host of ``url`` (no port, IPv6 brackets kept off), lower case."""
+    hostport = _split_authority(url)[2]
+    if hostport.startswith("["):
+        return hostport[1:].partition("]")[0].lower()
+    return hostport.rpartition(":")[0].lower() if hostport.count(":") == 1 \
+        else hostport.lower()
 
 
 @dataclass(frozen=True)
@@ -449,7 +489,38 @@ class _Folder:
                 f"{display_url(url, 120)!r} (from {source})")
         elif has_userinfo(url):
             self.problems.append(_userinfo_refusal(url, str(source)))
+        self.insecure_http(url, source)
         return url
+
+    def insecure_http(self, url: str, url_source: Source) -> None:
+        """Plain http:// beyond loopback is refused unless the flag or variable allows it
+        (see "Clear text" in the module docstring); the value and its source are shown."""
+        given = self.given("allow_insecure_http")
+        allowed, source = False, Source("default", "refused beyond loopback")
+        if given is not None:
+            text, source = given
+            word = text.strip().lower()
+            if word in _YES or (source.kind == "flag" and word not in _NO):
+                allowed = True
+            elif word not in _NO:
+                self.problems.append(
+                    f"{source.name}: expected 1, true or yes (allow) or 0, false or empty "
+                    f"(refuse), got {safe(text, 20)!r}")
+        plain = url.startswith("http://")
+        host = url_host(url) if plain else ""
+        note = ""
+        if plain and not is_loopback_host(host):
+            note = ("ALLOWED: the token crosses the network in clear text" if allowed
+                    else "refused: http:// to a host that is not loopback")
+            if not allowed:
+                self.problems.append(
+                    f"control plane URL {display_url(url, 120)!r} (from {url_source}) is "
+                    f"plain http:// to {safe(host, 80)!r}, which is not a loopback host: "
+                    "the machine token would cross the network in clear text. Use "
+                    "https://, or allow it explicitly with --allow-insecure-http or "
+                    f"{ENV_ALLOW_INSECURE_HTTP}=1 (only on a network you trust); nothing "
+                    "was sent")
+        self.values["allow_insecure_http"] = Effective(allowed, source, note)
 
     def ca(self, specific: str, setting: str | None, path: str, *, unused: str = "") -> Path | None:
         """The CA for one side: the highest layer wins; within a layer, the specific

@@ -9,7 +9,22 @@ instead of making a second rollout.
 
 A journal that cannot be read is refused with its path and line named: reading a
 damaged journal as empty would forget sent keys, which is exactly what it exists to
-prevent. That includes a 0-byte file: the journal is *created with its first line*
+prevent. The one exception is a **torn tail** -- the last line incomplete (no newline),
+unparsable or failing its checksum, after at least one good line -- which is what a
+crash or a full disk leaves behind and nothing else does: an apply drops it
+(``Journal.open``: truncated under the lock, fsync'd, and said as a warning naming the
+file, the line and what was dropped) and ``history`` skips it with the same warning.
+Dropping it is safe because a change is sent only after its intent line is complete and
+fsync'd: a torn intent was never sent, and a torn result leaves its key in doubt, so the
+rerun replays that exact key. A damaged line anywhere else stays a refusal.
+
+**A write that fails** (disk full, I/O error, a short write) marks the journal broken:
+the torn bytes are cut off again where possible, and every later append -- every intent
+of a change not yet sent -- raises ``JournalError`` before anything else is sent. The
+caller names what this run had already sent (``sent_now``), as after a crash; it never
+reports success over a journal that did not record it. Appends hold an exclusive
+``flock`` on the file for the one ``write``, so a repair never cuts a concurrent
+applier's line in half. That includes a 0-byte file: the journal is *created with its first line*
 (written and fsync'd under a temporary name, then hard-linked into place), so this module
 never leaves an empty journal behind, even if it is interrupted or the disk is full; an
 empty file at the journal's path can only be a truncated journal. Only a missing file
@@ -24,11 +39,13 @@ before run records existed still read, their intents and results grouped as they
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -63,43 +80,121 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def read_entries(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Every checked line of the journal at ``path`` as (line number, entry, without its
-    checksum); nothing for a missing file. Raises ``JournalError`` naming the path and the
-    line for anything that cannot be trusted: it is never skipped."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise JournalError(f"{path}: cannot read the apply journal: {exc.strerror}") from exc
+@dataclass(frozen=True)
+class TornTail:
+    """The journal's last line, torn by a crash or a failed write (see the module
+    docstring): where it starts, its line number, and what it held."""
+
+    path: Path
+    line: int
+    offset: int  # the byte where the torn line starts: the file's good length
+    data: bytes
+    why: str
+
+    def describe(self) -> str:
+        shown = self.data[:120].decode("utf-8", "replace")
+        shown = "".join(c if c.isprintable() else "?" for c in shown)
+        more = "…" if len(self.data) > 120 else ""
+        return (f"{self.path}:{self.line}: the apply journal's last line was torn "
+                f"({self.why}; an interrupted or failed write) and was dropped: "
+                f"{len(self.data)} byte(s) {shown!r}{more}; no change is lost by it (a "
+                "change is sent only after its intent line is whole; a key whose result "
+                "was torn stays in doubt and is replayed)")
+
+
+def _check(line: bytes) -> dict[str, Any]:
+    entry = json.loads(line)
+    if not isinstance(entry, dict):
+        raise ValueError("not an object")
+    summed = entry.pop("sum")
+    if summed != _checksum(entry) or entry.get("v") != VERSION:
+        raise ValueError("checksum or version mismatch")
+    str(entry["key"])
+    if not isinstance(entry["event"], str):
+        raise ValueError("event is not a string")
+    return entry
+
+
+def _parse(path: Path, raw: bytes) -> tuple[list[tuple[int, dict[str, Any]]], TornTail | None]:
+    """The checked lines and the torn tail, if any; ``JournalError`` for anything else."""
     if not raw:
         raise JournalError(
             f"{path}: the apply journal is corrupt (the file is empty, but a journal is "
             "never created without its first line, so it was truncated); refusing to "
             "read it as empty, because it may have held keys already sent -- remove it "
             "by hand only once you have checked that no apply is in doubt")
-    if not raw.endswith(b"\n"):
-        torn = raw.count(b"\n") + 1
-        raise JournalError(f"{path}:{torn}: the last line of the apply "
-                           "journal is incomplete; inspect it and remove the torn line by "
-                           "hand before rerunning")
-    for number, line in enumerate(raw.splitlines(), start=1):
+    *complete, rest = raw.split(b"\n")
+    entries: list[tuple[int, dict[str, Any]]] = []
+    torn: TornTail | None = None
+    if rest:
+        torn = TornTail(path, len(complete) + 1, len(raw) - len(rest), rest,
+                        "no newline at its end")
+    for number, line in enumerate(complete, start=1):
         try:
-            entry = json.loads(line)
-            if not isinstance(entry, dict):
-                raise ValueError("not an object")
-            summed = entry.pop("sum")
-            if summed != _checksum(entry) or entry.get("v") != VERSION:
-                raise ValueError("checksum or version mismatch")
-            str(entry["key"])
-            if not isinstance(entry["event"], str):
-                raise ValueError("event is not a string")
+            entries.append((number, _check(line)))
         except (ValueError, KeyError, UnicodeDecodeError) as exc:
+            last = number == len(complete) and torn is None
+            if last and entries:
+                torn = TornTail(path, number, len(raw) - len(line) - 1, line + b"\n",
+                                f"unreadable: {exc}")
+                break
             raise JournalError(
                 f"{path}:{number}: the apply journal is corrupt ({exc}); refusing to read "
                 "it as empty, because it may hold keys already sent") from exc
-        yield number, entry
+    if torn is not None and not entries:
+        raise JournalError(
+            f"{path}:{torn.line}: the apply journal is corrupt: its only line is damaged "
+            f"({torn.why}); "
+            "a journal is created with its first line whole, so this is no torn write; "
+            "refusing to read it as empty, because it may hold keys already sent")
+    return entries, torn
+
+
+def read_entries(path: Path, *, on_torn: Callable[[TornTail], None] | None = None,
+                 ) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Every checked line of the journal at ``path`` as (line number, entry, without its
+    checksum); nothing for a missing file. Raises ``JournalError`` naming the path and the
+    line for anything that cannot be trusted: it is never skipped. A torn tail (module
+    docstring) is refused too, unless ``on_torn`` is given: then it is told and skipped."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise JournalError(f"{path}: cannot read the apply journal: {exc.strerror}") from exc
+    entries, torn = _parse(path, raw)
+    if torn is not None:
+        if on_torn is None:
+            raise JournalError(f"{path}:{torn.line}: the last line of the apply journal is "
+                               f"torn ({torn.why}); the next apply drops it")
+        on_torn(torn)
+    yield from entries
+
+
+def repair(path: Path) -> TornTail | None:
+    """Drop a torn tail from the journal at ``path`` (under the lock, re-read there so a
+    concurrent appender's line is never taken for one), fsync; what was dropped, or None.
+    Raises ``JournalError`` for any other damage, as ``read_entries`` does."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise JournalError(f"{path}: cannot open the apply journal: {exc.strerror}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            raw = handle.read()
+        _, torn = _parse(path, raw)
+        if torn is not None:
+            os.ftruncate(fd, torn.offset)
+            os.fsync(fd)
+        return torn
+    except OSError as exc:
+        raise JournalError(f"{path}: cannot drop the torn last line of the apply journal: "
+                           f"{exc.strerror}") from exc
+    finally:
+        os.close(fd)  # releases the lock
 
 
 #: Service names listed in a ``run_started`` record (the total is always recorded).
@@ -112,10 +207,19 @@ class Journal:
     sent: set[str] = field(default_factory=set)  # keys with an intent line
     results: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> last result
     started: dict[str, float] = field(default_factory=dict)  # run id -> monotonic start
+    #: What this process sent, in order: key -> {service, action, outcome (None: no answer
+    #: yet)}; the outcome is kept even when its result line could not be written.
+    sent_now: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Why the journal stopped taking lines (None: it takes them).
+    broken: str | None = None
+    #: The torn tail ``open`` dropped, for the caller to say.
+    repaired: TornTail | None = None
 
     @classmethod
     def open(cls, path: Path) -> Journal:
+        """Read the journal (dropping a torn tail, see the module docstring)."""
         journal = cls(path)
+        journal.repaired = repair(path)
         for _, entry in read_entries(path):
             key = str(entry["key"])
             event = entry["event"]
@@ -126,6 +230,9 @@ class Journal:
         return journal
 
     def _append(self, body: dict[str, Any]) -> None:
+        if self.broken is not None:
+            raise JournalError(f"{self.path}: the apply journal stopped taking lines "
+                               f"earlier in this run ({self.broken})")
         # Written redacted (a secret a control plane echoed into a detail), checksum after.
         body = {"v": VERSION, "ts": int(time.time() * 1000), **cast(dict[str, Any],
                                                                    redact_value(body))}
@@ -134,16 +241,36 @@ class Journal:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if not self.path.exists() and self._create_with(line.encode()):
                 return
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-            try:
-                # One write() of one line: appends from two appliers never interleave.
-                os.write(fd, line.encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            self._write_line(line.encode())
         except OSError as exc:
+            self.broken = exc.strerror or type(exc).__name__
             raise JournalError(f"{self.path}: cannot append to the apply journal: "
-                               f"{exc.strerror}") from exc
+                               f"{self.broken}") from exc
+
+    def _write_line(self, data: bytes) -> None:
+        """One ``write`` of one whole line under the lock (appends from two appliers never
+        interleave, and a repair never sees half of one), then fsync. A short write is
+        the disk filling up: the torn bytes are cut off again (best effort: the next
+        ``open`` drops whatever is left) and it raises ``ENOSPC``."""
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            size = os.fstat(fd).st_size
+            try:
+                written = os.write(fd, data)
+                if written != len(data):
+                    raise OSError(errno.ENOSPC, f"short write ({written} of {len(data)} "
+                                  "bytes): the disk is full")
+                os.fsync(fd)
+            except OSError:
+                try:
+                    os.ftruncate(fd, size)
+                    os.fsync(fd)
+                except OSError:
+                    pass  # the next open drops the torn tail
+                raise
+        finally:
+            os.close(fd)
 
     def _create_with(self, first: bytes) -> bool:
         """Create the journal holding ``first`` atomically: write and fsync a temporary
@@ -177,17 +304,41 @@ class Journal:
         return result is None or result.get("outcome") in ("failed", "in_doubt")
 
     def intent(self, change: Change) -> None:
+        """Record, durably, that ``change`` is about to be sent. Raises ``JournalError``
+        when it cannot: the caller must then not send it."""
         self._append({"event": "intent", "key": change.idempotency_key,
                       "service_id": change.service_id, "action": change.action.value,
                       "user_id": change.user_id})
         self.sent.add(change.idempotency_key)
+        self.sent_now[change.idempotency_key] = {
+            "service": change.service, "action": change.action.value, "outcome": None}
 
     def result(self, change: Change, outcome: str, detail: str = "") -> None:
         body = {"event": "result", "key": change.idempotency_key,
                 "service_id": change.service_id, "action": change.action.value,
                 "outcome": outcome, "detail": detail[:500]}
+        known = self.sent_now.get(change.idempotency_key)
+        if known is not None:
+            known["outcome"] = outcome  # known even if the line below cannot be written
         self._append(body)
         self.results[change.idempotency_key] = body
+        if known is not None:
+            known["recorded"] = True
+
+    def sent_lines(self) -> list[str]:
+        """What this run sent, one line each, for a run that stops on a journal failure."""
+        lines = []
+        for key, what in self.sent_now.items():
+            outcome = what["outcome"]
+            if outcome is None:
+                state = "sent, no answer recorded: in doubt (a rerun replays this key)"
+            elif what.get("recorded"):
+                state = outcome
+            else:
+                state = (f"{outcome}, but its result line could not be written: in doubt "
+                         "for the journal (a rerun replays this key)")
+            lines.append(f"  {what['action']} {what['service']} (key {key}): {state}")
+        return lines
 
     # -- run records ------------------------------------------------------------------
 
@@ -327,15 +478,16 @@ class Run:
         }
 
 
-def history(path: Path) -> list[Run]:
+def history(path: Path, *, on_torn: Callable[[TornTail], None] | None = None) -> list[Run]:
     """Every run in the journal at ``path``, newest first. A journal that cannot be
-    trusted raises ``JournalError`` (path and line), never a shorter history."""
+    trusted raises ``JournalError`` (path and line), never a shorter history; a torn
+    tail is skipped and told to ``on_torn`` when given (refused otherwise)."""
     runs: list[Run] = []
     by_id: dict[str, Run] = {}
     owner: dict[str, Run] = {}  # change key -> the latest run that planned it
     legacy: Run | None = None
     last_ms = 0
-    for number, entry in read_entries(path):
+    for number, entry in read_entries(path, on_torn=on_torn):
         event, key = entry["event"], str(entry["key"])
         ts = int(entry.get("ts") or 0)
         if event == "run_started":

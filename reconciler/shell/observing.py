@@ -38,7 +38,8 @@ from reconciler.core.live import LiveService, LiveSnapshot
 from reconciler.core.sanitize import redact
 from reconciler.shell.controlplane import ControlPlaneClient, fleet, token_from_env
 from reconciler.shell.controlplane.fleet import Memory as Memory
-from reconciler.shell.endpoints import ConfigError, Connection
+from reconciler.shell.endpoints import ConfigError, Connection, ssl_context
+from reconciler.shell.keys import load_signer_key
 from reconciler.shell.probing import Prober
 from reconciler.shell.progress import NullProgress, Progress
 
@@ -58,6 +59,29 @@ def signer_key_path(conn: Connection, env: Mapping[str, str]) -> Path:
             f"{conn.signer_key_env} names no existing file ({len(value)} characters; the "
             "value is not shown): it must be the PATH of the signer key file, not the key")
     return path
+
+
+def credential_problems(conn: Connection, env: Mapping[str, str]) -> list[str]:
+    """What plan, apply and watch would stop on before sending anything, found by doing
+    what they do -- the token read, the signer key file loaded and parsed, each CA bundle
+    loaded -- so ``reconcile config`` vouches only for what loads. Keeps nothing it read
+    (the key object is dropped at once) and never puts a secret in a message."""
+    problems: list[str] = []
+    try:
+        token_from_env(conn, env)
+    except ConfigError as exc:
+        problems.append(str(exc))
+    try:
+        load_signer_key(signer_key_path(conn, env))
+    except ConfigError as exc:
+        problems.append(f"{conn.signer_key_env}: {exc}")
+    for ca, what in ((conn.control_plane_ca, "controlPlane CA"), (conn.mesh_ca, "mesh CA")):
+        if ca is not None:
+            try:
+                ssl_context(ca)
+            except ConfigError as exc:
+                problems.append(f"{what}: {exc}")
+    return problems
 
 
 def observe(

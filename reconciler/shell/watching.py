@@ -150,7 +150,16 @@ def error_kind(exc: BaseException) -> str:
 
 class Metrics:
     """The Prometheus registry, served with ``/healthz`` and ``/readyz`` on one port
-    (loopback unless ``addr`` says otherwise)."""
+    (loopback unless ``addr`` says otherwise).
+
+    Unknown is not 0: the gauges that describe the live side through the last plan
+    (services not proven converged, drift, blockers, silent clusters, changes) are NaN --
+    the changes' samples removed -- before the first successful read and whenever a read
+    fails, never the last plan's numbers. ``reconcile_live_read_ok`` says which: 1 after
+    a successful read, 0 before the first and after a failed one. A NaN compares false,
+    so an alert must ask both (docs: README "Running it as a service"):
+    ``reconcile_services_not_proven_converged > 0 or reconcile_live_read_ok == 0``.
+    """
 
     def __init__(self, port: int, addr: str = "127.0.0.1",
                  readiness: Readiness | None = None) -> None:
@@ -173,8 +182,13 @@ class Metrics:
         self.last_apply = Gauge("reconcile_last_successful_apply_timestamp_seconds",
                                 "when an apply last converged", registry=registry)
         self.unproven = Gauge("reconcile_services_not_proven_converged",
-                              "managed services the judge does not prove converged",
+                              "managed services the judge does not prove converged; NaN "
+                              "while the live side is unread (see reconcile_live_read_ok)",
                               registry=registry)
+        self.read_ok = Gauge("reconcile_live_read_ok",
+                             "1 when the last read of the live side succeeded; 0 before the "
+                             "first and after a failed one (the plan gauges are then NaN)",
+                             registry=registry)
         self.cycles = Counter("reconcile_watch_cycles", "plans made by the watcher",
                               registry=registry)
         self.last_observation = Gauge(
@@ -208,7 +222,15 @@ class Metrics:
         for change_outcome in Outcome:
             self.change_outcomes.labels(change_outcome.value)
         self._set_verdict(None)
+        self._unknown()
         self.endpoint: Endpoint = serve(addr, port, registry, self.readiness)
+
+    def _unknown(self) -> None:
+        """The live side is unread: its plan gauges say NaN, never a stale number."""
+        self.read_ok.set(0)
+        for gauge in (self.unproven, self.drift, self.blockers, self.silent):
+            gauge.set(float("nan"))
+        self.changes.clear()
 
     def _age(self) -> float:
         last = self.readiness.last_success
@@ -242,10 +264,13 @@ class Metrics:
 
     def observed(self) -> None:
         self.last_observation.set(time.time())
+        self.read_ok.set(1)
 
     def unreadable(self, kind: str) -> None:
-        """The live side could not be read: the verdict is unknown, not the last one."""
+        """The live side could not be read: the verdict and every plan gauge are unknown,
+        not the last plan's."""
         self._set_verdict(None)
+        self._unknown()
         self.errors.labels(kind).inc()
 
     def error(self, kind: str) -> None:

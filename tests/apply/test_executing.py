@@ -131,14 +131,18 @@ def test_the_journal_records_intent_before_result_and_reopens(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("damage", [
-    lambda text: text.replace('"intent"', '"intant"'),  # checksum no longer matches
-    lambda text: text + '{"event": "result"',  # torn last line
+    # checksum no longer matches, on a line that is not the last
+    lambda text: text.replace('"intent"', '"intant"', 1),
+    # a torn line that is not the last one
+    lambda text: text.replace("\n", "", 1),
     lambda text: "garbage\n" + text,
+    lambda text: text.replace("\n", "\n{\"torn\n", 1),
 ])
 def test_a_damaged_journal_is_refused_with_its_path_and_line(tmp_path: Path, damage: Any) -> None:
     path = tmp_path / "j.jsonl"
     journal = Journal.open(path)
     journal.intent(changes_of("catalog")[0])
+    journal.result(changes_of("catalog")[0], "applied")
     path.write_text(damage(path.read_text()))
     with pytest.raises(JournalError, match=str(path)):
         Journal.open(path)

@@ -1,10 +1,11 @@
 """Batch reads and conditional resync against the real sandbox (loopback HTTPS).
 
 The same plan whether the live side offers the [ext] batch reads or not (byte for
-byte); a batch page failing mid-way silences only the apps it had to carry; a cluster
-that advertises the route but answers 404 is read app by app, said once; an unchanged
-fleet's resync costs the control plane one request and each cluster two (its health and
-one ``304``); and the watcher's plan shows an old answer as unknown, never converged.
+byte, but for one note per cluster read app by app); a batch page failing mid-way
+silences only the apps it had to carry; a cluster that advertises the route but answers
+404 is read app by app, said once; an unchanged fleet's resync costs the control plane
+one request and each cluster two (its health and one ``304``); and the watcher's plan
+shows an old answer as unknown, never converged.
 """
 
 from __future__ import annotations
@@ -218,9 +219,25 @@ def test_batch_reads_on_and_off_give_the_same_plan_byte_for_byte(tmp_path: Path)
         assert "getServiceImageReleases" in methods and "getServicesReleases" not in methods
     finally:
         sandbox.stop()
-    assert one_by_one[0] == batched[0]
-    assert one_by_one[1] == batched[1]
+    # The same plan, but for the notes: the upstream's per-item reads are said once per
+    # cluster (as the 404 fallback is), never once per app or per read.
+    said = tuple(f"cluster {c} ({sandbox.addresses[c]}) offers no batch status route; "
+                 "read app by app" for c in sorted(sandbox.clusters))
+    assert tuple(sorted(json.loads(one_by_one[0])["notes"])) == said
+    assert json.loads(batched[0])["notes"] == []
+    for note in said:
+        assert one_by_one[1].count(note) == 1 and f"note: {note}" in one_by_one[1]
+    assert without_notes(one_by_one[0]) == without_notes(batched[0])
+    assert [line for line in one_by_one[1].splitlines() if not line.startswith("note: ")] \
+        == batched[1].splitlines()
     assert json.loads(batched[0])["evidence"], "the plan carries evidence to compare"
+
+
+def without_notes(plan_json: str) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(plan_json)
+    document.pop("notes", None)
+    document.pop("content_digest", None)  # a digest of the whole, notes included
+    return document
 
 
 # -- conditional resync and stale observations ---------------------------------------------

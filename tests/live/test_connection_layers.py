@@ -90,9 +90,10 @@ def test_an_http_control_plane_needs_no_ca_file(tmp_path: Path, cas: dict[str, P
     missing = settings(control_plane={"caFile": "nowhere/ca.pem"})
     with pytest.raises(ConfigError, match=r"controlPlane\.caFile"):
         build(tmp_path, doc=missing)
-    conn = build(tmp_path, ["--control-plane", "http://cp.test:8080"], doc=missing)
+    conn = build(tmp_path, ["--control-plane", "http://cp.test:8080", "--allow-insecure-http"],
+                 doc=missing)
     assert conn.control_plane_ca is None
-    conn = build(tmp_path, env={"RECONCILE_CONTROL_PLANE_URL": "http://cp.test",
+    conn = build(tmp_path, env={"RECONCILE_CONTROL_PLANE_URL": "http://127.0.0.1:8080",
                                 "RECONCILE_CONTROL_PLANE_CA": "/does/not/exist.pem"})
     assert conn.control_plane_ca is None
     assert "not used" in str(Connection.explain(
@@ -100,7 +101,7 @@ def test_an_http_control_plane_needs_no_ca_file(tmp_path: Path, cas: dict[str, P
     ).values["control_plane_ca"].note)
     # The mesh is always TLS: its CA is still checked.
     with pytest.raises(ConfigError, match=r"mesh\.caFile"):
-        build(tmp_path, ["--control-plane", "http://cp.test"],
+        build(tmp_path, ["--control-plane", "http://localhost"],
               doc=settings(caFile="nowhere/mesh.pem"))
 
 
@@ -263,3 +264,53 @@ def test_sources_name_settings_env_flag_and_default(tmp_path: Path, cas: dict[st
     assert sources["mesh_port"] == "env RECONCILE_MESH_PORT (unset: the default applies)"
     assert sources["control_plane_ca"] == "settings controlPlane.caFile"
     assert sources["wallet_address"] == "settings mesh.signer.walletAddress"
+
+
+# -- plain http beyond loopback --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["http://cp.test:8080", "http://10.0.0.5", "http://[2001:db8::1]:80",
+                                 "http://localhost.evil.test", "HTTP://cp.test"])
+def test_plain_http_beyond_loopback_is_refused_without_an_explicit_allow(
+        tmp_path: Path, cas: dict[str, Path], url: str) -> None:
+    layers: list[tuple[list[str] | None, dict[str, str] | None]] = [
+        (["--control-plane", url], None), (None, {"RECONCILE_CONTROL_PLANE_URL": url})]
+    for flags, env in layers:
+        if url.startswith("HTTP"):  # not http:// at all: the scheme check refuses it
+            with pytest.raises(ConfigError, match="must start with"):
+                build(tmp_path, flags, env)
+            continue
+        with pytest.raises(ConfigError, match="clear text") as refused:
+            build(tmp_path, flags, env)
+        message = str(refused.value)
+        assert "--allow-insecure-http" in message and "RECONCILE_ALLOW_INSECURE_HTTP" in message
+        assert "not a loopback host" in message
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:18443", "http://127.9.8.7", "http://[::1]:80",
+                                 "http://localhost:8080", "http://api.localhost", "https://cp.test"])
+def test_loopback_http_and_https_need_no_allow(tmp_path: Path, cas: dict[str, Path],
+                                               url: str) -> None:
+    conn = build(tmp_path, ["--control-plane", url])
+    assert conn.control_plane_url == url
+
+
+def test_the_allow_comes_from_the_flag_or_the_environment_and_can_be_unset(
+        tmp_path: Path, cas: dict[str, Path]) -> None:
+    url = ["--control-plane", "http://cp.test:8080"]
+    assert build(tmp_path, [*url, "--allow-insecure-http"]).control_plane_url.startswith("http:")
+    for word in ("1", "true", "YES", "on"):
+        assert build(tmp_path, url, env={"RECONCILE_ALLOW_INSECURE_HTTP": word})
+    for word in ("0", "false", "no", ""):
+        with pytest.raises(ConfigError, match="clear text"):
+            build(tmp_path, url, env={"RECONCILE_ALLOW_INSECURE_HTTP": word})
+    with pytest.raises(ConfigError, match="expected 1, true or yes"):
+        build(tmp_path, [*url], env={"RECONCILE_ALLOW_INSECURE_HTTP": "maybe"})
+    # The flag wins over an environment that refuses.
+    assert build(tmp_path, [*url, "--allow-insecure-http"],
+                 env={"RECONCILE_ALLOW_INSECURE_HTTP": "0"})
+    shown = Connection.explain(settings(), repo_root=tmp_path, overrides=options.overrides_from(
+        parser().parse_args(url), env={"RECONCILE_ALLOW_INSECURE_HTTP": "1"}))
+    allowed = shown.values["allow_insecure_http"]
+    assert allowed.value is True and str(allowed.source) == "env RECONCILE_ALLOW_INSECURE_HTTP"
+    assert "clear text" in allowed.note

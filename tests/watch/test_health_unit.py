@@ -10,12 +10,15 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry
 
+from reconciler.core.planning import Provenance, plan
+from reconciler.core.plans import Plan
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 from reconciler.shell.controlplane import ControlPlaneError
 from reconciler.shell.endpoints import ConfigError
 from reconciler.shell.health import Readiness, serve
 from reconciler.shell.watching import Log, Metrics, error_kind, rfc3339
+from tests.plan import builders as b
 
 
 def get(port: int, path: str) -> tuple[int, str]:
@@ -135,3 +138,42 @@ def test_metrics_verdict_goes_unknown_when_the_live_side_is_unreadable() -> None
         assert "reconcile_ready 0.0" in body
     finally:
         metrics.close()
+
+
+def test_unknown_is_not_zero_the_plan_gauges_are_nan_while_the_live_side_is_unread() -> None:
+    metrics = Metrics(0)
+    try:
+        port = metrics.endpoint.server.server_address[1]
+        body = get(port, "/metrics")[1]
+        # Before the first read: unknown, not 0.
+        assert "reconcile_services_not_proven_converged NaN" in body
+        assert "reconcile_live_read_ok 0.0" in body
+        plan = go_plan_with_unproven()
+        metrics.observed()
+        metrics.observe_plan(plan, fresh=True)
+        body = get(port, "/metrics")[1]
+        assert f"reconcile_services_not_proven_converged {float(len(plan.unconverged()))}" \
+            in body
+        assert "reconcile_live_read_ok 1.0" in body
+        assert "reconcile_plan_changes{" in body
+        metrics.unreadable("control_plane")
+        body = get(port, "/metrics")[1]
+        assert "reconcile_services_not_proven_converged NaN" in body
+        for name in ("reconcile_plan_drift", "reconcile_plan_blockers",
+                     "reconcile_silent_clusters"):
+            assert f"{name} NaN" in body
+        assert "reconcile_plan_changes{" not in body  # no stale sample at all
+        assert "reconcile_live_read_ok 0.0" in body
+        metrics.observed()
+        metrics.observe_plan(plan, fresh=True)
+        body = get(port, "/metrics")[1]
+        assert "reconcile_services_not_proven_converged NaN" not in body
+        assert "reconcile_live_read_ok 1.0" in body
+    finally:
+        metrics.close()
+
+
+def go_plan_with_unproven() -> Plan:
+    made = plan(b.reference_desired(), b.reference_live(), Provenance(commit="a" * 40))
+    assert made.unconverged()  # the reference plan changes services not yet proven
+    return made

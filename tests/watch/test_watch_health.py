@@ -7,6 +7,7 @@ control plane switched to HTTP 503 (the sandbox's `5xx` fault) and back.
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
@@ -95,6 +96,8 @@ def test_readyz_turns_unready_within_two_resyncs_and_back_with_the_metrics(
             answered = sum(v for k, v in m.items() if k.startswith("reconcile_observations_total")
                            and 'outcome="answered"' in k)
             assert answered >= 3 * 4  # three clusters, four services, at least one resync
+            unproven = m["reconcile_services_not_proven_converged"]
+            assert unproven >= 1 and m["reconcile_live_read_ok"] == 1  # changes pending
 
             sandbox.fault(CONTROL_PLANE, "5xx", times=1_000_000)
             failures = 0
@@ -120,6 +123,11 @@ def test_readyz_turns_unready_within_two_resyncs_and_back_with_the_metrics(
             assert m["reconcile_ready"] == 0
             assert m['reconcile_errors_total{kind="control_plane"}'] >= 2
             assert m["reconcile_last_successful_observation_age_seconds"] >= 1
+            # Unknown is not the last number: an alert on it alone would go quiet now.
+            assert math.isnan(m["reconcile_services_not_proven_converged"])
+            assert math.isnan(m["reconcile_plan_drift"])
+            assert not [k for k in m if k.startswith("reconcile_plan_changes")]
+            assert m["reconcile_live_read_ok"] == 0
 
             sandbox.fault(CONTROL_PLANE, "5xx", on=False)
             ready = w.wait_for(lambda e: e["event"] == "ready", timeout=20)
@@ -131,6 +139,8 @@ def test_readyz_turns_unready_within_two_resyncs_and_back_with_the_metrics(
             assert m['reconcile_plan_verdict{verdict="unknown"}'] == 0
             assert m["reconcile_ready"] == 1
             assert m["reconcile_last_successful_observation_age_seconds"] < 5
+            assert m["reconcile_live_read_ok"] == 1
+            assert m["reconcile_services_not_proven_converged"] == unproven
         finally:
             statuses = probe.close()
     assert statuses and set(statuses) == {200}, "/healthz must answer 200 throughout"

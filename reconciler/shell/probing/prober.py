@@ -4,12 +4,12 @@ Owns one pass over the mesh (CONTRACT §2, seed 000, rebuilt): the mesh resolved
 per pass (``resolving``), the rows of ``core.attribution`` (which cluster is asked at
 which address, which is silent and why), every (app, cluster) read in flight together
 (``reading`` app by app; ``batching`` in a few pages where a cluster's health reply
-advertises the [ext] batch route, app by app again where that route answers 404, said
-once in the mesh view's notes; a cluster that confirmed its remembered listing with a
-``304`` is said once in the mesh view's ``confirmed``), all bounded by the dialer, and
-the pass deadline after which whatever has not answered is silent. Within one pass --
-one plan, one apply and its gate -- the mesh is asked once and the expected clusters
-only grow; ``forget_mesh`` starts the next.
+advertises the [ext] batch route; app by app where a cluster offers no batch route or
+that route answers 404, each said once per cluster in the mesh view's notes; a cluster
+that confirmed its remembered listing with a ``304`` is said once in the mesh view's
+``confirmed``), all bounded by the dialer, and the pass deadline after which whatever
+has not answered is silent. Within one pass -- one plan, one apply and its gate -- the
+mesh is asked once and the expected clusters only grow; ``forget_mesh`` starts the next.
 
 It must not raise for a per-cluster problem (those are observations), must not print,
 and must not write anything to a cluster: it issues auth handshakes and GETs only.
@@ -200,6 +200,11 @@ class Prober:
         tasks += [asyncio.create_task(probe(app, row.cluster, row.address))
                   for app in apps for row in probed
                   if row.address is not None and row not in batched]
+        # Said once per cluster, as the 404 fallback is: one request per app is what a
+        # large fleet's plan costs on a cluster that offers no batch reads.
+        notes.extend(f"cluster {row.cluster} ({row.address}) offers no batch status route; "
+                     "read app by app" for row in probed
+                     if row.address is not None and row not in batched and apps)
         remaining = max(0.0, self.deadline - (time.monotonic() - started))
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=remaining)
