@@ -72,11 +72,6 @@ def run(args: argparse.Namespace) -> int:
     from reconciler.shell.health import Readiness
     from reconciler.shell.watching import Log, Metrics, Watcher
 
-    try:
-        root = selection.desired_root(args.path, command="watch")
-    except EngineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return int(exc.code)
     if args.resync <= 0 or args.debounce < 0:
         print("error: --resync must be > 0 and --debounce >= 0", file=sys.stderr)
         return int(Exit.USAGE)
@@ -86,6 +81,12 @@ def run(args: argparse.Namespace) -> int:
     if args.unready_after < 1:
         print("error: --unready-after must be at least 1", file=sys.stderr)
         return int(Exit.USAGE)
+    # Usage first: a wrong command line is said before anything is searched or read.
+    try:
+        root = selection.desired_root(args.path, command="watch")
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return int(exc.code)
 
     def render_first(plan: Plan) -> str:
         return output.render(plan, args.format, sys.stdout)
