@@ -14,15 +14,7 @@ from reconciler import cli, schemagen
 from reconciler.commands import history
 from reconciler.exitcodes import Exit
 from reconciler.sandbox import cluster, controlplane
-
-
-def parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = (),
-            ) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
-    yield path, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from parsers(sub, (*path, name))
+from tests.test_cli_help import parsers
 
 
 def prefixes(parser: argparse.ArgumentParser) -> Iterator[tuple[str, str]]:
@@ -38,7 +30,8 @@ def prefixes(parser: argparse.ArgumentParser) -> Iterator[tuple[str, str]]:
             yield flag, prefix
 
 
-ALL = list(parsers(cli.build_parser()))
+# Paths without the program's name: ("apply",), ("sandbox", "up"), ...
+ALL = [(path[1:], parser) for path, parser in parsers(cli.build_parser())]
 
 
 def test_every_command_is_checked() -> None:

@@ -18,7 +18,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from reconciler.core.plans import Plan
 from reconciler.core.results import PlanResult
@@ -65,15 +65,7 @@ def save_result(path: Path, result: PlanResult) -> None:
 
 def load_result(path: Path) -> PlanResult:
     """A result file or a saved plan file (a result whose outcome is plan)."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise EngineError(f"{path}: cannot read it: {exc.strerror or exc}") from exc
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EngineError(f"{path}: not a result or plan file (invalid JSON: {safe(exc)})") \
-            from exc
+    data = _read_json(path, "a result or plan file")
     try:
         return resultfile.from_wire(data)
     except jsonplan.DigestMismatch as exc:
@@ -101,15 +93,20 @@ def _write_atomically(path: Path, content: str, what: str) -> None:
         raise EngineError(f"{path}: cannot write {what}: {exc.strerror or exc}") from exc
 
 
-def load_plan(path: Path) -> Plan:
+def _read_json(path: Path, what: str) -> Any:
+    """The JSON value in ``path``, or an error naming the file and what it should be."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise EngineError(f"{path}: cannot read the plan: {exc.strerror or exc}") from exc
+        raise EngineError(f"{path}: cannot read {what}: {exc.strerror or exc}") from exc
     try:
-        data = json.loads(raw.decode("utf-8"))
+        return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EngineError(f"{path}: not a plan file (invalid JSON: {safe(exc)})") from exc
+        raise EngineError(f"{path}: not {what} (invalid JSON: {safe(exc)})") from exc
+
+
+def load_plan(path: Path) -> Plan:
+    data = _read_json(path, "a plan file")
     try:
         return jsonplan.from_wire(data)
     except jsonplan.DigestMismatch as exc:
