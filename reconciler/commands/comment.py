@@ -23,6 +23,10 @@ one with the lowest comment id. All runs apply the same rule, so they agree on t
 survivor; of any two posts of a part, the later poster's sweep sees both. A run that
 only edited added no copy and needs no sweep.
 
+The calls to GitHub are the engine's (``engine.sync_comment``: list, write, sweep; the
+decisions in ``core.comments``); this command reads the result file, renders the bodies
+(``render.markdown``, ``render.markdown_results``) and reports what was done.
+
 A comment counts as ours only with the marker on its first line (a quote starts with
 ``>``) **and** the right author: ``--author`` if given, else the token's login (``GET
 /user``), else, for an Actions or App installation token (which ``GET /user`` refuses),
@@ -45,13 +49,15 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from reconciler.commands import output
+from reconciler.core import comments
+from reconciler.core.comments import Owned
 from reconciler.core.plans import Plan
 from reconciler.core.results import PlanResult, ResultKind
 from reconciler.core.sanitize import safe
@@ -62,7 +68,8 @@ from reconciler.render import jsonplan, markdown, markdown_results
 from reconciler.render.delivery import Delivery
 
 if TYPE_CHECKING:  # the HTTP stack (githubkit) loads only when the command runs
-    from reconciler.shell.github import Comment, CommentsClient
+    from reconciler.engine import Bodies
+    from reconciler.shell.github import CommentsClient
 
 BODY_LIMIT = 65_536  # GitHub's maximum comment body, in characters
 SLACK = 16  # room left under the limit besides the marker line
@@ -101,7 +108,7 @@ def default_key(result: PlanResult) -> str:
 
 def marker(key: str, part: int, total: int) -> str:
     # Quoted: no space, no ">" (which could end the comment early), no newline.
-    return f"<!-- reconcile:plan path={quote(key, safe='/._-~')} part={part}/{total} -->"
+    return f"<!-- reconcile:plan path={marker_key(key)} part={part}/{total} -->"
 
 
 def state_line(result: PlanResult) -> str:
@@ -190,102 +197,16 @@ def result_bodies(result: PlanResult, key: str, existing: Sequence[Owned],
     return _checked(bodies_for([body_text], key, state_line(result)), limit)
 
 
-# -- which comments are ours, and what to do with them ------------------------------------
-
-
-@dataclass(frozen=True)
-class Owned:
-    comment: Comment
-    part: int
-    total: int
+# -- which comments are ours (``core.comments``; the marker's key is quoted here) ----------
 
 
 def parse_marker(body: str, key: str) -> tuple[int, int] | None:
-    first = body.split("\n", 1)[0].rstrip("\r")
-    match = _MARKER.fullmatch(first)
-    if match is None or match.group(1) != quote(key, safe="/._-~"):
-        return None
-    part, total = int(match.group(2)), int(match.group(3))
-    return (part, total) if 1 <= part <= total else None
+    return comments.parse_marker(body, marker_key(key))
 
 
-def owned(comments: Sequence[Comment], key: str,
-          is_ours: Callable[[Comment], bool]) -> tuple[list[Owned], list[Comment]]:
-    """Our comments for ``key`` (ascending id), and marker comments by someone else."""
-    ours: list[Owned] = []
-    foreign: list[Comment] = []
-    for comment in sorted(comments, key=lambda c: c.id):
-        parsed = parse_marker(comment.body, key)
-        if parsed is None:
-            continue
-        if is_ours(comment):
-            ours.append(Owned(comment, *parsed))
-        else:
-            foreign.append(comment)
-    return ours, foreign
-
-
-Verb = Literal["post", "edit", "keep", "delete"]
-
-
-@dataclass(frozen=True)
-class Step:
-    verb: Verb
-    part: int
-    total: int
-    comment_id: int | None = None
-    body: str = ""
-    why: str = ""
-
-
-def plan_sync(existing: Sequence[Owned], bodies: Sequence[str]) -> list[Step]:
-    """What turns ``existing`` into exactly ``bodies``, in thread order. Pure.
-
-    Part k reuses the lowest-id comment marked part k while those ids keep increasing
-    with k; after a gap (a part missing, or out of order) the rest are posted anew, so
-    the parts read in order in the thread. Everything not reused is deleted.
-    """
-    lowest: dict[int, Owned] = {}
-    for item in sorted(existing, key=lambda o: o.comment.id):
-        lowest.setdefault(item.part, item)
-    total = len(bodies)
-    steps: list[Step] = []
-    reused: set[int] = set()
-    previous, in_order = 0, True
-    for k, body in enumerate(bodies, 1):
-        slot = lowest.get(k)
-        if slot is not None and in_order and slot.comment.id > previous:
-            reused.add(slot.comment.id)
-            previous = slot.comment.id
-            verb: Verb = "keep" if slot.comment.body == body else "edit"
-            steps.append(Step(verb, k, total, slot.comment.id, body))
-        else:
-            in_order = False
-            steps.append(Step("post", k, total, None, body))
-    for item in existing:
-        if item.comment.id in reused:
-            continue
-        why = (f"duplicate of part {item.part}" if lowest.get(item.part) is not item
-               else f"leftover part {item.part}/{item.total}")
-        steps.append(Step("delete", item.part, item.total, item.comment.id, why=why))
-    return steps
-
-
-def sweep_steps(existing: Sequence[Owned], total: int) -> list[Step]:
-    """After posting: delete every copy of a part but the lowest id, and parts past
-    ``total``. Every concurrent run computes the same survivors. Pure."""
-    seen: set[int] = set()
-    steps: list[Step] = []
-    for item in sorted(existing, key=lambda o: o.comment.id):
-        if item.part > total:
-            steps.append(Step("delete", item.part, item.total, item.comment.id,
-                              why=f"leftover part {item.part}/{item.total}"))
-        elif item.part in seen:
-            steps.append(Step("delete", item.part, item.total, item.comment.id,
-                              why=f"duplicate of part {item.part} (a concurrent run's)"))
-        else:
-            seen.add(item.part)
-    return steps
+def marker_key(key: str) -> str:
+    """The key as the marker writes it: quoted (no space, no ">", no newline)."""
+    return quote(key, safe="/._-~")
 
 
 # -- the command ----------------------------------------------------------------------------
@@ -381,9 +302,6 @@ def run(args: argparse.Namespace) -> int:
         return output.report_error(exc)
 
 
-Bodies = Callable[[Sequence["Owned"], int], list[str]]
-
-
 def _run(args: argparse.Namespace) -> int:
     from reconciler.shell.github import CommentsClient, GitHubError
 
@@ -449,87 +367,15 @@ def _to_summary(summary: Path, exc: Exception, target: Target, bodies: list[str]
     return int(Exit.OK)
 
 
-def _ownership(client: CommentsClient | None, author: str | None,
-               token: bool) -> tuple[Callable[[Comment], bool], str]:
-    if author:
-        wanted = author.lower()
-        return (lambda c: c.author.lower() == wanted), f"comments by {author}"
-    login = client.identity() if client is not None and token else None
-    if login:
-        mine = login.lower()
-        return (lambda c: c.author.lower() == mine), f"comments by {login}"
-    if token:
-        return (lambda c: c.author_is_bot), "comments by a bot account (installation token)"
-    return (lambda c: True), "comments by anyone (no token to tell whose)"
-
-
 def _sync(client: CommentsClient, pr: int, key: str, bodies: Bodies,
           author: str | None) -> int:
-    from reconciler.shell.github import GitHubError
+    from reconciler.engine import sync_comment
 
-    is_ours, _ = _ownership(client, author, client.authenticated)
-    limit = BODY_LIMIT
-    for attempt in range(4):
-        try:
-            return _write(client, pr, key, bodies, limit, is_ours)
-        except GitHubError as exc:
-            if not exc.body_too_long or attempt == 3:
-                if exc.body_too_long:
-                    raise GitHubError(f"{exc} (a part was up to {limit:,} characters;"
-                                      " GitHub would not take it)", exc.status) from None
-                raise
-            limit = int(limit * 0.7)  # GitHub counted more than we did: split smaller
-            print(f"github: a part was too long for GitHub; splitting within {limit:,}",
-                  file=sys.stderr)
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _write(client: CommentsClient, pr: int, key: str, make: Bodies, limit: int,
-           is_ours: Callable[[Comment], bool]) -> int:
-    from reconciler.shell.github import GitHubError
-
-    ours, foreign = owned(client.list_comments(pr), key, is_ours)
-    bodies = make(ours, limit)
-    target = f"{safe(client.owner)}/{safe(client.name)}#{pr}"
-    if foreign:
-        print(f"note: {len(foreign)} comment(s) carry this marker but are not ours; "
-              "left alone", file=sys.stderr)
-    steps = plan_sync(ours, bodies)
-    urls = {item.comment.id: item.comment.url for item in ours}
-    posted = False
-    first_url = ""
-    for step in steps:
-        if step.verb == "keep":
-            first_url = first_url or urls.get(step.comment_id or 0, "")
-            print(f"unchanged part {step.part}/{step.total}: comment {step.comment_id}")
-        elif step.verb == "edit":
-            assert step.comment_id is not None
-            try:
-                reply = client.update(step.comment_id, step.body)
-                print(f"edited part {step.part}/{step.total}: comment {reply.id}")
-            except GitHubError as exc:
-                if exc.status != 404:
-                    raise
-                reply = client.create(pr, step.body)  # deleted meanwhile (a concurrent sweep)
-                posted = True
-                print(f"posted part {step.part}/{step.total}: comment {reply.id}")
-            first_url = first_url or reply.url
-        elif step.verb == "post":
-            reply = client.create(pr, step.body)
-            posted = True
-            first_url = first_url or reply.url
-            print(f"posted part {step.part}/{step.total}: comment {reply.id}")
-    for step in steps:
-        if step.verb == "delete" and step.comment_id is not None:
-            client.delete(step.comment_id)
-            print(f"deleted comment {step.comment_id} ({step.why})")
-    if posted:
-        ours_now, _ = owned(client.list_comments(pr), key, is_ours)
-        for step in sweep_steps(ours_now, len(bodies)):
-            if step.comment_id is not None and client.delete(step.comment_id):
-                print(f"deleted comment {step.comment_id} ({step.why})")
-    where = f" at {safe(first_url)}" if first_url else ""
-    print(f"comment on {target}: {len(bodies)} part(s) for {safe(key)}{where}")
+    done = sync_comment(client, pr, marker_key(key), bodies, author, limit=BODY_LIMIT,
+                        say=print, warn=lambda line: print(line, file=sys.stderr))
+    where = f" at {safe(done.url)}" if done.url else ""
+    print(f"comment on {safe(client.owner)}/{safe(client.name)}#{pr}: {done.parts} part(s) "
+          f"for {safe(key)}{where}")
     return int(Exit.OK)
 
 
@@ -542,9 +388,10 @@ def _dry_run(client: CommentsClient | None, pr: int | None, target: Target, key:
     print(f"dry run: comment set {safe(key)} on {where}; nothing is written")
     ours: list[Owned] = []
     if client is not None and pr is not None:
+        from reconciler.engine import comment_listing
+
         try:
-            is_ours, whose = _ownership(client, author, client.authenticated)
-            ours, foreign = owned(client.list_comments(pr), key, is_ours)
+            ours, foreign, whose = comment_listing(client, pr, marker_key(key), author)
             print(f"found {len(ours)} existing part(s) ({whose})"
                   + (f"; {len(foreign)} with the marker by others, left alone" if foreign else ""))
         except GitHubError as exc:
@@ -552,7 +399,7 @@ def _dry_run(client: CommentsClient | None, pr: int | None, target: Target, key:
     else:
         print("could not list existing comments; all parts would be new")
     bodies = make(ours, BODY_LIMIT)
-    steps = plan_sync(ours, bodies)
+    steps = comments.plan_sync(ours, bodies)
     for step in steps:
         size = f"{len(step.body):,} characters"
         if step.verb == "post":

@@ -52,6 +52,7 @@ from githubkit.exception import (
 from githubkit.retry import RetryOption
 
 from reconciler import __version__
+from reconciler.core.comments import Comment
 from reconciler.core.sanitize import register_secret, safe
 
 API_VERSION = "2022-11-28"
@@ -70,15 +71,6 @@ class GitHubError(Exception):
         self.status = status
         self.body_too_long = body_too_long
         self.rate_limited = rate_limited
-
-
-@dataclass(frozen=True)
-class Comment:
-    id: int
-    body: str
-    author: str  # user.login ("" when GitHub gives none, e.g. a deleted account: "ghost")
-    author_is_bot: bool
-    url: str = ""  # html_url
 
 
 def redact(text: str, secret: str | None) -> str:

@@ -17,6 +17,7 @@ import pytest
 
 from reconciler import cli
 from reconciler.commands import comment as cmd
+from reconciler.core import comments
 from reconciler.exitcodes import Exit
 from reconciler.render import markdown
 from reconciler.shell.github import Comment, CommentsClient, GitHubError
@@ -400,13 +401,14 @@ def test_unknown_pull_request(standin: StandIn, actions_env: object, run: Run,
 # -- the pure parts -------------------------------------------------------------------------
 
 
-def _owned(cid: int, part: int, total: int) -> cmd.Owned:
-    return cmd.Owned(Comment(cid, cmd.marker("k", part, total) + "\nx", BOT, True), part, total)
+def _owned(cid: int, part: int, total: int) -> comments.Owned:
+    body = cmd.marker("k", part, total) + "\nx"
+    return comments.Owned(Comment(cid, body, BOT, True), part, total)
 
 
 def test_plan_sync_reuses_in_order_and_deletes_the_rest() -> None:
     bodies = cmd.bodies_for(["a", "b"], "k")
-    steps = cmd.plan_sync([_owned(10, 1, 3), _owned(11, 1, 3), _owned(12, 2, 3),
+    steps = comments.plan_sync([_owned(10, 1, 3), _owned(11, 1, 3), _owned(12, 2, 3),
                            _owned(13, 3, 3)], bodies)
     assert [(s.verb, s.part, s.comment_id) for s in steps] == [
         ("edit", 1, 10), ("edit", 2, 12), ("delete", 1, 11), ("delete", 3, 13)]
@@ -414,7 +416,7 @@ def test_plan_sync_reuses_in_order_and_deletes_the_rest() -> None:
 
 
 def test_sweep_keeps_the_lowest_id_per_part() -> None:
-    steps = cmd.sweep_steps([_owned(21, 1, 2), _owned(20, 1, 2), _owned(23, 2, 2),
+    steps = comments.sweep_steps([_owned(21, 1, 2), _owned(20, 1, 2), _owned(23, 2, 2),
                              _owned(22, 2, 2), _owned(24, 3, 3)], 2)
     assert [s.comment_id for s in steps] == [21, 23, 24]
 
