@@ -59,6 +59,22 @@ class Found:
     moved: bool
 
 
+def _small_yaml(entry: os.DirEntry[str]) -> bytes | None:
+    """The bytes of a directory entry that may be desired state: a YAML file, not hidden,
+    a regular file (never a link, FIFO or device) of at most ``loading.MAX_FILE_BYTES``;
+    None for anything else or what cannot be read."""
+    if entry.name.startswith(".") or not entry.name.endswith(loading.YAML_SUFFIXES):
+        return None
+    try:
+        if not entry.is_file(follow_symlinks=False) \
+                or entry.stat(follow_symlinks=False).st_size > loading.MAX_FILE_BYTES:
+            return None
+        with open(entry.path, "rb") as handle:
+            return handle.read(loading.MAX_FILE_BYTES + 1)
+    except OSError:
+        return None
+
+
 def holds_settings(directory: Path) -> bool:
     """Whether ``directory`` directly holds a YAML file with a ``kind: Settings`` document."""
     try:
@@ -67,18 +83,9 @@ def holds_settings(directory: Path) -> bool:
     except OSError:
         return False
     for entry in entries:
-        if entry.name.startswith(".") or not entry.name.endswith(loading.YAML_SUFFIXES):
-            continue
-        try:
-            if not entry.is_file(follow_symlinks=False):
-                continue
-            if entry.stat(follow_symlinks=False).st_size > loading.MAX_FILE_BYTES:
-                continue
-            with open(entry.path, "rb") as handle:
-                data = handle.read(loading.MAX_FILE_BYTES + 1)
-        except OSError:
-            continue
-        if _MENTIONS_SETTINGS.search(data) and _is_settings_file(data, entry.name):
+        data = _small_yaml(entry)
+        if data is not None and _MENTIONS_SETTINGS.search(data) \
+                and _is_settings_file(data, entry.name):
             return True
     return False
 
@@ -155,12 +162,10 @@ def _search_below(root: Path) -> tuple[bool, list[Path]]:
                         continue
                     pending.append(sub)
                     continue
-                if not entry.name.endswith(loading.YAML_SUFFIXES) \
-                        or entry.stat(follow_symlinks=False).st_size > loading.MAX_FILE_BYTES:
-                    continue
-                with open(entry.path, "rb") as handle:
-                    data = handle.read(loading.MAX_FILE_BYTES + 1)
             except OSError:
+                continue
+            data = _small_yaml(entry)
+            if data is None:
                 continue
             if _OURS.search(data) or (_MENTIONS_SETTINGS.search(data)
                                       and _is_settings_file(data, entry.name)):
