@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reconciler.core import binding, comments, evidence, freshness, review, staleness
+from reconciler.core import binding, comments, evidence, freshness, review, sharding, staleness
 from reconciler.core import pinning as pin_rules
 from reconciler.core.codes import BlockerCode
 from reconciler.core.comments import Comment, Owned
@@ -58,7 +58,7 @@ from reconciler.core.planning import (
     target_of,
 )
 from reconciler.core.planning import plan as make_plan
-from reconciler.core.plans import Plan, Verdict, restrict
+from reconciler.core.plans import Change, Plan, Verdict, restrict
 from reconciler.core.preflight import Greenfield
 from reconciler.core.results import PlanResult, ResultKind
 from reconciler.core.sanitize import redact, safe
@@ -79,6 +79,7 @@ from reconciler.shell.probing import Prober
 from reconciler.shell.progress import NullProgress, Progress
 
 if TYPE_CHECKING:  # the GitHub client (githubkit) loads only when a comment is written
+    from reconciler.shell import coordination as coordination_types
     from reconciler.shell.github import CommentsClient
 
 
@@ -364,7 +365,8 @@ class Reconciler:
                     saved: Plan | None = None, only: frozenset[str] = frozenset(),
                     confirm: Callable[[Plan], bool] | None = None,
                     progress: Progress | None = None,
-                    deadline: Deadline | None = None) -> ApplyRun:
+                    deadline: Deadline | None = None,
+                    fence: applying.Fence | None = None) -> ApplyRun:
         """Observe, plan fresh, bind a saved plan to it, refuse what must be refused, send,
         and gate on what the fresh judge does not prove.
 
@@ -474,7 +476,8 @@ class Reconciler:
         try:
             results = await applying.execute(checks, client=self.client, journal=journal,
                                              hook=hook, concurrency=self.connection.concurrency,
-                                             deadline=deadline.at if deadline else None)
+                                             deadline=deadline.at if deadline else None,
+                                             fence=fence)
         except JournalError as exc:
             # The journal is what makes a rerun safe: without it, stop sending at once,
             # and say what was sent, as a crash would leave it (never "Apply complete").
@@ -773,6 +776,243 @@ class WatchSteps:
             await self._live.__aexit__()
             self._live = None
 
+
+
+# -- sharded watching (issue 22) ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class ShardRound:
+    """One ownership round of a sharded watcher: what it owns now, what changed, what the
+    group looks like, and which shards nobody reconciled for two resyncs. ``error``: etcd
+    could not be reached (or the lease was lost); nothing is written meanwhile."""
+
+    owned: frozenset[int] = frozenset()
+    taken: tuple[int, ...] = ()
+    released: tuple[int, ...] = ()
+    lost: tuple[int, ...] = ()
+    members: tuple[str, ...] = ()
+    owners: tuple[tuple[int, str], ...] = ()
+    ages: tuple[tuple[int, float | None], ...] = ()  # shard -> seconds since its last finish
+    late: tuple[sharding.ShardAge, ...] = ()
+    error: str | None = None
+
+
+class ShardedWatchSteps(WatchSteps):
+    """``WatchSteps`` for one member of a group of watchers sharing a desired-state root
+    through etcd (``watch --coordinate``): the ownership round (renew the lease, read the
+    group, decide with ``core.sharding``, take and release), the plan and apply narrowed
+    to the owned shards' services, the fence before each write, and the per-shard status
+    published after each finished reconcile. The etcd calls are ``shell.coordination``;
+    when to run a round is ``shell.sharded``."""
+
+    def __init__(self, root: Path, *, overrides: Overrides, env: Mapping[str, str],
+                 target: str, shards: int, timing: sharding.LeaseTiming, resync: float,
+                 member: str | None = None, timeout: float | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        super().__init__(root, overrides=overrides, env=env, timeout=timeout, clock=clock)
+        from reconciler.shell import coordination  # loads gRPC only when coordinating
+
+        self.coordination = coordination
+        self.target = coordination.parse_target(target)
+        self.wanted_shards = shards
+        self.count = shards
+        self.timing = timing
+        self.resync = resync
+        self.member = member or f"{os.uname().nodename}-{os.getpid()}-{os.urandom(3).hex()}"
+        self.group: str | None = self.target.group
+        self.etcd: coordination.Etcd | None = None
+        self.lease: int | None = None
+        self.held: dict[int, int] = {}  # shard -> the owner key's revision when taken
+        self.renewed_at: float | None = None  # monotonic time of the last renewal
+        self.since = clock()  # unreconciled shards count from here at the latest
+        self.fresh: set[int] = set()  # taken since the last plan: resync now
+        self.planned: frozenset[int] = frozenset()  # the shards the last plan covered
+        self.ids: dict[str, str] = {}  # name -> serviceId of the last desired state
+
+    # -- joining and the ownership round ------------------------------------------------
+
+    def _group_of(self, desired: DesiredState) -> str:
+        """The URL's group, else one derived from the control plane and where the root
+        sits in its repo: every clone of the same root, on any machine, joins one group."""
+        if self.group is not None:
+            return self.group
+        url = connect(desired, self.root, self.overrides).control_plane_url
+        try:
+            top = gitrepo.toplevel(self.root)
+            where = str(self.root.resolve().relative_to(top.resolve())) if top else "."
+        except (gitrepo.GitError, ValueError):
+            where = "."
+        return "r-" + hashlib.sha256(f"{url}|{where}".encode()).hexdigest()[:16]
+
+    async def _join(self) -> coordination_types.Etcd:
+        if self.etcd is None:
+            loaded = self.load()
+            if loaded.state is None:
+                raise self.coordination.CoordinationError(
+                    "no valid desired state to name the group by yet")
+            self.group = self._group_of(loaded.state)
+            self.etcd = self.coordination.Etcd(
+                self.target, self.group, self.member,
+                timeout=max(1.0, min(3.0, self.timing.retry)))
+        if self.lease is None:
+            self.count = await self.etcd.shard_count(self.wanted_shards)
+            if self.count != self.wanted_shards:
+                raise EngineError(
+                    f"the group {self.group} at {self.target.describe()} has "
+                    f"{self.count} shards, this watcher was started with "
+                    f"{self.wanted_shards}: start it with --shards {self.count} (the count "
+                    "is fixed for the life of a group)", Exit.USAGE)
+            self.lease = await self.etcd.grant(self.timing.ttl)
+            self.renewed_at = time.monotonic()
+            await self.etcd.register(self.lease, {"member": self.member, "pid": os.getpid(),
+                                                  "host": os.uname().nodename,
+                                                  "since": self.clock()})
+        return self.etcd
+
+    def _drop(self, why: str) -> tuple[int, ...]:
+        lost = tuple(sorted(self.held))
+        self.held.clear()
+        self.fresh.clear()
+        return lost
+
+    async def round(self) -> ShardRound:
+        """Renew, read the group, decide, take and release, and read every shard's age.
+        A member that cannot renew for ``renew_deadline`` seconds drops its shards (one
+        retry before the lease itself may expire and another member take them)."""
+        unreachable = self.coordination.CoordinationError
+        try:
+            lost: tuple[int, ...] = ()
+            if self.lease is not None and self.etcd is not None:
+                left = await self.etcd.keepalive(self.lease)
+                if left <= 0:  # expired while we were paused or cut off: start again
+                    lost = self._drop("lease expired")
+                    self.lease = None
+                else:
+                    self.renewed_at = time.monotonic()
+            etcd = await self._join()
+            assert self.lease is not None
+            members = await etcd.members()
+            owners = await etcd.owners()
+            # What etcd says we hold (this lease's keys); a shard we thought ours and is
+            # not is lost (taken over after our lease expired).
+            ours = {s: o.revision for s, o in owners.items()
+                    if o.member == self.member and o.lease == self.lease}
+            lost += tuple(s for s in self.held if s not in ours)
+            self.held = ours
+            decision = sharding.decide(self.member, sorted(members),
+                                       {s: o.member for s, o in owners.items()}, self.count)
+            released = []
+            for shard in decision.release:
+                if await etcd.release(shard, self.held[shard]):
+                    released.append(shard)
+                self.held.pop(shard, None)
+                owners.pop(shard, None)
+            taken = []
+            for shard in decision.take:
+                revision = await etcd.take(shard, self.lease)
+                if revision is not None:
+                    self.held[shard] = revision
+                    taken.append(shard)
+            self.fresh.update(taken)
+            owner_of = {s: o.member for s, o in owners.items()}
+            owner_of.update({s: self.member for s in self.held})
+            statuses = await etcd.statuses()
+        except unreachable as exc:
+            lost = ()
+            if self.held and (self.renewed_at is None or time.monotonic() - self.renewed_at
+                              >= self.timing.renew_deadline):
+                lost = self._drop("renew deadline passed")
+            return ShardRound(owned=frozenset(self.held), lost=lost, error=str(exc))
+        finished = {s: float(v["finishedAt"]) for s, v in statuses.items()
+                    if isinstance(v.get("finishedAt"), int | float)}
+        now = self.clock()
+        late = sharding.unreconciled(self.count, finished, owner_of, now=now,
+                                     since=self.since, interval=self.resync)
+        return ShardRound(
+            owned=frozenset(self.held), taken=tuple(taken), released=tuple(released),
+            lost=tuple(sorted(set(lost))), members=tuple(sorted(members)),
+            owners=tuple(sorted(owner_of.items())),
+            ages=tuple((s, now - finished[s] if s in finished else None)
+                       for s in range(self.count)),
+            late=tuple(late))
+
+    async def leave(self) -> None:
+        """A clean stop: revoke the lease, so the others take the shards at once."""
+        if self.etcd is None:
+            return
+        with contextlib.suppress(self.coordination.CoordinationError):
+            if self.lease is not None:
+                await self.etcd.revoke(self.lease)
+        self.held.clear()
+        self.lease = None
+        await self.etcd.close()
+
+    # -- the owned part of the fleet ---------------------------------------------------
+
+    def owned_names(self, desired: DesiredState) -> frozenset[str]:
+        """The services of the shards this member holds now (a name no service has when it
+        holds none: ``restrict`` keeps everything for an empty set)."""
+        self.ids = {s.name: s.service_id for s in desired.services}
+        names = sharding.services_in(self.held, self.ids, self.count)
+        return names or NOTHING
+
+    def plan(self, desired: DesiredState, snapshot: LiveSnapshot,
+             provenance: Provenance, *, max_age: float | None = None) -> Plan:
+        self.planned = frozenset(self.held)
+        self.fresh.clear()
+        self.only = self.owned_names(desired)
+        return super().plan(desired, snapshot, provenance, max_age=max_age)
+
+    async def apply(self, hook: Hook) -> ApplyRun:
+        """Apply the owned services at the commit HEAD is at, each write fenced."""
+        desired, provenance = load_consistent(self.root)
+        only = self.owned_names(desired)
+        async with Reconciler(self.root, desired, overrides=self.overrides,
+                              env=self.env) as reconciler:
+            return await reconciler.apply(
+                desired, provenance, hook=hook, only=only, fence=self.fence,
+                deadline=Deadline.after(self.timeout) if self.timeout is not None else None)
+
+    async def fence(self, change: Change) -> dict[str, object]:
+        """Just before a write: this member still holds the change's shard, checked in one
+        etcd transaction on the owner key's revision; else ``applying.Fenced`` (and the
+        shard is dropped). The token goes into the journal with the intent."""
+        shard = sharding.shard_of(change.service_id, self.count)
+        revision = self.held.get(shard)
+        if revision is None or self.etcd is None or self.lease is None:
+            raise applying.Fenced(f"shard {shard} of {change.service} is not ours")
+        if self.renewed_at is None or \
+                time.monotonic() - self.renewed_at >= self.timing.renew_deadline:
+            self._drop("renew deadline passed")
+            raise applying.Fenced(f"our lease was not renewed within "
+                                  f"{self.timing.renew_deadline:g}s; shard {shard} dropped")
+        try:
+            checked = await self.etcd.fence(shard, revision)
+        except self.coordination.CoordinationError as exc:
+            raise applying.Fenced(f"etcd unreachable, cannot prove shard {shard} is "
+                                  f"ours ({safe(exc, 200)})") from exc
+        if checked is None:
+            self.held.pop(shard, None)
+            raise applying.Fenced(f"shard {shard} of {change.service} is no longer ours "
+                                  "(taken over, or our lease expired); dropped")
+        return {"member": self.member, "group": self.group, "shard": shard,
+                "ownerRevision": revision, "lease": self.lease, "checkedAt": checked}
+
+    async def publish(self, commit: str | None) -> None:
+        """After a finished reconcile: each shard it covered and still holds, now."""
+        if self.etcd is None or self.lease is None:
+            return
+        now = self.clock()
+        shards = {s: (rev, {"owner": self.member, "finishedAt": now, "commit": commit,
+                            "lease": self.lease, "ownerRevision": rev})
+                  for s, rev in self.held.items() if s in self.planned}
+        with contextlib.suppress(self.coordination.CoordinationError):
+            await self.etcd.publish(shards)
+
+
+#: ``restrict`` keeps the whole plan for an empty selection: a member holding no shard
+#: restricts to a name no service can have (names are identifiers, never empty).
+NOTHING = frozenset({""})
 
 # -- pin ----------------------------------------------------------------------------------
 

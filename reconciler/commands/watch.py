@@ -3,7 +3,9 @@
 Stops cleanly on SIGINT/SIGTERM (exit 0); an apply in flight is abandoned safely (its
 sent keys are in the journal). Usage errors exit 64. With ``--metrics-port`` one
 loopback port (``--metrics-addr`` to change) serves ``/metrics``, ``/healthz`` and
-``/readyz``. ``--only a,b`` plans and applies only those services.
+``/readyz``. ``--only a,b`` plans and applies only those services. ``--coordinate
+etcd://...`` joins a group of watchers sharing the services by shard
+(``commands.coordinate``, ``shell.sharded``, docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from reconciler.commands import durations, options, output, selection
+from reconciler.commands import coordinate, durations, options, output, selection
 from reconciler.core.plans import Plan
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -64,12 +66,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="/readyz answers 503 once N observations of the live side in "
                         "a row have failed, i.e. within N resyncs (default 2)")
     options.add_connection_flags(parser)
+    coordinate.add_flags(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from reconciler.engine import WatchSteps
+    from reconciler.engine import ShardedWatchSteps, WatchSteps
     from reconciler.shell.health import Readiness
+    from reconciler.shell.sharded import ShardedWatcher
     from reconciler.shell.watching import Log, Metrics, Watcher
 
     if args.resync <= 0 or args.debounce < 0:
@@ -102,6 +106,19 @@ def run(args: argparse.Namespace) -> int:
             if unknown:
                 print(f"error: {selection.unknown_message(unknown, known)}", file=sys.stderr)
                 return int(Exit.USAGE)
+    # Sharded watching (--coordinate, RECONCILE_COORDINATE or settings coordination):
+    # the loaded blobs are cached, so the watcher's first read stays cheap.
+    state = steps.load().state
+    sharded = coordinate.resolve(args, env, state.settings if state is not None else None)
+    if isinstance(sharded, str) or (sharded is not None and only):
+        said = sharded if isinstance(sharded, str) else \
+            "--only and --coordinate do not mix: the shards decide who plans what"
+        print(f"error: {said}", file=sys.stderr)
+        return int(Exit.USAGE)
+    if sharded is not None:
+        steps = ShardedWatchSteps(root, overrides=overrides, env=env, target=sharded.target,
+                                  shards=sharded.shards, timing=sharded.timing,
+                                  resync=args.resync, timeout=args.timeout)
     readiness = Readiness(window=args.unready_after)
     try:
         metrics = Metrics(args.metrics_port, addr=args.metrics_addr, readiness=readiness) \
@@ -110,10 +127,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: metrics address {args.metrics_addr}:{args.metrics_port}: "
               f"{exc.strerror or exc}", file=sys.stderr)
         return int(Exit.ERROR)
-    watcher = Watcher(root=root, steps=steps, log=Log(args.log_format, level=args.log_level),
-                      apply=args.apply, resync=args.resync, debounce=args.debounce,
-                      metrics=metrics, only=only, readiness=readiness,
-                      render_first=render_first if args.log_format == "text" else None)
+    watcher = (Watcher if sharded is None else ShardedWatcher)(
+        root=root, steps=steps, log=Log(args.log_format, level=args.log_level),
+        apply=args.apply, resync=args.resync, debounce=args.debounce,
+        metrics=metrics, only=only, readiness=readiness,
+        render_first=render_first if args.log_format == "text" else None)
+    if isinstance(watcher, ShardedWatcher) and isinstance(steps, ShardedWatchSteps):
+        watcher.shards = steps
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -175,6 +175,21 @@ class Policy(_Model):
     )
 
 
+class Coordination(_Model):
+    """Sharded watchers (``reconcile watch --coordinate``; docs/scaling.md): the etcd that
+    holds the group, how many shards the services are hashed into, and the lease timing
+    (Flux's defaults: 35 s lease, 30 s renew deadline, 5 s retry)."""
+
+    etcd: Str = Field(pattern=r"^etcd://[^/\s]+(/[A-Za-z0-9][A-Za-z0-9._-]{0,99})?$",
+                      description="etcd://HOST:PORT[,HOST:PORT...][/GROUP] (RECONCILE_COORDINATE "
+                      "and --coordinate win over it).")
+    shards: Count = Field(default=16, ge=1, le=4096, description="Fixed for the life of a "
+                          "group: several times the most watchers you expect.")
+    lease_seconds: Count = Field(default=35, ge=2, le=3600, alias="leaseSeconds")
+    renew_deadline_seconds: Seconds = Field(default=30.0, gt=0, alias="renewDeadlineSeconds")
+    retry_seconds: Seconds = Field(default=5.0, gt=0, alias="retrySeconds")
+
+
 class Settings(_Model):
     """One per repo: where the live world is and how to treat it. Holds no secrets."""
 
@@ -189,6 +204,9 @@ class Settings(_Model):
         description="Where apply keeps its journal; outside the repo by default "
         "(RECONCILE_STATE_DIR, else ~/.local/state/reconcile/<repo>).",
     )
+    coordination: Coordination | None = Field(
+        default=None, description="Share the fleet between watchers through etcd "
+        "(reconcile watch --coordinate).")
 
     @model_validator(mode="after")
     def _state_dir_outside_the_repo(self) -> Settings:

@@ -18,7 +18,7 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from reconciler.core import staleness
 from reconciler.core.events import Hook, PostApply, PreApply
@@ -35,6 +35,16 @@ from reconciler.shell.controlplane import (
     parse_service,
 )
 from reconciler.shell.journal import Journal
+
+
+class Fenced(Exception):
+    """The fence refused a write: this process no longer owns the change's service (its
+    shard was taken over, its lease expired, or the coordination store is unreachable)."""
+
+
+#: Asked just before each write (sharded watching, ``engine.ShardedWatchSteps.fence``):
+#: returns the fencing token the journal records with the intent, or raises ``Fenced``.
+Fence = Callable[[Change], Awaitable[dict[str, object]]]
 
 #: Crash-safety test seam: ``RECONCILE_CRASH_AT=point[:action]`` kills this process
 #: with SIGKILL at that point, so tests can prove a rerun converges from each of them.
@@ -99,14 +109,22 @@ async def _landed(client: ControlPlaneClient, change: Change) -> bool:
 
 
 async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
-                     hook: Hook) -> ChangeResult:
+                     hook: Hook, fence: Fence | None = None) -> ChangeResult:
     change = check.change
     if check.freshness is Freshness.ALREADY_LIVE:
         journal.result(change, Outcome.ALREADY_APPLIED.value, "already live")
         return ChangeResult(change=change, outcome=Outcome.ALREADY_APPLIED, detail="already live")
+    token: dict[str, object] | None = None
+    if fence is not None:
+        try:
+            token = await fence(change)
+        except Fenced as exc:
+            # Nothing was sent, and no intent is journalled: the new owner sends it.
+            return ChangeResult(change=change, outcome=Outcome.SKIPPED,
+                                detail=f"not sent: {exc}")
     replay = check.freshness is Freshness.OURS
     hook(PreApply(change=change, replay=replay))
-    journal.intent(change)
+    journal.intent(change, fence=token)
     crash_point("before-send", change.action.value)
     try:
         replayed, said = await _send(client, change)
@@ -168,12 +186,14 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
 
 async def execute(checks: Sequence[Check], *, client: ControlPlaneClient, journal: Journal,
                   hook: Hook, concurrency: int,
-                  deadline: float | None = None) -> list[ChangeResult]:
+                  deadline: float | None = None,
+                  fence: Fence | None = None) -> list[ChangeResult]:
     """Send every change; services in parallel, each service's changes in plan order.
 
     ``deadline`` (``time.monotonic()``; ``apply --timeout``): no change is *started* after
     it (each is skipped, said so); a write already sent is never abandoned mid-flight --
-    its own call deadline bounds it -- so it ends applied, refused, failed or in doubt."""
+    its own call deadline bounds it -- so it ends applied, refused, failed or in doubt.
+    ``fence`` (sharded watching) is asked before each write; a refusal skips the write."""
     by_service: dict[str, list[Check]] = {}
     for check in checks:
         by_service.setdefault(check.change.service_id, []).append(check)
@@ -195,7 +215,7 @@ async def execute(checks: Sequence[Check], *, client: ControlPlaneClient, journa
                         detail=f"not sent: {stopped.change.action.value} of "
                         f"{stopped.change.service} was {stopped.outcome.value}")
                     continue
-                result = await _apply_one(client, journal, check, hook)
+                result = await _apply_one(client, journal, check, hook, fence)
                 hook(PostApply(result=result))
                 results[check.change.idempotency_key] = result
                 if result.outcome not in (Outcome.APPLIED, Outcome.ALREADY_APPLIED):

@@ -33,6 +33,17 @@ class Readiness:
     _failures: int = 0  # consecutive failed observations since the last success
     _last_ok: float | None = None  # wall-clock time of the last successful observation
     _reason: str = "no observation of the live side yet"
+    #: Reasons besides the live side to answer 503, by name (sharded watching: etcd
+    #: unreachable, shards nobody reconciled for two resyncs); each one a line.
+    _held: dict[str, str] = field(default_factory=dict)
+
+    def hold(self, name: str, reason: str | None) -> None:
+        """Not ready for ``reason`` until it is held again with None."""
+        with self._lock:
+            if reason is None:
+                self._held.pop(name, None)
+            else:
+                self._held[name] = reason
 
     def succeeded(self) -> None:
         with self._lock:
@@ -56,6 +67,8 @@ class Readiness:
 
     def state(self) -> tuple[bool, str]:
         with self._lock:
+            if self._held:
+                return False, "\n".join(self._held[k] for k in sorted(self._held))
             if self._last_ok is None:
                 return False, self._reason
             if self._failures >= self.window:

@@ -303,12 +303,17 @@ class Journal:
         result = self.results.get(key)
         return result is None or result.get("outcome") in ("failed", "in_doubt")
 
-    def intent(self, change: Change) -> None:
+    def intent(self, change: Change, *, fence: dict[str, object] | None = None) -> None:
         """Record, durably, that ``change`` is about to be sent. Raises ``JournalError``
-        when it cannot: the caller must then not send it."""
-        self._append({"event": "intent", "key": change.idempotency_key,
-                      "service_id": change.service_id, "action": change.action.value,
-                      "user_id": change.user_id})
+        when it cannot: the caller must then not send it. ``fence``: the sharded
+        watcher's fencing token (shard, owner-key revision, lease, the store's revision
+        at the check), recorded with the intent."""
+        body: dict[str, Any] = {"event": "intent", "key": change.idempotency_key,
+                                "service_id": change.service_id,
+                                "action": change.action.value, "user_id": change.user_id}
+        if fence is not None:
+            body["fence"] = fence
+        self._append(body)
         self.sent.add(change.idempotency_key)
         self.sent_now[change.idempotency_key] = {
             "service": change.service, "action": change.action.value, "outcome": None}

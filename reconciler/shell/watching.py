@@ -387,7 +387,7 @@ class Watcher:
                 if moved:
                     await self._reload(head)
                     last_head = head
-                if time.monotonic() - last_resync >= self.resync:
+                if time.monotonic() - last_resync >= self.resync or self._resync_due():
                     await self._resync()
                     last_resync = time.monotonic()
                 elif moved:
@@ -435,6 +435,11 @@ class Watcher:
                     return now
                 head = now
         return head
+
+    def _resync_due(self) -> bool:
+        """Whether to read the live side before the interval is up (a sharded watcher
+        that just took shards: ``shell.sharded``)."""
+        return False
 
     @property
     def _step_ms(self) -> int:
