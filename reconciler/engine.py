@@ -828,6 +828,7 @@ class ShardedWatchSteps(WatchSteps):
         self.fresh: set[int] = set()  # taken since the last plan: resync now
         self.planned: frozenset[int] = frozenset()  # the shards the last plan covered
         self.ids: dict[str, str] = {}  # name -> serviceId of the last desired state
+        self.dropped: set[int] = set()  # dropped by a fence or a deadline, not yet reported
 
     # -- joining and the ownership round ------------------------------------------------
 
@@ -869,8 +870,10 @@ class ShardedWatchSteps(WatchSteps):
                                                   "since": self.clock()})
         return self.etcd
 
-    def _drop(self, why: str) -> tuple[int, ...]:
+    def _drop(self) -> tuple[int, ...]:
+        """Forget every shard (the next round reports them lost)."""
         lost = tuple(sorted(self.held))
+        self.dropped.update(lost)
         self.held.clear()
         self.fresh.clear()
         return lost
@@ -885,7 +888,7 @@ class ShardedWatchSteps(WatchSteps):
             if self.lease is not None and self.etcd is not None:
                 left = await self.etcd.keepalive(self.lease)
                 if left <= 0:  # expired while we were paused or cut off: start again
-                    lost = self._drop("lease expired")
+                    lost = self._drop()
                     self.lease = None
                 else:
                     self.renewed_at = time.monotonic()
@@ -898,6 +901,8 @@ class ShardedWatchSteps(WatchSteps):
             ours = {s: o.revision for s, o in owners.items()
                     if o.member == self.member and o.lease == self.lease}
             lost += tuple(s for s in self.held if s not in ours)
+            lost += tuple(s for s in self.dropped if s not in ours)
+            self.dropped.clear()
             self.held = ours
             decision = sharding.decide(self.member, sorted(members),
                                        {s: o.member for s, o in owners.items()}, self.count)
@@ -918,10 +923,10 @@ class ShardedWatchSteps(WatchSteps):
             owner_of.update({s: self.member for s in self.held})
             statuses = await etcd.statuses()
         except unreachable as exc:
-            lost = ()
             if self.held and (self.renewed_at is None or time.monotonic() - self.renewed_at
                               >= self.timing.renew_deadline):
-                lost = self._drop("renew deadline passed")
+                self._drop()
+            lost, self.dropped = tuple(sorted(self.dropped)), set()
             return ShardRound(owned=frozenset(self.held), lost=lost, error=str(exc))
         finished = {s: float(v["finishedAt"]) for s, v in statuses.items()
                     if isinstance(v.get("finishedAt"), int | float)}
@@ -983,7 +988,7 @@ class ShardedWatchSteps(WatchSteps):
             raise applying.Fenced(f"shard {shard} of {change.service} is not ours")
         if self.renewed_at is None or \
                 time.monotonic() - self.renewed_at >= self.timing.renew_deadline:
-            self._drop("renew deadline passed")
+            self._drop()
             raise applying.Fenced(f"our lease was not renewed within "
                                   f"{self.timing.renew_deadline:g}s; shard {shard} dropped")
         try:
@@ -993,6 +998,7 @@ class ShardedWatchSteps(WatchSteps):
                                   f"ours ({safe(exc, 200)})") from exc
         if checked is None:
             self.held.pop(shard, None)
+            self.dropped.add(shard)
             raise applying.Fenced(f"shard {shard} of {change.service} is no longer ours "
                                   "(taken over, or our lease expired); dropped")
         return {"member": self.member, "group": self.group, "shard": shard,

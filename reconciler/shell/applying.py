@@ -57,6 +57,19 @@ def crash_point(point: str, action: str = "") -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+#: Pause seam of the sharded-watching tests: ``RECONCILE_PAUSE_AT=before-fence`` stops
+#: this process (SIGSTOP) once, just before its first fenced write, as a GC pause or a
+#: partition would; the test resumes it (SIGCONT) after another member took its shards.
+PAUSE_ENV = "RECONCILE_PAUSE_AT"
+_paused: set[str] = set()
+
+
+def pause_point(point: str) -> None:
+    if os.environ.get(PAUSE_ENV) == point and point not in _paused:
+        _paused.add(point)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
 async def _send(client: ControlPlaneClient, change: Change) -> tuple[bool, str]:
     """Send one change; True when the control plane says it replayed an earlier call
     with the same key and changed nothing now ([ext] ``idempotentReplay``), and what it
@@ -116,6 +129,7 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
         return ChangeResult(change=change, outcome=Outcome.ALREADY_APPLIED, detail="already live")
     token: dict[str, object] | None = None
     if fence is not None:
+        pause_point("before-fence")
         try:
             token = await fence(change)
         except Fenced as exc:

@@ -83,6 +83,14 @@ class Member:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def stopped(self) -> bool:
+        """SIGSTOPped (state T in /proc)."""
+        try:
+            stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat.rsplit(")", 1)[1].split()[0] == "T"
+
 
 @dataclass
 class Group:
@@ -93,14 +101,14 @@ class Group:
     members: list[Member] = field(default_factory=list)
     extra: tuple[str, ...] = ()
 
-    def start(self, name: str) -> Member:
+    def start(self, name: str, **env_extra: str) -> Member:
         state = self.repo.path.parent / f"state-{name}"
         args = [sys.executable, "-m", "reconciler", "watch", str(self.repo.path),
                 "--log-format", "json", "--coordinate", f"{self.etcd.url}/{GROUP}",
                 "--shards", str(self.shards), "--resync", str(RESYNC), *TIMING, *self.extra]
         if self.apply:
             args.append("--apply")
-        env = self.repo.env(RECONCILE_STATE_DIR=str(state))
+        env = self.repo.env(RECONCILE_STATE_DIR=str(state), **env_extra)
         proc = subprocess.Popen(args, cwd=PROJECT, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True)
         member = Member(name, proc, state)

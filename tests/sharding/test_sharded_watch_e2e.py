@@ -67,3 +67,39 @@ def test_three_watchers_own_sixteen_shards_once_and_take_over_a_killed_one(
         epochs.setdefault((i["fence"]["shard"], i["fence"]["ownerRevision"]), set()).add(name)
     assert all(len(who) == 1 for who in epochs.values()), epochs
     assert len(writes(sandbox)) == len(intents)
+
+
+def test_a_watcher_paused_past_its_lease_sends_nothing_after_the_takeover(
+        repo: Repo, sandbox: Sandbox, etcd: Etcd) -> None:
+    """A stops itself (SIGSTOP) just before its first fenced write of the initial apply;
+    B joins, A's lease expires, B owns every shard and applies everything; then A is
+    resumed mid-apply, with a plan for shards it no longer owns."""
+    group = Group(repo, etcd, shards=2, apply=True)
+    try:
+        a = group.start("a", RECONCILE_PAUSE_AT="before-fence")
+        a_id = group.member_id(a)
+        deadline = time.monotonic() + 120
+        while not a.stopped():
+            assert a.alive and time.monotonic() < deadline, "A never reached its first write"
+            time.sleep(0.1)
+        b = group.start("b")
+        b_id = group.member_id(b)
+        group.wait_owners(fully_owned(2, {b_id}), timeout=TTL + 30)
+        b.wait_for(lambda e: e["event"] == "plan" and e["verdict"] == "no_changes",
+                   timeout=120)
+        sent = len(writes(sandbox))
+        assert sent == len(b.intents()) > 0  # B made every change, each once
+        os.kill(a.proc.pid, signal.SIGCONT)
+        done = a.wait_for(lambda e: e["event"] in ("applied", "apply-failed",
+                                                   "apply-refused"), timeout=60)
+        assert "skipped" in done["message"], done
+        a.wait_for(lambda e: e["event"] == "shards-lost", timeout=30)
+        time.sleep(2 * TTL)  # A rejoins and runs its rounds; nothing is left for it to send
+        assert len(writes(sandbox)) == sent
+        assert a.intents() == [], "the paused watcher journalled a write"
+        assert a_id != b_id
+    finally:
+        group.stop_all()
+    # One rollout for checkout's promotion: the control plane saw it once.
+    promotions = [w for w in writes(sandbox) if w["method"] == "promoteServiceImageRelease"]
+    assert [p["serviceId"] for p in promotions] == ["svc-checkout"]
