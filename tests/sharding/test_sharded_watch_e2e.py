@@ -103,3 +103,62 @@ def test_a_watcher_paused_past_its_lease_sends_nothing_after_the_takeover(
     # One rollout for checkout's promotion: the control plane saw it once.
     promotions = [w for w in writes(sandbox) if w["method"] == "promoteServiceImageRelease"]
     assert [p["serviceId"] for p in promotions] == ["svc-checkout"]
+
+
+def readyz(member_start: dict[str, object]) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    address = member_start["metrics"]
+    host, port = (address if isinstance(address, list | tuple)
+                  else str(address).rsplit(":", 1))
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/readyz", timeout=5) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_etcd_unreachable_stops_every_write_says_so_and_resumes_when_it_returns(
+        repo: Repo, sandbox: Sandbox, etcd: Etcd) -> None:
+    group = Group(repo, etcd, shards=2, apply=True, extra=("--metrics-port", "0"))
+    try:
+        a, b = group.start("a"), group.start("b")
+        starts = [m.wait_for(lambda e: e["event"] == "start") for m in (a, b)]
+        ids = {group.member_id(m) for m in (a, b)}
+        group.wait_owners(fully_owned(2, ids), timeout=60)
+        for m in (a, b):
+            m.wait_for(lambda e: e["event"] == "plan" and e["verdict"] == "no_changes",
+                       timeout=120)
+        sent = len(writes(sandbox))
+        etcd.stop()
+        for m in (a, b):
+            m.wait_for(lambda e: e["event"] == "coordination-unreachable", timeout=30)
+        for start in starts:
+            deadline = time.monotonic() + 30
+            while (got := readyz(start))[0] != 503:
+                assert time.monotonic() < deadline, got
+                time.sleep(0.2)
+            assert "etcd unreachable" in got[1], got
+        notifications = repo.path / "services" / "notifications.yaml"
+        notifications.write_text(notifications.read_text().replace("port: 587", "port: 2525"))
+        repo.commit("notifications: submission port, while etcd is down")
+        time.sleep(3 * TTL)  # plans see the change; no watcher may send it
+        assert len(writes(sandbox)) == sent
+        etcd.start()
+        for m in (a, b):
+            m.wait_for(lambda e: e["event"] == "coordination-ok", timeout=60)
+        group.wait_owners(fully_owned(2, ids), timeout=60)
+        deadline = time.monotonic() + 120
+        while not [w for w in writes(sandbox)[sent:] if w["method"] == "setServiceEgress"]:
+            assert time.monotonic() < deadline, "the change was never applied after etcd returned"
+            time.sleep(0.3)
+        for start in starts:
+            deadline = time.monotonic() + 60
+            while (got := readyz(start))[0] != 200:
+                assert time.monotonic() < deadline, got
+                time.sleep(0.3)
+    finally:
+        group.stop_all()
+    egress = [w for w in writes(sandbox)[sent:] if w["method"] == "setServiceEgress"]
+    assert [(w["serviceId"], w["result"]) for w in egress] == [("svc-notifications", "ok")]
