@@ -100,12 +100,13 @@ class Group:
     apply: bool = False
     members: list[Member] = field(default_factory=list)
     extra: tuple[str, ...] = ()
+    resync: float = RESYNC
 
     def start(self, name: str, **env_extra: str) -> Member:
         state = self.repo.path.parent / f"state-{name}"
         args = [sys.executable, "-m", "reconciler", "watch", str(self.repo.path),
                 "--log-format", "json", "--coordinate", f"{self.etcd.url}/{GROUP}",
-                "--shards", str(self.shards), "--resync", str(RESYNC), *TIMING, *self.extra]
+                "--shards", str(self.shards), "--resync", str(self.resync), *TIMING, *self.extra]
         if self.apply:
             args.append("--apply")
         env = self.repo.env(RECONCILE_STATE_DIR=str(state), **env_extra)

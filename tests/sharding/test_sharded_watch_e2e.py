@@ -162,3 +162,88 @@ def test_etcd_unreachable_stops_every_write_says_so_and_resumes_when_it_returns(
         group.stop_all()
     egress = [w for w in writes(sandbox)[sent:] if w["method"] == "setServiceEgress"]
     assert [(w["serviceId"], w["result"]) for w in egress] == [("svc-notifications", "ok")]
+
+
+#: Services whose document ends with its egress list (rewritten each round).
+ROUND_SERVICES = ("checkout", "notifications", "search", "ledger")
+
+
+def egress_revisions(sandbox: Sandbox) -> dict[str, int]:
+    from reconciler.sandbox import store
+
+    conn = store.connect(sandbox.state_dir)
+    try:
+        return {s["id"]: int(s["data"].get("egressRevision", 0))
+                for s in store.all_services(conn)}
+    finally:
+        conn.close()
+
+
+def set_egress(repo: Repo, service: str, host: str) -> None:
+    path = repo.path / "services" / f"{service}.yaml"
+    text = path.read_text()
+    head, sep, _ = text.partition("\negress:")
+    assert sep, f"{path}: no egress list"
+    path.write_text(f"{head}\negress:\n  - host: {host}\n    port: 443\n")
+
+
+def test_twenty_rounds_of_random_kill_9_make_no_duplicate_rollout_and_converge(
+        repo: Repo, sandbox: Sandbox, etcd: Etcd) -> None:
+    import random
+
+    seed = int(os.environ.get("SHARD_ROUNDS_SEED", time.time_ns() % 10**6))
+    rng = random.Random(seed)
+    print(f"seed {seed}")
+    # Resync 5 s: a failover (TTL 3 s + a 0.5 s retry) plus the new owner's first read
+    # stays under the alarm's two intervals (docs/scaling.md: choose resync > TTL + retry).
+    group = Group(repo, etcd, shards=4, apply=True, resync=5.0)
+    try:
+        names = ["a", "b", "c"]
+        live = {n: group.start(n) for n in names}
+        ids = {group.member_id(m): n for n, m in live.items()}
+        group.wait_owners(fully_owned(4, set(ids)), timeout=60)
+        for m in live.values():
+            m.wait_for(lambda e: e["event"] == "plan" and e["verdict"] == "no_changes",
+                       timeout=120)
+        before = egress_revisions(sandbox)
+        changed: Counter[str] = Counter()
+        kills = 0
+        for i in range(20):
+            service = rng.choice(ROUND_SERVICES)
+            host = f"r{i}.example.net"
+            set_egress(repo, service, host)
+            repo.commit(f"round {i}: {service} egress")
+            changed[f"svc-{service}"] += 1
+            time.sleep(rng.uniform(0.1, 1.5))  # into the apply, or just before it
+            if rng.random() < 0.75:
+                victim = rng.choice(names)
+                os.kill(live[victim].proc.pid, signal.SIGKILL)
+                live[victim].proc.wait(timeout=10)
+                kills += 1
+                live[victim] = group.start(victim)  # restarted, same state directory
+            deadline = time.monotonic() + 90
+            while not any(w["method"] == "setServiceEgress" and w["serviceId"] ==
+                          f"svc-{service}" and w["result"] == "ok" and
+                          host in str(w.get("egress")) for w in writes(sandbox)):
+                assert time.monotonic() < deadline, f"round {i}: {service} never converged"
+                time.sleep(0.2)
+        for m in live.values():  # every live watcher ends proving its shards converged
+            m.wait_for(lambda e: e["event"] == "plan" and e["verdict"] == "no_changes"
+                       and e["commit"] == head_of(repo.path), timeout=120)
+    finally:
+        group.stop_all()
+    after = egress_revisions(sandbox)
+    # One rollout of each change: every egress revision moved once per change, never more
+    # (a duplicate would be a second revision; a replayed key or a lost CAS moves none).
+    assert {s: after[s] - before.get(s, 0) for s in changed} == dict(changed), seed
+    unreconciled = [e for m in group.members for e in m.drain()
+                    if e["event"] == "shards-unreconciled"]
+    assert not unreconciled, unreconciled
+    assert kills >= 5, seed
+
+
+def head_of(path: Path) -> str:
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
