@@ -1,0 +1,81 @@
+"""The fence itself, in process: a member whose lease is gone on etcd's side while its
+own clock still trusts it (a partition that healed late, a clock that jumped) is stopped
+by the etcd transaction on the owner key's revision -- not by its own timers -- and
+sends nothing; the new owner's writes carry their fencing token in the journal."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from reconciler.core.events import Event
+from reconciler.core.outcomes import Outcome
+from reconciler.core.sharding import LeaseTiming
+from reconciler.engine import ShardedWatchSteps
+from reconciler.sandbox.etcd import Etcd
+from reconciler.sandbox.launcher import Sandbox
+from reconciler.shell.coordination import Etcd as Client
+from reconciler.shell.coordination import parse_target
+from reconciler.shell.endpoints import Overrides
+from tests.e2e_repo import Repo
+from tests.sharding.group import WRITES
+
+pytestmark = pytest.mark.integration
+
+
+def member(repo: Repo, etcd: Etcd, state: Path) -> ShardedWatchSteps:
+    return ShardedWatchSteps(repo.path, overrides=Overrides(),
+                             env=repo.env(RECONCILE_STATE_DIR=str(state)),
+                             target=f"{etcd.url}/fence", shards=2,
+                             timing=LeaseTiming(30, 20.0, 5.0), resync=2.0)
+
+
+def intents(state: Path) -> list[dict[str, object]]:
+    path = state / "journal.jsonl"
+    if not path.exists():
+        return []
+    return [x for x in map(json.loads, path.read_text().splitlines())
+            if x.get("event") == "intent"]
+
+
+def test_the_owner_key_revision_stops_a_member_whose_lease_etcd_already_dropped(
+        repo: Repo, sandbox: Sandbox, etcd: Etcd, tmp_path: Path) -> None:
+    def hook(event: Event) -> None:
+        return None
+
+    async def scenario() -> None:
+        old = member(repo, etcd, tmp_path / "old")
+        first = await old.round()
+        assert first.owned == frozenset({0, 1}) and first.error is None
+        assert old.lease is not None
+        # etcd drops the old member's lease; its renew deadline has not passed locally.
+        other = Client(parse_target(etcd.url), "fence", "test")
+        await other.revoke(old.lease)
+        await other.close()
+        new = member(repo, etcd, tmp_path / "new")
+        assert (await new.round()).owned == frozenset({0, 1})
+        stale = await old.apply(hook)
+        assert stale.report.results, "the old member planned nothing to send"
+        assert {r.outcome for r in stale.report.results} == {Outcome.SKIPPED}
+        details = [r.detail for r in stale.report.results]
+        # each shard's first writes (services go in parallel) ask etcd, which refuses
+        # them and the shard is dropped; the service's later writes are not sent either
+        for shard in (0, 1):
+            assert any(f"shard {shard} of" in d and "no longer ours" in d
+                       for d in details), details
+        assert all(d.startswith("not sent: ") for d in details), details
+        assert not [a for a in sandbox.audit() if a["method"] in WRITES]
+        assert intents(tmp_path / "old") == []
+        assert (await old.round()).lost == (0, 1)  # reported, then it rejoins with nothing
+        fresh = await new.apply(hook)
+        assert fresh.report.writes_ok
+        sent = intents(tmp_path / "new")
+        assert sent and all(i["fence"]["member"] == new.member for i in sent)  # type: ignore[index]
+        assert len([a for a in sandbox.audit() if a["method"] in WRITES]) == len(sent)
+        await old.leave()
+        await new.leave()
+
+    asyncio.run(scenario())
