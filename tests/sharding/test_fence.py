@@ -79,3 +79,45 @@ def test_the_owner_key_revision_stops_a_member_whose_lease_etcd_already_dropped(
         await new.leave()
 
     asyncio.run(scenario())
+
+
+def rollout_generations(sandbox: Sandbox) -> dict[str, int]:
+    from reconciler.sandbox import store
+
+    conn = store.connect(sandbox.state_dir)
+    try:
+        return {s["id"]: int((s["data"].get("imageDeployment") or {})
+                             .get("rolloutGeneration", 0))
+                for s in store.all_services(conn)}
+    finally:
+        conn.close()
+
+
+def test_two_owners_at_once_still_make_one_rollout_the_control_plane_is_the_last_line(
+        repo: Repo, sandbox: Sandbox, etcd: Etcd, tmp_path: Path) -> None:
+    """Two watchers that each own everything (a misconfiguration: two groups over one
+    root), so no fence can stop either: both apply at once, and the control plane's
+    compare-and-swap and idempotency keys still let exactly one rollout through."""
+    def hook(event: Event) -> None:
+        return None
+
+    async def scenario() -> None:
+        a = member(repo, etcd, tmp_path / "a")
+        b = member(repo, etcd, tmp_path / "b")
+        b.target = parse_target(f"{etcd.url}/another-group")
+        b.group = "another-group"
+        assert (await a.round()).owned == frozenset({0, 1})
+        assert (await b.round()).owned == frozenset({0, 1})
+        before = rollout_generations(sandbox)
+        first, second = await asyncio.gather(a.apply(hook), b.apply(hook))
+        after = rollout_generations(sandbox)
+        moved = {s: after[s] - before.get(s, 0) for s in after if after[s] != before.get(s, 0)}
+        # every rollout the desired state asks for (checkout's promotion, ledger's
+        # creation, ...) happened once, never twice
+        assert {"svc-checkout", "svc-ledger"} <= set(moved), moved
+        assert set(moved.values()) == {1}, moved
+        assert first.report.writes_ok and second.report.writes_ok
+        await a.leave()
+        await b.leave()
+
+    asyncio.run(scenario())
