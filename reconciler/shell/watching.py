@@ -380,6 +380,11 @@ class Watcher:
                     break
                 head = got if isinstance(got, Provenance) else \
                     await asyncio.to_thread(self._head)
+                if got is None and _git_state(head) != _git_state(last_head):
+                    # HEAD moved with no file event yet (a commit of saved files, or the
+                    # first commit of a burst whose events are still on their way): wait
+                    # for the same quiet as after file events, so a burst is one reconcile.
+                    head = await self._settle(events, stop, head)
                 # The plan reads the commit: a file event matters only when it moved HEAD
                 # or changed whether tracked files differ from it.
                 moved = _git_state(head) != _git_state(last_head) or (
@@ -423,6 +428,12 @@ class Watcher:
         except TimeoutError:
             return None
         head = await asyncio.to_thread(self._head)
+        return await self._settle(events, stop, head)
+
+    async def _settle(self, events: asyncio.Queue[set[tuple[Change, str]]],
+                      stop: asyncio.Event, head: Provenance) -> Provenance:
+        """Drain file events until the files have been quiet for ``debounce`` seconds and
+        HEAD has stopped moving; the HEAD it settled at."""
         # watchfiles already waited ``step`` quiet milliseconds before yielding.
         quiet = max(0.01, self.debounce - self._step_ms / 1000)
         while not stop.is_set():
