@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "reconciler.commands.comment",
     "reconciler.commands.apply",
     "reconciler.commands.watch",
+    "reconciler.commands.watch_status",
     "reconciler.commands.history",
     "reconciler.commands.pin",
     "reconciler.commands.sandbox",

@@ -1016,6 +1016,63 @@ class ShardedWatchSteps(WatchSteps):
             await self.etcd.publish(shards)
 
 
+@dataclass(frozen=True)
+class ShardReport:
+    """``reconcile watch-status --shards``: the group as etcd holds it now."""
+
+    group: str
+    target: str
+    count: int
+    members: tuple[str, ...]
+    #: shard, owner (None: nobody), seconds since its last finished reconcile (None:
+    #: never), the commit it reconciled
+    rows: tuple[tuple[int, str | None, float | None, str | None], ...]
+    late: tuple[sharding.ShardAge, ...]
+
+    @property
+    def healthy(self) -> bool:
+        return not self.late and all(owner is not None for _, owner, _, _ in self.rows)
+
+
+async def shard_report(root: Path, *, overrides: Overrides, env: Mapping[str, str],
+                       target: str, resync: float) -> ShardReport:
+    """Read the group (members, owners, each shard's last finished reconcile) without
+    joining it, and judge which shards are late with ``core.sharding``."""
+    steps = ShardedWatchSteps(root, overrides=overrides, env=env, target=target, shards=1,
+                              timing=sharding.LeaseTiming(), resync=resync,
+                              member="status-reader")
+    loaded = steps.load()
+    if loaded.state is None:
+        raise EngineError(f"{root}: the desired state is invalid, so its group cannot be "
+                          "named", Exit.ERROR)
+    group = steps._group_of(loaded.state)
+    etcd = steps.coordination.Etcd(steps.target, group, "status-reader")
+    try:
+        count = await etcd.configured()
+        if count is None:
+            raise EngineError(f"no group {group} at {steps.target.describe()}: no watcher "
+                              "of this root ever joined it", Exit.ERROR)
+        members = await etcd.members()
+        owners = {s: o.member for s, o in (await etcd.owners()).items()}
+        statuses = await etcd.statuses()
+    except steps.coordination.CoordinationError as exc:
+        raise EngineError(str(exc)) from exc
+    finally:
+        await etcd.close()
+    now = time.time()
+    finished = {s: float(v["finishedAt"]) for s, v in statuses.items()
+                if isinstance(v.get("finishedAt"), int | float)}
+    starts = [float(m["since"]) for m in members.values()
+              if isinstance(m.get("since"), int | float)]
+    late = sharding.unreconciled(count, finished, owners, now=now,
+                                 since=min(starts) if starts else 0.0, interval=resync)
+    rows = tuple((s, owners.get(s), now - finished[s] if s in finished else None,
+                  str(statuses[s].get("commit")) if s in statuses else None)
+                 for s in range(count))
+    return ShardReport(group, steps.target.describe(), count, tuple(sorted(members)),
+                       rows, tuple(late))
+
+
 #: ``restrict`` keeps the whole plan for an empty selection: a member holding no shard
 #: restricts to a name no service can have (names are identifiers, never empty).
 NOTHING = frozenset({""})

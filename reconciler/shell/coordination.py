@@ -159,6 +159,16 @@ class Etcd:
 
         return await self._call("read the group's shard count", run)
 
+    async def configured(self) -> int | None:
+        """The group's shard count, or None when no member ever joined it (read-only)."""
+        key = self._key("config")
+
+        async def run(c: aetcd.Client) -> int | None:
+            got = await c.get(key)
+            return None if got is None else int(json.loads(got.value)["shards"])
+
+        return await self._call("read the group's shard count", run)
+
     async def grant(self, ttl: int) -> int:
         async def run(c: aetcd.Client) -> int:
             lease = await c.lease(ttl)

