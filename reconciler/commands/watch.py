@@ -93,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
 
     only = selection.only_from(args)
     overrides, env = options.overrides_from(args), os.environ
-    steps = WatchSteps(root, overrides=overrides, env=env, only=only, timeout=args.timeout)
+    steps = WatchSteps(root, overrides=overrides, env=env, only=only, timeout=args.timeout,
+                       applying=args.apply)
     if only:
         loaded = steps.load()  # its blobs are cached: the watcher's first read is cheap
         if loaded.state is not None:
@@ -110,6 +111,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: metrics address {args.metrics_addr}:{args.metrics_port}: "
               f"{exc.strerror or exc}", file=sys.stderr)
         return int(Exit.ERROR)
+    if metrics is not None:  # notification deliveries, counted beside the other metrics
+        from reconciler.shell.notifying import prometheus_counter
+
+        steps.count_notifications = prometheus_counter(metrics.registry)
     watcher = Watcher(root=root, steps=steps, log=Log(args.log_format, level=args.log_level),
                       apply=args.apply, resync=args.resync, debounce=args.debounce,
                       metrics=metrics, only=only, readiness=readiness,
