@@ -64,7 +64,15 @@ from reconciler.core.results import PlanResult, ResultKind
 from reconciler.core.sanitize import redact, safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.shell import applying, committed, gitrepo, greenfield, observing, validating
+from reconciler.shell import (
+    applying,
+    committed,
+    gitrepo,
+    greenfield,
+    observing,
+    tracing,
+    validating,
+)
 from reconciler.shell import pinning as pin_files
 from reconciler.shell.controlplane import (
     ControlPlaneClient,
@@ -75,7 +83,6 @@ from reconciler.shell.controlplane import (
 )
 from reconciler.shell.endpoints import ConfigError, Connection, Overrides
 from reconciler.shell.journal import Journal, JournalError
-from reconciler.shell.probing import Prober
 from reconciler.shell.progress import NullProgress, Progress
 
 if TYPE_CHECKING:  # the GitHub client (githubkit) loads only when a comment is written
@@ -332,9 +339,12 @@ class Reconciler:
             signer = observing.signer_key_path(self.connection, env)
             # Both load what they were given here (a CA bundle, the signer key): a file
             # that is not what it should be is a clear error naming it, never a traceback.
-            self.prober = Prober(self.connection, signer_key=signer)
-            self.client = ControlPlaneClient(self.connection, token=token)
-        except ConfigError as exc:  # nothing was opened yet: the clients dial lazily
+            # Traced: a span per control-plane call and per cluster of each pass, when
+            # tracing is on (shell.tracing; nothing is imported or done otherwise).
+            tracing.setup(desired.settings, env)
+            self.prober = tracing.TracedProber(self.connection, signer_key=signer)
+            self.client = tracing.TracedClient(self.connection, token=token)
+        except (ConfigError, tracing.TracingError) as exc:  # nothing opened: clients dial lazily
             raise EngineError(str(exc)) from exc
         #: The control plane's last clean read, for a conditional re-read (the prober
         #: keeps the clusters' ETags): lives as long as this reconciler, so a watcher's.
@@ -347,6 +357,7 @@ class Reconciler:
         await self.prober.aclose()
         await self.client.aclose()
 
+    @tracing.traced_observe
     async def observe(self, desired: DesiredState,
                       progress: Progress | None = None) -> LiveSnapshot:
         try:
@@ -359,6 +370,7 @@ class Reconciler:
         except ConfigError as exc:
             raise EngineError(str(exc)) from exc
 
+    @tracing.traced_plan
     async def plan(self, desired: DesiredState, provenance: Provenance,
                    progress: Progress | None = None) -> tuple[Plan, LiveSnapshot]:
         snapshot = await self.observe(desired, progress)
@@ -373,6 +385,7 @@ class Reconciler:
         the planner judges the answers (planning stays pure)."""
         return await ask_preflights(self.client, sides, snapshot)
 
+    @tracing.traced_apply
     async def apply(self, desired: DesiredState, provenance: Provenance, *, hook: Hook,
                     saved: Plan | None = None, only: frozenset[str] = frozenset(),
                     confirm: Callable[[Plan], bool] | None = None,
@@ -440,6 +453,7 @@ class Reconciler:
                 f"{', '.join(names) or 'every service'} (nothing was judged)",
                 Exit.NOT_CONVERGED) from None
         fresh = restrict(fresh_all, only)
+        tracing.note_plan(fresh)  # the verdict on the apply's root span
         try:
             # Before any refusal, so `reconcile history` lists refused applies too.
             run = journal.run_started(fresh, saved=saved)
@@ -767,6 +781,7 @@ class WatchSteps:
         async with ControlPlaneClient(self._live.connection, token=token) as client:
             return await ask_preflights(client, [(desired, provenance)], self._snapshot)
 
+    @tracing.watch_cycle
     async def observe(self, desired: DesiredState) -> LiveSnapshot:
         if self._live is None or self._settings != desired.settings:
             await self.close()
@@ -787,6 +802,7 @@ class WatchSteps:
         self._snapshot = snapshot
         return snapshot
 
+    @tracing.watch_plan
     def plan(self, desired: DesiredState, snapshot: LiveSnapshot,
              provenance: Provenance, *, max_age: float | None = None) -> Plan:
         """The plan from ``snapshot``; with ``max_age`` (seconds; the watcher's is two

@@ -64,6 +64,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="/readyz answers 503 once N observations of the live side in "
                         "a row have failed, i.e. within N resyncs (default 2)")
     options.add_connection_flags(parser)
+    options.add_tracing_flag(parser)
     parser.set_defaults(handler=run)
 
 
