@@ -91,7 +91,7 @@ class SecretError(ValueError):
 
 
 def read_secret(env: Mapping[str, str], *, variable: str | None, path: str | None,
-                what: str) -> str | None:
+                what: str, register: bool = True) -> str | None:
     """The secret from ``variable`` or the file at ``path`` (stripped), registered for
     redaction; None when neither is named."""
     if variable is not None:
@@ -114,7 +114,8 @@ def read_secret(env: Mapping[str, str], *, variable: str | None, path: str | Non
             raise SecretError(f"{what}: {file} is empty")
     else:
         return None
-    register_secret(value)
+    if register:
+        register_secret(value)
     return value
 
 
@@ -164,6 +165,50 @@ def sinks(config: Notifications, env: Mapping[str, str],
                                   repository=gh.repository, token=token, context=gh.context,
                                   deployments=gh.deployments, target_url=gh.target_url))
     return out, problems
+
+
+def describe(config: Notifications, env: Mapping[str, str],
+             ) -> list[dict[str, Any]]:
+    """What ``reconcile config`` shows of each sink: its settings path, where it sends,
+    where its secret comes from and whether that can be read (never the value)."""
+    out: list[dict[str, Any]] = []
+
+    def secret(variable: str | None, path: str | None, what: str) -> dict[str, Any] | None:
+        if variable is None and path is None:
+            return None
+        try:
+            # Read only to say whether it can be: not kept, not registered.
+            read_secret(env, variable=variable, path=path, what=what, register=False)
+            problem = None
+        except SecretError as exc:
+            problem = str(exc)
+        return {"from": f"env {variable}" if variable else f"file {path}",
+                "set": problem is None, "problem": problem}
+
+    def kinds(own: Iterable[str] | None) -> list[str]:
+        return sorted(k.value for k in _kinds(own, config.on))
+
+    for i, hook in enumerate(config.webhooks):
+        out.append({"name": f"webhooks[{i}]", "path": ("notifications", "webhooks", i),
+                    "sink": "webhook (CDEvents)",
+                    "to": safe(hook.url, 200) if hook.url else None,
+                    "url": secret(hook.url_env, hook.url_file, f"webhooks[{i}] URL"),
+                    "token": secret(hook.token_env, hook.token_file, f"webhooks[{i}] token"),
+                    "on": kinds(hook.on)})
+    for i, slack in enumerate(config.slack):
+        out.append({"name": f"slack[{i}]", "path": ("notifications", "slack", i),
+                    "sink": "slack", "to": None,
+                    "url": secret(slack.url_env, slack.url_file, f"slack[{i}] URL"),
+                    "token": None, "on": kinds(slack.on)})
+    gh = config.github
+    if gh is not None:
+        what = "commit statuses" + (" and deployments" if gh.deployments else "")
+        out.append({"name": "github", "path": ("notifications", "github"),
+                    "sink": f"github {what}", "to": f"{gh.repository} at {gh.api_url}",
+                    "url": None, "token": secret(gh.token_env or (
+                        None if gh.token_file else "GITHUB_TOKEN"), gh.token_file,
+                        "github token"), "on": kinds(gh.on)})
+    return out
 
 
 # -- formats ----------------------------------------------------------------------------
