@@ -64,7 +64,15 @@ from reconciler.core.results import PlanResult, ResultKind
 from reconciler.core.sanitize import redact, safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.shell import applying, committed, gitrepo, greenfield, observing, validating
+from reconciler.shell import (
+    applying,
+    committed,
+    gitrepo,
+    greenfield,
+    observing,
+    tracing,
+    validating,
+)
 from reconciler.shell import pinning as pin_files
 from reconciler.shell.controlplane import (
     ControlPlaneClient,
@@ -75,12 +83,12 @@ from reconciler.shell.controlplane import (
 )
 from reconciler.shell.endpoints import ConfigError, Connection, Overrides
 from reconciler.shell.journal import Journal, JournalError
-from reconciler.shell.probing import Prober
 from reconciler.shell.progress import NullProgress, Progress
 
 if TYPE_CHECKING:  # the GitHub client (githubkit) loads only when a comment is written
     from reconciler.shell import coordination as coordination_types
     from reconciler.shell.github import CommentsClient
+    from reconciler.shell.notifying import Counter, Notifier
 
 
 def read_commit(root: Path, cache: validating.BlobCache | None = None, *,
@@ -226,6 +234,18 @@ def state_dir(desired: DesiredState, root: Path, env: Mapping[str, str]) -> Path
     return base / "reconcile" / tag
 
 
+def notifier(desired: DesiredState, root: Path, env: Mapping[str, str], gateway: str, *,
+             applying: bool = False, count: Counter | None = None) -> Notifier | None:
+    """The repo's notifications (``settings.notifications``), remembered in the state
+    directory; None when it names none (the delivery stack is not even loaded)."""
+    if desired.settings.notifications is None:
+        return None
+    from reconciler.shell.notifying import Notifier
+
+    return Notifier.build(desired.settings, state_dir(desired, root, env), env,
+                          gateway=gateway, applying=applying, count=count)
+
+
 def refuse_no_go(plan_value: Plan) -> None:
     """Raise the refusal a NO-GO plan earns, the most specific first."""
     if not plan_value.blockers:
@@ -320,9 +340,12 @@ class Reconciler:
             signer = observing.signer_key_path(self.connection, env)
             # Both load what they were given here (a CA bundle, the signer key): a file
             # that is not what it should be is a clear error naming it, never a traceback.
-            self.prober = Prober(self.connection, signer_key=signer)
-            self.client = ControlPlaneClient(self.connection, token=token)
-        except ConfigError as exc:  # nothing was opened yet: the clients dial lazily
+            # Traced: a span per control-plane call and per cluster of each pass, when
+            # tracing is on (shell.tracing; nothing is imported or done otherwise).
+            tracing.setup(desired.settings, env)
+            self.prober = tracing.TracedProber(self.connection, signer_key=signer)
+            self.client = tracing.TracedClient(self.connection, token=token)
+        except (ConfigError, tracing.TracingError) as exc:  # nothing opened: clients dial lazily
             raise EngineError(str(exc)) from exc
         #: The control plane's last clean read, for a conditional re-read (the prober
         #: keeps the clusters' ETags): lives as long as this reconciler, so a watcher's.
@@ -335,6 +358,7 @@ class Reconciler:
         await self.prober.aclose()
         await self.client.aclose()
 
+    @tracing.traced_observe
     async def observe(self, desired: DesiredState,
                       progress: Progress | None = None) -> LiveSnapshot:
         try:
@@ -347,6 +371,7 @@ class Reconciler:
         except ConfigError as exc:
             raise EngineError(str(exc)) from exc
 
+    @tracing.traced_plan
     async def plan(self, desired: DesiredState, provenance: Provenance,
                    progress: Progress | None = None) -> tuple[Plan, LiveSnapshot]:
         snapshot = await self.observe(desired, progress)
@@ -361,19 +386,24 @@ class Reconciler:
         the planner judges the answers (planning stays pure)."""
         return await ask_preflights(self.client, sides, snapshot)
 
+    @tracing.traced_apply
     async def apply(self, desired: DesiredState, provenance: Provenance, *, hook: Hook,
                     saved: Plan | None = None, only: frozenset[str] = frozenset(),
                     confirm: Callable[[Plan], bool] | None = None,
                     progress: Progress | None = None,
                     deadline: Deadline | None = None,
-                    fence: applying.Fence | None = None) -> ApplyRun:
+                    fence: applying.Fence | None = None,
+                    notify: Notifier | None = None) -> ApplyRun:
         """Observe, plan fresh, bind a saved plan to it, refuse what must be refused, send,
         and gate on what the fresh judge does not prove.
 
         ``deadline`` (``apply --timeout``) bounds all of it: reading the live world (expiry
         there: nothing sent, exit 15), starting writes (none starts after it; one in
         flight ends by its own call deadline) and the gate (it stops, and the judge's
-        word at the last finished poll names what is still unproven)."""
+        word at the last finished poll names what is still unproven).
+
+        ``notify``: told the outcome (a NO-GO refused, nothing to do, what was done); it
+        decides what is new and delivers it off this path (``shell.notifying``)."""
         where = _where(self.connection, provenance)
         unbound = binding.source(saved, where) if saved is not None else None
         if unbound is not None and unbound.kind is binding.Unbound.PREVIEW:
@@ -425,11 +455,14 @@ class Reconciler:
                 f"{', '.join(names) or 'every service'} (nothing was judged)",
                 Exit.NOT_CONVERGED) from None
         fresh = restrict(fresh_all, only)
+        tracing.note_plan(fresh)  # the verdict on the apply's root span
         try:
             # Before any refusal, so `reconcile history` lists refused applies too.
             run = journal.run_started(fresh, saved=saved)
         except JournalError as exc:
             raise EngineError(f"{exc}; nothing was sent") from exc
+        if notify is not None and fresh.verdict is Verdict.NO_GO:
+            notify.outcome(fresh)
         refuse_no_go(fresh)
         sending = fresh.changes
         if saved is not None:
@@ -469,6 +502,8 @@ class Reconciler:
                              selected=bool(only)))
             with contextlib.suppress(JournalError):  # nothing was sent: nothing at risk
                 journal.run_finished(run, ApplyReport(results=()))
+            if notify is not None:
+                notify.outcome(fresh, ApplyReport(results=()))
             return ApplyRun(fresh, ApplyReport(results=()))
         if confirm is not None and not confirm(fresh):
             raise EngineError("apply cancelled; nothing was sent", Exit.DECLINED)
@@ -504,6 +539,8 @@ class Reconciler:
                               "history` shows this run as interrupted); sent:\n"
                               + "\n".join(sent or ["  nothing"]), Exit.APPLY_FAILED) from exc
         hook(Finished(report=report))
+        if notify is not None:
+            notify.outcome(fresh, report)
         return ApplyRun(fresh, report)
 
     def gate_targets(self, desired: DesiredState, fresh: Plan,
@@ -665,8 +702,15 @@ async def apply_async(
         raise EngineError(f"--only names no service of this repo: {', '.join(unknown)}",
                           Exit.USAGE)
     async with Reconciler(root, desired, overrides=overrides, env=env) as reconciler:
-        return await reconciler.apply(desired, provenance, hook=hook, saved=saved, only=only,
-                                      confirm=confirm, progress=progress, deadline=deadline)
+        # An --only apply proves a part of the commit: it says nothing about the commit.
+        notify = None if only else notifier(desired, root, env, reconciler.connection.gateway)
+        try:
+            return await reconciler.apply(desired, provenance, hook=hook, saved=saved,
+                                          only=only, confirm=confirm, progress=progress,
+                                          deadline=deadline, notify=notify)
+        finally:
+            if notify is not None:  # bounded: a receiver that is down costs drainSeconds
+                await notify.drain()
 
 
 # -- the watcher's steps ------------------------------------------------------------------
@@ -690,8 +734,13 @@ class WatchSteps:
     def __init__(self, root: Path, *, overrides: Overrides, env: Mapping[str, str],
                  only: frozenset[str] = frozenset(),
                  clock: Callable[[], float] = time.time,
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None, applying: bool = False) -> None:
         self.root = root
+        self.applying = applying  # watch --apply: a GO plan is not "waiting" for anyone
+        #: the notifications of the repo's settings (built with the Reconciler), and what
+        #: counts their deliveries (the metrics, when served)
+        self.notify: Notifier | None = None
+        self.count_notifications: Counter | None = None
         self.overrides = overrides
         self.env = env
         self.only = only
@@ -735,11 +784,15 @@ class WatchSteps:
         async with ControlPlaneClient(self._live.connection, token=token) as client:
             return await ask_preflights(client, [(desired, provenance)], self._snapshot)
 
+    @tracing.watch_cycle
     async def observe(self, desired: DesiredState) -> LiveSnapshot:
         if self._live is None or self._settings != desired.settings:
             await self.close()
             self._live = Reconciler(self.root, desired, overrides=self.overrides, env=self.env)
             self._settings = desired.settings
+            self.notify = None if self.only else notifier(
+                desired, self.root, self.env, self._live.connection.gateway,
+                applying=self.applying, count=self.count_notifications)
         # Every resync is a new pass: DNS and the clusters' health are asked again (a
         # cluster that appeared, or came back, must be seen); tokens are kept.
         self._live.prober.forget_mesh()
@@ -752,6 +805,7 @@ class WatchSteps:
         self._snapshot = snapshot
         return snapshot
 
+    @tracing.watch_plan
     def plan(self, desired: DesiredState, snapshot: LiveSnapshot,
              provenance: Provenance, *, max_age: float | None = None) -> Plan:
         """The plan from ``snapshot``; with ``max_age`` (seconds; the watcher's is two
@@ -760,7 +814,10 @@ class WatchSteps:
             snapshot = freshness.expire(
                 snapshot, now_ms=int(self.clock() * 1000), max_age_ms=int(max_age * 1000),
                 horizon="two resyncs")
-        return restrict(make_plan(desired, snapshot, provenance, self._greenfield), self.only)
+        made = restrict(make_plan(desired, snapshot, provenance, self._greenfield), self.only)
+        if self.notify is not None:
+            self.notify.outcome(made)
+        return made
 
     async def apply(self, hook: Hook) -> ApplyRun:
         """Apply the commit HEAD is at now: read again, observe fresh, judge, gate."""
@@ -769,9 +826,13 @@ class WatchSteps:
                               env=self.env) as reconciler:
             return await reconciler.apply(
                 desired, provenance, hook=hook, only=self.only,
-                deadline=Deadline.after(self.timeout) if self.timeout is not None else None)
+                deadline=Deadline.after(self.timeout) if self.timeout is not None else None,
+                notify=self.notify)
 
     async def close(self) -> None:
+        if self.notify is not None:  # what is still being retried, briefly
+            await self.notify.deliveries.drain(min(5.0, self.notify.config.delivery
+                                                   .drain_seconds))
         if self._live is not None:
             await self._live.__aexit__()
             self._live = None

@@ -12,7 +12,8 @@ PURE_PACKAGES = ("core", "render")
 FORBIDDEN = {
     "httpx", "httpcore", "ruamel", "watchfiles", "socket", "ssl", "sqlite3", "subprocess",
     "asyncio", "threading", "urllib", "http", "requests", "shutil", "tempfile", "signal",
-    "prometheus_client", "cryptography", "reconciler.shell", "reconciler.sandbox",
+    "prometheus_client", "cryptography", "opentelemetry", "cloudevents", "githubkit",
+    "reconciler.shell", "reconciler.sandbox",
     "reconciler.engine", "reconciler.commands", "reconciler.cli",
 }
 

@@ -53,6 +53,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--repo", metavar="PATH",
                         help="the config repo of a saved plan (default: where it was made)")
     options.add_connection_flags(parser)
+    options.add_tracing_flag(parser)
     parser.set_defaults(handler=run)
 
 

@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         if found:
             explained = Explanation(explained.values, tuple(found), None)
     report = build_report(root, located, explained, os.environ)
+    report.update(observability(located, args, os.environ))
     if args.format == "json":
         output.write(json.dumps(report, indent=2, ensure_ascii=True) + "\n")
     else:
@@ -210,6 +211,7 @@ def render_text(report: Mapping[str, Any]) -> str:
                 continue
             shown = _value_text(key, entry)
             lines.append(f"  {label:<{width}}  {shown:<40}  <- {_source_text(entry['source'])}")
+    lines.extend(observability_text(report))
     problems = report["problems"]
     if problems:
         lines.append("problems (plan, apply and watch would stop here):")
@@ -217,3 +219,73 @@ def render_text(report: Mapping[str, Any]) -> str:
     else:
         lines.append("no problems: plan, apply and watch would use these values")
     return "\n".join(lines) + "\n"
+
+
+def observability(located: Located, args: argparse.Namespace,
+                  env: Mapping[str, str]) -> dict[str, Any]:
+    """The notifications (each sink, where its secret comes from and whether it can be
+    read, never the value) and where traces go, each with its source. A sink whose secret
+    is missing is a note, not a problem: plan, apply and watch run without it."""
+    from reconciler.shell import notifying, tracing
+
+    settings = located.document
+    assert isinstance(settings, Settings)
+
+    def where(*path: str | int) -> dict[str, Any]:
+        position = located.positions.get(path)
+        return {"kind": "settings", "name": ".".join(str(p) for p in path),
+                "file": located.path, "line": position[0] if position else None}
+
+    notes = None
+    if settings.notifications is not None:
+        sinks = notifying.describe(settings.notifications, env)
+        for sink in sinks:
+            sink["source"] = where(*sink.pop("path"))
+        notes = {"environment": settings.notifications.environment, "sinks": sinks}
+    flag = getattr(args, "otlp_endpoint", None)
+    if flag is not None:
+        source: dict[str, Any] = {"kind": "flag", "name": "--otlp-endpoint"}
+        endpoint: str | None = flag.strip() or None
+    elif env.get(tracing.ENV_OTLP_ENDPOINT) is not None:
+        source = {"kind": "env", "name": tracing.ENV_OTLP_ENDPOINT}
+        endpoint = env[tracing.ENV_OTLP_ENDPOINT].strip() or None
+    elif settings.tracing is not None and settings.tracing.otlp_endpoint:
+        source, endpoint = where("tracing", "otlpEndpoint"), settings.tracing.otlp_endpoint
+    else:
+        source, endpoint = {"kind": "default", "name": "off"}, None
+    return {"notifications": notes,
+            "tracing": {"otlp_endpoint": {"value": endpoint, "source": source}}}
+
+
+def observability_text(report: Mapping[str, Any]) -> list[str]:
+    lines: list[str] = []
+    notes = report.get("notifications")
+    if notes is not None:
+        lines.append("notifications (environment "
+                     f"{safe(notes['environment'] or 'the mesh gateway', 100)}):")
+        for sink in notes["sinks"]:
+            parts = [sink["sink"]] + ([safe(sink["to"], 200)] if sink["to"] else [])
+            for label in ("url", "token"):
+                secret = sink.get(label)
+                if secret is not None:
+                    state = "set" if secret["set"] else "NOT readable: the sink is left out"
+                    parts.append(f"{label} from {safe(secret['from'], 200)} ({state}; "
+                                 "value never shown)")
+            parts.append("on every kind" if len(sink["on"]) == notifying_kinds()
+                         else "on " + ", ".join(sink["on"]))
+            lines.append(f"  {sink['name']:<12}  {'; '.join(parts)}  <- "
+                         f"{_source_text(sink['source'])}")
+    tracing = report.get("tracing")
+    if tracing is not None:
+        entry = tracing["otlp_endpoint"]
+        lines.append("tracing:")
+        shown = safe(entry["value"], 200) if entry["value"] else "off"
+        lines.append(f"  {'otlp endpoint':<12}  {shown}  <- {_source_text(entry['source'])}")
+    return lines
+
+
+def notifying_kinds() -> int:
+    from reconciler.core.notifying import Kind
+
+    return len(Kind)
+

@@ -51,9 +51,25 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
                        "settings field: a repo cannot allow it for its readers)")
 
 
+def add_tracing_flag(parser: argparse.ArgumentParser) -> None:
+    """``--otlp-endpoint`` (plan, apply, watch): where this run's trace goes."""
+    parser.add_argument("--otlp-endpoint", metavar="URL",
+                        help="export an OpenTelemetry trace of this run (of each watch "
+                        "cycle) to this OTLP/HTTP collector, e.g. http://127.0.0.1:4318; "
+                        "needs the optional extra reconcile[otlp]; '' turns it off. Off by "
+                        "default (env RECONCILE_OTLP_ENDPOINT; settings tracing.otlpEndpoint)")
+
+
 def overrides_from(args: argparse.Namespace,
                    env: Mapping[str, str] | None = None) -> Overrides:
-    """The flags over the environment (``os.environ`` unless ``env`` is given)."""
+    """The flags over the environment (``os.environ`` unless ``env`` is given). Also
+    hands ``--otlp-endpoint``, where the command has it, to ``shell.tracing`` (it wins
+    over the environment and the settings there)."""
+    endpoint = getattr(args, "otlp_endpoint", None)
+    if endpoint is not None:
+        from reconciler.shell import tracing
+
+        tracing.request(endpoint)
     flags = Overrides.from_flags(
         control_plane_url=args.control_plane_url, ca_file=args.ca_file,
         control_plane_ca=getattr(args, "control_plane_ca", None),

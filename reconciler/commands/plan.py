@@ -58,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "for apply (changes, or a service not proven converged), 3 NO-GO, "
                         "1 error")
     options.add_connection_flags(parser)
+    options.add_tracing_flag(parser)
     parser.set_defaults(handler=run)
 
 

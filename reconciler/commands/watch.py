@@ -67,6 +67,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "a row have failed, i.e. within N resyncs (default 2)")
     options.add_connection_flags(parser)
     coordinate.add_flags(parser)
+    options.add_tracing_flag(parser)
     parser.set_defaults(handler=run)
 
 
@@ -97,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
 
     only = selection.only_from(args)
     overrides, env = options.overrides_from(args), os.environ
-    steps = WatchSteps(root, overrides=overrides, env=env, only=only, timeout=args.timeout)
+    steps = WatchSteps(root, overrides=overrides, env=env, only=only, timeout=args.timeout,
+                       applying=args.apply)
     if only:
         loaded = steps.load()  # its blobs are cached: the watcher's first read is cheap
         if loaded.state is not None:
@@ -127,6 +129,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: metrics address {args.metrics_addr}:{args.metrics_port}: "
               f"{exc.strerror or exc}", file=sys.stderr)
         return int(Exit.ERROR)
+    if metrics is not None:  # notification deliveries, counted beside the other metrics
+        from reconciler.shell.notifying import prometheus_counter
+
+        steps.count_notifications = prometheus_counter(metrics.registry)
     watcher = (Watcher if sharded is None else ShardedWatcher)(
         root=root, steps=steps, log=Log(args.log_format, level=args.log_level),
         apply=args.apply, resync=args.resync, debounce=args.debounce,

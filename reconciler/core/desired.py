@@ -188,6 +188,138 @@ class Coordination(_Model):
     lease_seconds: Count = Field(default=35, ge=2, le=3600, alias="leaseSeconds")
     renew_deadline_seconds: Seconds = Field(default=30.0, gt=0, alias="renewDeadlineSeconds")
     retry_seconds: Seconds = Field(default=5.0, gt=0, alias="retrySeconds")
+#: Notification kinds a sink may subscribe to (``core.notifying.Kind``'s values).
+NotificationKind = Literal["planned", "applied", "converged", "apply_failed", "gate_failed",
+                           "no_go", "no_go_cleared"]
+#: A secret's file: an absolute path (``~`` expanded), never a file of the repo.
+SecretFile = Annotated[str, Strict(), Field(min_length=1, max_length=4096,
+                                            pattern=names.anchored(r"[/~][^\x00-\x1f]*"))]
+HttpUrl = Annotated[str, Strict(), Field(max_length=2048,
+                                         pattern=names.anchored(r"https?://[^\s/]+(?:/[^\s]*)?"))]
+
+
+def _no_userinfo(value: object) -> object:
+    if isinstance(value, str) and "@" in value.split("://", 1)[-1].split("/", 1)[0]:
+        raise LocatedError((), "must not carry credentials (user:password@host; the value "
+                           "is not shown): put the secret in a variable or a file")
+    return value
+
+
+class Webhook(_Model):
+    """An HTTP endpoint that receives CDEvents (CloudEvents, HTTP binary mode). The URL is
+    written here or, when it is itself a secret, read from ``urlEnv``/``urlFile``; a
+    bearer token from ``tokenEnv``/``tokenFile``."""
+
+    url: HttpUrl | None = None
+    url_env: EnvName | None = Field(default=None, alias="urlEnv")
+    url_file: SecretFile | None = Field(default=None, alias="urlFile")
+    token_env: EnvName | None = Field(default=None, alias="tokenEnv")
+    token_file: SecretFile | None = Field(default=None, alias="tokenFile")
+    on: tuple[NotificationKind, ...] | None = Field(
+        default=None, description="The kinds this sink receives (default: "
+        "notifications.on).")
+
+    @field_validator("url", mode="before")
+    @classmethod
+    def _url_given(cls, value: object) -> object:
+        return _no_userinfo(value)
+
+    @model_validator(mode="after")
+    def _one_url(self) -> Webhook:
+        given = [n for n, v in (("url", self.url), ("urlEnv", self.url_env),
+                                ("urlFile", self.url_file)) if v is not None]
+        if len(given) != 1:
+            raise LocatedError((), "a webhook needs exactly one of url, urlEnv, urlFile"
+                               + (f" (got {', '.join(given)})" if given else ""))
+        if self.token_env is not None and self.token_file is not None:
+            raise LocatedError(("tokenFile",), "give tokenEnv or tokenFile, not both")
+        return self
+
+
+class Slack(_Model):
+    """A Slack incoming webhook: its URL is the secret, so it is read from a variable
+    or a file, never written in the repo."""
+
+    url_env: EnvName | None = Field(default=None, alias="urlEnv")
+    url_file: SecretFile | None = Field(default=None, alias="urlFile")
+    on: tuple[NotificationKind, ...] | None = None
+
+    @model_validator(mode="after")
+    def _one_url(self) -> Slack:
+        if (self.url_env is None) == (self.url_file is None):
+            raise LocatedError((), "a Slack webhook needs exactly one of urlEnv, urlFile "
+                               "(its URL is a secret: never written in the repo)")
+        return self
+
+
+class GitHubStatuses(_Model):
+    """GitHub commit statuses (and, with ``deployments``, deployment statuses) on the
+    commit each notification is about."""
+
+    repository: Annotated[str, Strict(), Field(pattern=names.anchored(
+        r"[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}"))]
+    api_url: HttpUrl = Field(default="https://api.github.com", alias="apiUrl")
+    token_env: EnvName | None = Field(default=None, alias="tokenEnv",
+                                      description="default GITHUB_TOKEN")
+    token_file: SecretFile | None = Field(default=None, alias="tokenFile")
+    context: Annotated[str, Strict(), Field(min_length=1, max_length=100)] | None = Field(
+        default=None, description="The status's context (default reconcile/<environment>).")
+    deployments: Bool = Field(default=False, description="Also create a deployment per "
+                              "commit and environment, and its deployment statuses.")
+    target_url: HttpUrl | None = Field(default=None, alias="targetUrl")
+    on: tuple[NotificationKind, ...] | None = None
+
+    @field_validator("api_url", mode="before")
+    @classmethod
+    def _api_url(cls, value: object) -> object:
+        return _no_userinfo(value)
+
+    @model_validator(mode="after")
+    def _one_token(self) -> GitHubStatuses:
+        if self.token_env is not None and self.token_file is not None:
+            raise LocatedError(("tokenFile",), "give tokenEnv or tokenFile, not both")
+        return self
+
+
+class Delivery(_Model):
+    """How hard a notification is pushed: never at the cost of an apply."""
+
+    attempts: Annotated[int, Strict(), Field(ge=1, le=10)] = 4
+    backoff_seconds: Annotated[float, Strict(), Field(ge=0, le=60)] = Field(
+        default=1.0, alias="backoffSeconds", description="The first wait; doubled after "
+        "each failed attempt.")
+    timeout_seconds: Annotated[float, Strict(), Field(gt=0, le=60)] = Field(
+        default=5.0, alias="timeoutSeconds", description="One request's deadline.")
+    drain_seconds: Annotated[float, Strict(), Field(ge=0, le=300)] = Field(
+        default=15.0, alias="drainSeconds", description="How long apply waits, after it "
+        "is done, for deliveries still being retried; then it gives them up.")
+
+
+EnvironmentName = Annotated[str, Strict(), Field(min_length=1, max_length=100,
+                                                 pattern=names.anchored(r"[^\x00-\x1f]+"))]
+
+
+class Notifications(_Model):
+    """Who is told about plans and applies (docs/notifications.md)."""
+
+    environment: EnvironmentName | None = Field(
+        default=None, description="The environment's name in every notification (default: "
+        "the mesh gateway).")
+    on: tuple[NotificationKind, ...] | None = Field(
+        default=None, description="The kinds sent (default: all).")
+    webhooks: tuple[Webhook, ...] = ()
+    slack: tuple[Slack, ...] = ()
+    github: GitHubStatuses | None = None
+    delivery: Delivery = Delivery()
+
+
+class Tracing(_Model):
+    """OpenTelemetry traces of plan, apply and watch (docs/tracing.md); off unless an
+    OTLP endpoint is given here, by ``--otlp-endpoint`` or ``RECONCILE_OTLP_ENDPOINT``."""
+
+    otlp_endpoint: HttpUrl | None = Field(default=None, alias="otlpEndpoint")
+    service_name: Annotated[str, Strict(), Field(min_length=1, max_length=100)] = Field(
+        default="reconcile", alias="serviceName")
 
 
 class Settings(_Model):
@@ -207,6 +339,8 @@ class Settings(_Model):
     coordination: Coordination | None = Field(
         default=None, description="Share the fleet between watchers through etcd "
         "(reconcile watch --coordinate).")
+    notifications: Notifications | None = None
+    tracing: Tracing | None = None
 
     @model_validator(mode="after")
     def _state_dir_outside_the_repo(self) -> Settings:

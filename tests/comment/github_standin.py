@@ -17,6 +17,10 @@ Implements the documented shapes (docs.github.com/rest/issues/comments) that
   else's comment, 404 for an unknown repo/PR/comment, 422 for a body over 65,536
   characters, and a secondary rate limit (403 + ``Retry-After``) on demand.
 
+- ``POST {prefix}/repos/{o}/{r}/statuses/{sha}`` (commit statuses: ``state`` one of
+  error/failure/pending/success, ``description`` at most 140 characters, else 422), ``GET
+  {prefix}/repos/{o}/{r}/deployments?sha=&environment=``, ``POST .../deployments`` and
+  ``POST .../deployments/{id}/statuses``: what ``reconcile``'s notifications write.
 - ``GET {prefix}/repos/{o}/{r}/commits/{sha}/pulls`` and ``GET
   {prefix}/repos/{o}/{r}/actions/workflows/{file}/runs?head_sha=&event=&status=``: what
   the apply-on-merge workflow asks to find the run that planned the merged PR.
@@ -81,6 +85,10 @@ class State:
     # /repos/o/r/actions/workflows/{file}/runs`` lists them (newest first).
     pull_info: dict[int, dict[str, Any]] = field(default_factory=dict)
     runs: list[dict[str, Any]] = field(default_factory=list)
+    # Commit statuses, deployments and deployment statuses, in the order they were made.
+    statuses: list[dict[str, Any]] = field(default_factory=list)
+    deployments: list[dict[str, Any]] = field(default_factory=list)
+    deployment_statuses: list[dict[str, Any]] = field(default_factory=list)
 
 
 class StandIn:
@@ -257,6 +265,9 @@ class _Handler(BaseHTTPRequestHandler):
             runs = [run for run in reversed(s.state.runs)
                     if run["path"].endswith("/" + parts[5]) and matches(run)]
             return self._reply(200, {"total_count": len(runs), "workflow_runs": runs})
+        if len(parts) >= 4 and parts[:3] == ["repos", o, r] \
+                and parts[3] in ("statuses", "deployments"):
+            return self._deployments(method, parts[3:], raw, query, user)
         number: int | None = None
         if (len(parts) == 6 and parts[:3] == ["repos", o, r] and parts[3] == "issues"
                 and parts[5] == "comments"):
@@ -305,6 +316,58 @@ class _Handler(BaseHTTPRequestHandler):
                 with s.lock:
                     s.state.comments.pop(cid, None)
                 return self._reply(204)
+        return self._error(404, "Not Found")
+
+    def _deployments(self, method: str, parts: list[str], raw: bytes, query: dict[str, str],
+                     user: User | None) -> None:
+        """Commit statuses and deployments (docs.github.com/rest/commits/statuses,
+        /rest/deployments): the fields GitHub validates, the replies' main fields."""
+        s = self.standin
+        if method == "POST" and user is None:
+            return self._error(401, "Requires authentication")
+        try:
+            data = json.loads(raw or b"{}") if method == "POST" else {}
+        except ValueError:
+            return self._error(400, "Problems parsing JSON")
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        with s.lock:
+            if parts[0] == "statuses" and len(parts) == 2 and method == "POST":
+                if data.get("state") not in ("error", "failure", "pending", "success") or \
+                        len(data.get("description") or "") > 140:
+                    return self._error(422, "Validation Failed")
+                status = {"id": len(s.state.statuses) + 1, "sha": parts[1],
+                          "state": data["state"], "description": data.get("description"),
+                          "context": data.get("context", "default"),
+                          "target_url": data.get("target_url"), "created_at": now}
+                s.state.statuses.append(status)
+                return self._reply(201, status)
+            if parts == ["deployments"] and method == "GET":
+                found = [d for d in reversed(s.state.deployments)
+                         if query.get("sha") in (None, d["sha"])
+                         and query.get("environment") in (None, d["environment"])]
+                return self._reply(200, found)
+            if parts == ["deployments"] and method == "POST":
+                if not isinstance(data.get("ref"), str):
+                    return self._error(422, "Validation Failed")
+                deployment = {"id": 7000 + len(s.state.deployments), "sha": data["ref"],
+                              "ref": data["ref"], "task": data.get("task", "deploy"),
+                              "environment": data.get("environment", "production"),
+                              "description": data.get("description"), "created_at": now}
+                s.state.deployments.append(deployment)
+                return self._reply(201, deployment)
+            if len(parts) == 3 and parts[0] == "deployments" and parts[2] == "statuses" \
+                    and method == "POST" and parts[1].isdigit():
+                if not any(d["id"] == int(parts[1]) for d in s.state.deployments):
+                    return self._error(404, "Not Found")
+                if data.get("state") not in ("error", "failure", "inactive", "in_progress",
+                                             "queued", "pending", "success"):
+                    return self._error(422, "Validation Failed")
+                status = {"id": len(s.state.deployment_statuses) + 1,
+                          "deployment_id": int(parts[1]), "state": data["state"],
+                          "description": data.get("description"),
+                          "environment": data.get("environment"), "created_at": now}
+                s.state.deployment_statuses.append(status)
+                return self._reply(201, status)
         return self._error(404, "Not Found")
 
     def _user(self) -> User | bool | None:

@@ -1,0 +1,351 @@
+"""Which notifications an outcome earns, and whether each is new. Pure.
+
+Owns the notification kinds (``Kind``) and, in ONE table (``KINDS``), everything a kind
+means to the sinks: its words, severity, GitHub commit-status and deployment-status
+state, and its CDEvents type. A new kind (reverted, held, ...) is one ``Kind`` member,
+one ``KINDS`` row, and one rule in ``candidates``; no sink changes.
+
+``decide(memory, plan=..., report=...)`` is the whole decision: the candidates for an
+outcome (a plan made, an apply finished or refused), minus those already sent for that
+commit and outcome (``Memory``: the keys sent, and the NO-GO still open per
+environment), and the memory after them. The shell persists the memory in the state
+directory, so a restart does not send again, and delivers (``shell.notifying``); the
+engine says when (``engine``).
+
+The rule: one notification per environment, commit and outcome -- never one per resync.
+An apply that proves its changes (``applied``) also covers ``converged`` at that commit;
+a NO-GO is keyed by its blockers' codes and subjects, so the same NO-GO at the same
+commit is said once however often it flaps, and ``no_go_cleared`` follows only a NO-GO
+that was said. A plan of a dirty tree, a worktree preview, or outside git earns nothing
+(no commit to report about).
+
+Must not: do I/O, read a clock, import a delivery library, or judge convergence (it
+reads the plan's verdict and the gate's report: the one judge's words).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from reconciler.core.outcomes import ApplyReport
+from reconciler.core.plans import Action, Plan, Verdict
+
+
+class Kind(StrEnum):
+    """What happened, as a notification says it; the value is the wire string (``on:``)."""
+
+    PLANNED = "planned"  # a GO plan with changes waiting (watch without --apply)
+    APPLIED = "applied"  # changes sent and proven on every expected cluster
+    CONVERGED = "converged"  # the commit proven converged with nothing sent now
+    APPLY_FAILED = "apply_failed"  # a change was refused, failed or is in doubt
+    GATE_FAILED = "gate_failed"  # sent, but the gate did not prove every service
+    NO_GO = "no_go"  # the plan became NO-GO
+    NO_GO_CLEARED = "no_go_cleared"  # the NO-GO that was said is gone
+
+
+class Severity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """What a kind means to every sink (the one place to add a kind's words)."""
+
+    title: str  # "gate failed": Slack's headline, the commit status's first words
+    severity: Severity
+    #: GitHub commit status: pending | success | failure | error
+    commit_state: str
+    #: GitHub deployment status (queued | in_progress | success | failure | error |
+    #: inactive); None: this kind leaves the deployment as it is
+    deployment_state: str | None
+    #: CDEvents type; ``None``: one ``service.deployed``/``upgraded``/``rolledback`` event
+    #: per service, chosen by its change's action (``cdevent_for``)
+    cdevent: str | None
+    #: other kinds at the same commit this one makes redundant (said once)
+    covers: tuple[Kind, ...] = ()
+
+
+#: CDEvents 0.4 types (cdevents.dev). Outcomes with no CDEvents subject use the spec's
+#: custom-event form ``dev.cdeventsx.<tool>-<subject>.<predicate>.<version>``.
+CDEVENT_DEPLOYED = "dev.cdevents.service.deployed.0.2.0"
+CDEVENT_UPGRADED = "dev.cdevents.service.upgraded.0.2.0"
+CDEVENT_ROLLEDBACK = "dev.cdevents.service.rolledback.0.2.0"
+CDEVENT_ENVIRONMENT_MODIFIED = "dev.cdevents.environment.modified.0.2.0"
+CDEVENT_INCIDENT_DETECTED = "dev.cdevents.incident.detected.0.2.0"
+CDEVENT_INCIDENT_RESOLVED = "dev.cdevents.incident.resolved.0.2.0"
+CDEVENT_PLANNED = "dev.cdeventsx.reconcile-plan.queued.0.1.0"
+CDEVENT_CONVERGED = "dev.cdeventsx.reconcile-environment.converged.0.1.0"
+
+KINDS: Mapping[Kind, KindSpec] = {
+    Kind.PLANNED: KindSpec("changes waiting", Severity.INFO, "pending", "queued",
+                           CDEVENT_PLANNED),
+    Kind.APPLIED: KindSpec("applied and proven", Severity.INFO, "success", "success", None,
+                           covers=(Kind.CONVERGED,)),
+    Kind.CONVERGED: KindSpec("converged", Severity.INFO, "success", "success",
+                             CDEVENT_CONVERGED),
+    Kind.APPLY_FAILED: KindSpec("apply failed", Severity.ERROR, "failure", "failure",
+                                CDEVENT_INCIDENT_DETECTED),
+    Kind.GATE_FAILED: KindSpec("gate failed", Severity.ERROR, "failure", "failure",
+                               CDEVENT_INCIDENT_DETECTED),
+    Kind.NO_GO: KindSpec("NO-GO", Severity.WARNING, "error", "error",
+                         CDEVENT_INCIDENT_DETECTED),
+    Kind.NO_GO_CLEARED: KindSpec("NO-GO cleared", Severity.INFO, "pending", None,
+                                 CDEVENT_INCIDENT_RESOLVED),
+}
+
+#: The CDEvents type of an applied service, by its release action.
+RELEASE_CDEVENTS: Mapping[Action, str] = {
+    Action.CREATE: CDEVENT_DEPLOYED,
+    Action.PROMOTE: CDEVENT_UPGRADED,
+    Action.ROLLBACK: CDEVENT_ROLLEDBACK,
+}
+
+#: How many sent keys the memory keeps (oldest dropped first): far more commits than a
+#: watcher sees between two restarts, bounded so the state file stays small.
+MAX_KEYS = 500
+
+
+@dataclass(frozen=True)
+class ServiceLine:
+    """One service as a notification names it."""
+
+    service: str
+    service_id: str = ""
+    #: the change's action (promote, rollback, create, set_egress, set_grant), if any
+    action: str | None = None
+    digest: str | None = None  # the pinned digest (what the commit asks for)
+    previous: str | None = None  # what ran before, for a release change
+    #: the clusters concerned: every expected one, or those not proven for a failure
+    clusters: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()  # why it is not proven / not applied (already safe)
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One thing to tell: a kind, at a commit, in an environment, about services."""
+
+    kind: Kind
+    environment: str
+    commit: str
+    summary: str  # one sentence
+    key: str  # what "already sent" is decided on
+    services: tuple[ServiceLine, ...] = ()
+    blockers: tuple[str, ...] = ()  # "code: message" for NO-GO
+    control_plane_url: str = ""
+    created_at: int = 0  # ms since the epoch: the plan's time (planning stays clockless)
+
+    @property
+    def spec(self) -> KindSpec:
+        return KINDS[self.kind]
+
+    def cdevent_types(self) -> tuple[tuple[str, ServiceLine | None], ...]:
+        """(CDEvents type, subject service) of every event this notification becomes:
+        one per released service for ``applied`` (an egress or grant only change is an
+        ``environment.modified``), else one."""
+        if self.spec.cdevent is not None:
+            return ((self.spec.cdevent, self.services[0] if self.services else None),)
+        released = [(RELEASE_CDEVENTS[Action(s.action)], s) for s in self.services
+                    if s.action is not None and Action(s.action) in RELEASE_CDEVENTS]
+        return tuple(released) or ((CDEVENT_ENVIRONMENT_MODIFIED, None),)
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What was already said: the keys sent (oldest first, at most ``MAX_KEYS``) and, per
+    environment, the key of the NO-GO said and not yet cleared."""
+
+    sent: tuple[str, ...] = ()
+    open_no_go: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": 1, "sent": list(self.sent), "open_no_go": dict(self.open_no_go)}
+
+    @classmethod
+    def from_json(cls, data: object) -> Memory:
+        """The memory a state file holds; anything unreadable is an empty memory (at
+        worst one notification is said again, never one lost)."""
+        if not isinstance(data, dict) or data.get("version") != 1:
+            return cls()
+        sent = data.get("sent")
+        open_no_go = data.get("open_no_go")
+        keys = tuple(k for k in sent if isinstance(k, str)) if isinstance(sent, list) else ()
+        opened = {str(k): str(v) for k, v in open_no_go.items()} \
+            if isinstance(open_no_go, dict) else {}
+        return cls(sent=keys[-MAX_KEYS:], open_no_go=opened)
+
+    def remember(self, *keys: str) -> Memory:
+        known = set(self.sent)
+        added = tuple(k for k in dict.fromkeys(keys) if k not in known)
+        return replace(self, sent=(self.sent + added)[-MAX_KEYS:])
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The notifications to deliver now (new ones only) and the memory after them."""
+
+    new: tuple[Notification, ...]
+    memory: Memory
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.new)
+
+
+def key_of(kind: Kind, environment: str, commit: str, detail: str = "") -> str:
+    return f"{environment}@{commit}:{kind.value}" + (f":{detail}" if detail else "")
+
+
+def _short(digest: str | None) -> str:
+    return digest[:19] if digest else "?"
+
+
+def _lines(plan: Plan, report: ApplyReport | None = None) -> tuple[ServiceLine, ...]:
+    """Every service the plan changes or does not prove, with its change and clusters."""
+    changes = {c.service: c for c in plan.changes}
+    failed = {} if report is None else {r.change.service: r for r in report.failures()}
+    proofs = {p.service: p for p in plan.proofs}
+    if report is not None and report.gate is not None:
+        proofs.update({p.service: p for p in report.gate.proofs})
+    expected = {e.service: e.expected_clusters for e in plan.evidence}
+    names = sorted(set(changes) | {p.service for p in proofs.values() if not p.converged}
+                   | set(failed))
+    out = []
+    for name in names:
+        change = changes.get(name)
+        proof = proofs.get(name)
+        release = change.release_after if change is not None else None
+        before = change.release_before if change is not None else None
+        pending = tuple(c.cluster for c in proof.pending()) if proof is not None else ()
+        reasons: list[str] = []
+        if name in failed:
+            result = failed[name]
+            reasons.append(f"{result.outcome.value}: {result.detail}".rstrip(": "))
+        if proof is not None and not proof.converged:
+            reasons.extend(proof.reasons())
+        out.append(ServiceLine(
+            service=name, service_id=change.service_id if change is not None else "",
+            action=change.action.value if change is not None else None,
+            digest=(release.digest if release is not None and release.digest
+                    else proof.digest if proof is not None else None),
+            previous=before.digest if before is not None else None,
+            clusters=pending or expected.get(name, plan.expected_clusters),
+            reasons=tuple(reasons)))
+    return tuple(out)
+
+
+def _no_go_detail(plan: Plan) -> str:
+    """What makes two NO-GOs the same: their blockers' codes and subjects (not messages,
+    whose numbers and wording may move between two reads of the same cause)."""
+    subjects = sorted({(b.code.value, b.service or "", b.cluster or "") for b in plan.blockers})
+    text = "\n".join("|".join(s) for s in subjects)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _notification(kind: Kind, plan: Plan, environment: str, commit: str, summary: str,
+                  *, detail: str = "", services: tuple[ServiceLine, ...] = (),
+                  blockers: tuple[str, ...] = ()) -> Notification:
+    return Notification(kind=kind, environment=environment, commit=commit, summary=summary,
+                        key=key_of(kind, environment, commit, detail), services=services,
+                        blockers=blockers, control_plane_url=plan.control_plane_url,
+                        created_at=plan.created_at)
+
+
+def candidates(plan: Plan, *, environment: str, report: ApplyReport | None = None,
+               applying: bool = False, open_no_go: str | None = None,
+               ) -> tuple[Notification, ...]:
+    """What this outcome says, before deduplication.
+
+    ``plan``: the plan made (watch) or the fresh plan an apply judged; ``report``: what
+    the apply did (None: nothing was applied). ``applying``: the watcher applies GO plans
+    itself, so a plan with changes is not "waiting" for anyone. ``open_no_go``: the key
+    of the NO-GO said and not cleared for this environment."""
+    commit = plan.commit
+    if commit is None or plan.dirty or plan.worktree:
+        return ()
+    at = commit[:12]
+    out: list[Notification] = []
+    if plan.verdict is Verdict.NO_GO:
+        blockers = tuple(f"{b.code.value}: {b.message}" for b in plan.blockers)
+        out.append(_notification(
+            Kind.NO_GO, plan, environment, commit,
+            f"{environment}: commit {at} is NO-GO, {len(plan.blockers)} blocker(s): "
+            + blockers[0] + (f" (+{len(blockers) - 1} more)" if len(blockers) > 1 else ""),
+            detail=_no_go_detail(plan), blockers=blockers))
+        return tuple(out)
+    if open_no_go is not None:
+        out.append(_notification(
+            Kind.NO_GO_CLEARED, plan, environment, commit,
+            f"{environment}: the NO-GO is cleared at commit {at} ({plan.verdict.value})",
+            detail=hashlib.sha256(open_no_go.encode()).hexdigest()[:12]))
+    if report is None:
+        if plan.verdict is Verdict.NO_CHANGES:
+            out.append(_notification(
+                Kind.CONVERGED, plan, environment, commit,
+                f"{environment}: commit {at} is converged on every expected cluster "
+                f"({len(plan.proofs)} service(s))"))
+        elif plan.changes and not applying:
+            out.append(_notification(
+                Kind.PLANNED, plan, environment, commit,
+                f"{environment}: commit {at} has {len(plan.changes)} change(s) waiting",
+                services=_lines(plan)))
+        return tuple(out)
+    gate = report.gate
+    if report.failures():
+        failures = report.failures()
+        out.append(_notification(
+            Kind.APPLY_FAILED, plan, environment, commit,
+            f"{environment}: apply of commit {at} failed: {len(failures)} change(s) "
+            "refused, failed or in doubt", services=_lines(plan, report)))
+    elif gate is not None and not gate.converged:
+        pending = gate.pending()
+        why = "--timeout expired" if gate.expired else (
+            "the rollout failed" if gate.stopped() else f"after {gate.attempts} poll(s)")
+        out.append(_notification(
+            Kind.GATE_FAILED, plan, environment, commit,
+            f"{environment}: commit {at} not proven on every cluster ({why}): "
+            + ", ".join(p.service for p in pending), services=_lines(plan, report)))
+    elif report.results:
+        out.append(_notification(
+            Kind.APPLIED, plan, environment, commit,
+            f"{environment}: commit {at} applied and proven: {len(report.results)} "
+            "change(s) on every expected cluster", services=_lines(plan)))
+    elif gate is None or gate.converged:
+        out.append(_notification(
+            Kind.CONVERGED, plan, environment, commit,
+            f"{environment}: commit {at} is converged on every expected cluster"))
+    return tuple(out)
+
+
+def decide(memory: Memory, plan: Plan, *, environment: str,
+           report: ApplyReport | None = None, applying: bool = False) -> Decision:
+    """The notifications this outcome earns that were not sent already, and the memory
+    after them (``candidates``, deduplicated by key; a kind's ``covers`` are remembered
+    with it; a NO-GO opens, its clearing closes, the environment's open NO-GO)."""
+    found = candidates(plan, environment=environment, report=report, applying=applying,
+                       open_no_go=memory.open_no_go.get(environment))
+    sent = set(memory.sent)
+    new: list[Notification] = []
+    opened = dict(memory.open_no_go)
+    keys: list[str] = []
+    for note in found:
+        if note.kind is Kind.NO_GO:
+            opened[environment] = note.key
+        elif note.kind is Kind.NO_GO_CLEARED:
+            opened.pop(environment, None)
+        if note.key in sent:
+            continue
+        new.append(note)
+        keys.append(note.key)
+        keys.extend(key_of(k, environment, note.commit) for k in note.spec.covers)
+    return Decision(new=tuple(new), memory=replace(memory.remember(*keys), open_no_go=opened))
+
+
+def short(digest: str | None) -> str:
+    """A digest as a notification's text shows it (``sha256:`` and 12 hex)."""
+    return _short(digest)
