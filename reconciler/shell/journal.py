@@ -39,11 +39,13 @@ before run records existed still read, their intents and results grouped as they
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
 import json
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -102,6 +104,70 @@ class TornTail:
                 "was torn stays in doubt and is replayed)")
 
 
+#: The largest journal read back. A journal grows by a few hundred bytes per change sent;
+#: a file far beyond this is not one (a link to ``/dev/zero``, a wrong path), and reading
+#: it whole would exhaust memory before any line could be judged.
+MAX_JOURNAL_BYTES = 1 << 30
+
+
+def open_journal(path: Path, flags: int) -> int:
+    """Open the journal at ``path`` and vouch that it is a regular file of at most
+    ``MAX_JOURNAL_BYTES``, before anything is read from it or written to it. Opened
+    non-blocking, so a FIFO at the path never hangs the open, then refused like a device
+    or a directory (a link is followed: what it points to is judged). Raises
+    ``FileNotFoundError`` for a missing file, ``JournalError`` for anything else."""
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        # A FIFO with no reader refuses a non-blocking write-only open (ENXIO): say what
+        # the path is, as for any other open.
+        with contextlib.suppress(OSError):
+            _vouch_kind(path, os.stat(path).st_mode)
+        raise JournalError(f"{path}: cannot open the apply journal: "
+                           f"{exc.strerror or exc}") from exc
+    try:
+        st = os.fstat(fd)
+        _vouch_kind(path, st.st_mode)
+        if st.st_size > MAX_JOURNAL_BYTES:
+            raise JournalError(
+                f"{path}: the apply journal is {st.st_size} bytes, over the "
+                f"{MAX_JOURNAL_BYTES}-byte limit; refusing to read it whole -- check it is "
+                "the journal, then archive it (keep the file) once `reconcile history "
+                "--journal` on a copy shows no apply in doubt")
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _vouch_kind(path: Path, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        raise JournalError(
+            f"{path}: the apply journal is not a regular file (it is {_file_kind(mode)}); "
+            "refusing to read or write it -- point the state directory (RECONCILE_STATE_DIR "
+            "or Settings stateDir) at a directory that holds the real journal")
+
+
+def _file_kind(mode: int) -> str:
+    for test, word in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return word
+    return "not a regular file"
+
+
+def _read_journal(path: Path) -> bytes:
+    """The journal's bytes (``open_journal`` vouched for the file first)."""
+    fd = open_journal(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as handle:
+        # Bounded even if it grew since the check: never more than the limit and a byte.
+        return handle.read(MAX_JOURNAL_BYTES + 1)
+
+
 def _check(line: bytes) -> dict[str, Any]:
     entry = json.loads(line)
     if not isinstance(entry, dict):
@@ -157,7 +223,7 @@ def read_entries(path: Path, *, on_torn: Callable[[TornTail], None] | None = Non
     line for anything that cannot be trusted: it is never skipped. A torn tail (module
     docstring) is refused too, unless ``on_torn`` is given: then it is told and skipped."""
     try:
-        raw = path.read_bytes()
+        raw = _read_journal(path)
     except FileNotFoundError:
         return
     except OSError as exc:
@@ -176,11 +242,9 @@ def repair(path: Path) -> TornTail | None:
     concurrent appender's line is never taken for one), fsync; what was dropped, or None.
     Raises ``JournalError`` for any other damage, as ``read_entries`` does."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = open_journal(path, os.O_RDWR)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        raise JournalError(f"{path}: cannot open the apply journal: {exc.strerror}") from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         with os.fdopen(os.dup(fd), "rb") as handle:
@@ -242,6 +306,9 @@ class Journal:
             if not self.path.exists() and self._create_with(line.encode()):
                 return
             self._write_line(line.encode())
+        except JournalError as exc:
+            self.broken = "not a journal file"
+            raise exc
         except OSError as exc:
             self.broken = exc.strerror or type(exc).__name__
             raise JournalError(f"{self.path}: cannot append to the apply journal: "
@@ -252,7 +319,7 @@ class Journal:
         interleave, and a repair never sees half of one), then fsync. A short write is
         the disk filling up: the torn bytes are cut off again (best effort: the next
         ``open`` drops whatever is left) and it raises ``ENOSPC``."""
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        fd = open_journal(self.path, os.O_WRONLY | os.O_APPEND)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             size = os.fstat(fd).st_size
