@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "reconciler.commands.comment",
     "reconciler.commands.apply",
     "reconciler.commands.watch",
+    "reconciler.commands.watchcontrol",
     "reconciler.commands.history",
     "reconciler.commands.pin",
     "reconciler.commands.sandbox",

@@ -3,7 +3,9 @@
 Stops cleanly on SIGINT/SIGTERM (exit 0); an apply in flight is abandoned safely (its
 sent keys are in the journal). Usage errors exit 64. With ``--metrics-port`` one
 loopback port (``--metrics-addr`` to change) serves ``/metrics``, ``/healthz`` and
-``/readyz``. ``--only a,b`` plans and applies only those services.
+``/readyz``. ``--only a,b`` plans and applies only those services. With
+``--control-token-file`` that port also takes ``POST /suspend``, ``/resume`` and
+``/reconcile`` (``commands.watchcontrol``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from reconciler.commands import durations, options, output, selection
+from reconciler.commands import durations, options, output, selection, watchcontrol
 from reconciler.core.plans import Plan
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -63,6 +65,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--unready-after", type=int, default=2, metavar="N",
                         help="/readyz answers 503 once N observations of the live side in "
                         "a row have failed, i.e. within N resyncs (default 2)")
+    parser.add_argument("--control-token-file", metavar="FILE",
+                        default=os.environ.get("RECONCILE_CONTROL_TOKEN_FILE") or None,
+                        help="accept POST /suspend, /resume and /reconcile on the metrics "
+                        "port from callers with the bearer token in FILE (`reconcile "
+                        "watch-ctl`); off without it (env RECONCILE_CONTROL_TOKEN_FILE)")
+    parser.add_argument("--control-remote", action="store_true",
+                        help="accept control requests from beyond loopback too (the port is "
+                        "plain HTTP: put TLS in front of it)")
     options.add_connection_flags(parser)
     parser.set_defaults(handler=run)
 
@@ -102,9 +112,15 @@ def run(args: argparse.Namespace) -> int:
             if unknown:
                 print(f"error: {selection.unknown_message(unknown, known)}", file=sys.stderr)
                 return int(Exit.USAGE)
+    try:
+        control = watchcontrol.control_for(args, steps, root, env)
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return int(exc.code)
     readiness = Readiness(window=args.unready_after)
     try:
-        metrics = Metrics(args.metrics_port, addr=args.metrics_addr, readiness=readiness) \
+        metrics = Metrics(args.metrics_port, addr=args.metrics_addr, readiness=readiness,
+                          control=control) \
             if args.metrics_port is not None else None
     except OSError as exc:
         print(f"error: metrics address {args.metrics_addr}:{args.metrics_port}: "
@@ -112,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         return int(Exit.ERROR)
     watcher = Watcher(root=root, steps=steps, log=Log(args.log_format, level=args.log_level),
                       apply=args.apply, resync=args.resync, debounce=args.debounce,
-                      metrics=metrics, only=only, readiness=readiness,
+                      metrics=metrics, only=only, readiness=readiness, control=control,
                       render_first=render_first if args.log_format == "text" else None)
 
     async def main() -> None:
