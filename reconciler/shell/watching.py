@@ -43,6 +43,7 @@ from reconciler.shell.endpoints import ConfigError
 from reconciler.shell.gitrepo import GitError
 from reconciler.shell.health import Endpoint, Readiness, serve
 from reconciler.shell.journal import JournalError
+from reconciler.shell.servicemetrics import ServiceMetrics
 
 
 class Loaded(Protocol):
@@ -228,6 +229,8 @@ class Metrics:
                           registry=registry)
         suspended.set_function(lambda: 1.0 if control is not None and control.suspended
                                else 0.0)
+        self.services = ServiceMetrics()  # per service, and the commit info
+        registry.register(self.services)
         self._set_verdict(None)
         self._unknown()
         self.endpoint: Endpoint = serve(addr, port, registry, self.readiness, control)
@@ -238,6 +241,7 @@ class Metrics:
         for gauge in (self.unproven, self.drift, self.blockers, self.silent):
             gauge.set(float("nan"))
         self.changes.clear()
+        self.services.unknown()
 
     def _age(self) -> float:
         last = self.readiness.last_success
@@ -248,9 +252,12 @@ class Metrics:
             self.verdict.labels(value.value).set(1 if verdict is value else 0)
         self.verdict.labels("unknown").set(1 if verdict is None else 0)
 
-    def observe_plan(self, plan: Plan, *, fresh: bool = False) -> None:
-        """A new plan; ``fresh``: made from a snapshot just read (count its observations)."""
+    def observe_plan(self, plan: Plan, *, fresh: bool = False,
+                     desired: DesiredState | None = None) -> None:
+        """A new plan; ``fresh``: made from a snapshot just read (count its observations);
+        ``desired``: the desired state it was made from (the pinned tags)."""
         self._set_verdict(plan.verdict)
+        self.services.observe(plan, desired)
         for action, count in plan.counts().items():
             if action not in ("blockers", "drift"):
                 self.changes.labels(action).set(count)
@@ -290,6 +297,7 @@ class Metrics:
         for gauge in (self.unproven, self.drift, self.blockers, self.silent):
             gauge.set(float("nan"))
         self.changes.clear()
+        self.services.unknown()
 
     def applied(self, outcome: str, report: ApplyReport | None) -> None:
         self.applies.labels(outcome).inc()
@@ -571,7 +579,7 @@ class Watcher:
         first = self.plan is None
         self.plan = new
         if self.metrics is not None:
-            self.metrics.observe_plan(new, fresh=fresh)
+            self.metrics.observe_plan(new, fresh=fresh, desired=self.desired)
         elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
         if first and self.render_first is not None and self.log.enabled("info"):
             self.log.stream.write(self.render_first(new))

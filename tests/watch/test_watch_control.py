@@ -75,6 +75,8 @@ def test_suspend_holds_every_cycle_across_a_restart_until_resume(
         assert m["reconcile_watch_cycles_total"] == cycles
         assert m["reconcile_suspended"] == 1
         assert m['reconcile_plan_verdict{verdict="unknown"}'] == 1  # nothing read: unknown
+        assert {k.split('verdict="')[1].split('"')[0] for k in m
+                if k.startswith("reconcile_service_info{")} == {"unknown"}
         _, body = get(port, "/readyz")
         assert "suspended since" in body and "incident 42" in body
         # Reconcile-now is refused while suspended: suspension means no cycle at all.
@@ -113,7 +115,17 @@ def test_reconcile_now_runs_exactly_one_cycle(
                   "--control-token-file", str(token_file)) as w:
         w.wait_for(is_plan)
         w.drain(1)
-        cycles = metrics(port)["reconcile_watch_cycles_total"]
+        m = metrics(port)
+        # The per-service metrics of the same plan, over the real port: one info series
+        # per service of the repo, and the commit HEAD is at.
+        info = [k for k in m if k.startswith("reconcile_service_info{")]
+        services = sorted(p.stem for p in (repo.path / "services").glob("*.yaml"))
+        assert sorted(k.split('service="')[1].split('"')[0] for k in info) == services
+        assert all('verdict="' in k and 'pinned_digest="sha256:' in k for k in info)
+        head = subprocess.run(["git", "-C", str(repo.path), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        assert any(k.startswith(f'reconcile_commit_info{{commit="{head}"') for k in m)
+        cycles = m["reconcile_watch_cycles_total"]
         reads = len(sandbox.audit())
         done = ctl(repo, port, token_file, "reconcile")
         assert done.returncode == 0 and "a cycle starts now" in done.stdout, done.stderr
