@@ -64,7 +64,15 @@ from reconciler.core.results import PlanResult, ResultKind
 from reconciler.core.sanitize import redact, safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.shell import applying, committed, gitrepo, greenfield, observing, validating
+from reconciler.shell import (
+    applying,
+    committed,
+    connectadvice,
+    gitrepo,
+    greenfield,
+    observing,
+    validating,
+)
 from reconciler.shell import pinning as pin_files
 from reconciler.shell.controlplane import (
     ControlPlaneClient,
@@ -73,7 +81,7 @@ from reconciler.shell.controlplane import (
     parse_service,
     token_from_env,
 )
-from reconciler.shell.endpoints import ConfigError, Connection, Overrides
+from reconciler.shell.endpoints import ConfigError, Connection, Effective, Overrides
 from reconciler.shell.journal import Journal, JournalError
 from reconciler.shell.probing import Prober
 from reconciler.shell.progress import NullProgress, Progress
@@ -313,6 +321,7 @@ class Reconciler:
         self.root = root
         self.overrides = overrides
         self.env = env
+        self.settings = desired.settings
         self.connection = connect(desired, root, overrides)
         try:
             token = token_from_env(self.connection, env)
@@ -330,6 +339,11 @@ class Reconciler:
     async def __aenter__(self) -> Reconciler:
         return self
 
+    def explained(self) -> Mapping[str, Effective]:
+        """Each connection value with where it was set (for the advice after an error)."""
+        return Connection.explain(self.settings, repo_root=self.root,
+                                  overrides=self.overrides).values
+
     async def __aexit__(self, *exc: object) -> None:
         await self.prober.aclose()
         await self.client.aclose()
@@ -341,8 +355,8 @@ class Reconciler:
                                                  prober=self.prober, client=self.client,
                                                  progress=progress, memory=self.memory)
         except ControlPlaneError as exc:
-            raise EngineError(f"control plane {self.connection.control_plane_url}: {exc}"
-                              f"{_next_step(exc, self.connection)}") from exc
+            raise EngineError(f"control plane {self.connection.control_plane_url}: {exc}",
+                              hint=_next_step(exc, self.connection, self.explained())) from exc
         except ConfigError as exc:
             raise EngineError(str(exc)) from exc
 
@@ -614,19 +628,12 @@ class Reconciler:
         return dict(zip(ids, values, strict=True))
 
 
-def _next_step(exc: ControlPlaneError, connection: Connection) -> str:
+def _next_step(exc: ControlPlaneError, connection: Connection,
+               values: Mapping[str, Effective] | None = None) -> str:
     """What to do about a control-plane failure, said where it is reported (the client's
-    wording is shared with the prober, whose next steps differ)."""
-    text = str(exc)
-    if "unreachable" in text:
-        return ("; is it running? start a local one with `reconcile sandbox up --print-env`, "
-                "or pass --control-plane URL")
-    if text.startswith("TLS"):
-        return ("; pass --control-plane-ca PATH (or --ca-file) with the CA that signed its "
-                "certificate, or 'system'")
-    if "nauthorized" in text or "UNAUTHORIZED" in text:
-        return f"; the token in {connection.token_env} was refused: set it to a valid one"
-    return ""
+    wording is shared with the prober, whose next steps differ): ``shell.connectadvice``,
+    given each connection value's source."""
+    return connectadvice.next_step(exc, connection, values)
 
 
 def _targets(state: LiveService | ReadFailure) -> tuple[str, ...]:
@@ -931,8 +938,10 @@ async def _releases(desired: DesiredState, root: Path, overrides: Overrides,
     try:
         found = await fleet.read(client, [s.service_id for s in services], NullProgress())
     except ControlPlaneError as exc:
-        raise EngineError(f"control plane {connection.control_plane_url}: {exc}"
-                          f"{_next_step(exc, connection)}") from exc
+        raise EngineError(f"control plane {connection.control_plane_url}: {exc}",
+                          hint=_next_step(exc, connection, Connection.explain(
+                              desired.settings, repo_root=root, overrides=overrides).values)
+                          ) from exc
     finally:
         await client.aclose()
     out: dict[str, tuple[ImageRelease, ...] | ReadFailure] = {}

@@ -542,7 +542,8 @@ class Watcher:
             self.log.event("live-unreadable", f"could not read the live world: {safe(exc)}",
                            kind=kind)
             self.snapshot = None
-            self.readiness.failed(f"{kind}: {safe(exc, 300)}")
+            # The fact, not the advice: /readyz is read by probes and on other hosts.
+            self.readiness.failed(f"{kind}: {safe(exc.bare, 300)}")
             if self.metrics is not None:
                 self.metrics.unreadable(kind)
             self._report_readiness()
