@@ -28,7 +28,7 @@ from reconciler.core import binding, comments, evidence, freshness, review, stal
 from reconciler.core import pinning as pin_rules
 from reconciler.core.codes import BlockerCode
 from reconciler.core.comments import Comment, Owned
-from reconciler.core.desired import DesiredState, Service
+from reconciler.core.desired import DesiredState, Service, Settings
 from reconciler.core.diagnostics import Diagnostic
 from reconciler.core.events import (
     ApplyStarted,
@@ -224,10 +224,15 @@ EVIDENCE_BLOCKERS = frozenset({
 
 def state_dir(desired: DesiredState, root: Path, env: Mapping[str, str]) -> Path:
     """Where the journal lives: env > settings (relative to the repo) > the user's state."""
+    return state_dir_of(desired.settings, root, env)
+
+
+def state_dir_of(settings: Settings, root: Path, env: Mapping[str, str]) -> Path:
+    """``state_dir`` from the Settings document alone (``reconcile config`` shows it)."""
     if env.get("RECONCILE_STATE_DIR"):
         return Path(env["RECONCILE_STATE_DIR"]).expanduser()
-    if desired.settings.state_dir:
-        return (root / desired.settings.state_dir).resolve()
+    if settings.state_dir:
+        return (root / settings.state_dir).resolve()
     base = Path(env.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     tag = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
     return base / "reconcile" / tag

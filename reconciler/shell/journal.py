@@ -57,6 +57,8 @@ from reconciler.core.plans import Change, Plan
 from reconciler.core.sanitize import redact_value
 
 VERSION = 1
+#: The journal's name in the state directory.
+JOURNAL_FILE = "journal.jsonl"
 
 
 class JournalError(Exception):
@@ -478,6 +480,7 @@ class Run:
     desired_tree: str | None = None
     fingerprint: str | None = None
     verdict: str | None = None
+    control_plane_url: str | None = None  # the control plane the apply ran against
     saved_plan: bool = False
     services: list[str] = field(default_factory=list)
     blockers: list[dict[str, Any]] = field(default_factory=list)
@@ -530,12 +533,29 @@ class Run:
                         "detail": (result or {}).get("detail", "")})
         return out
 
+    @property
+    def plan_digest(self) -> str | None:
+        """A digest of what the plan said: its commit, verdict, changes (key, service,
+        action) and blockers (codes) -- so a no-op apply, a NO-GO refusal and a promotion
+        at another commit never show the same value, as the fingerprint (a digest of the
+        live preconditions read) can. Computed from the run record (old records too)."""
+        if self.legacy:
+            return None
+        body = {"commit": self.commit, "verdict": self.verdict,
+                "changes": [[c.get("key"), c.get("service"), c.get("action")]
+                            for c in self.changes],
+                "blockers": sorted(str(b.get("code")) for b in self.blockers)}
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
     def to_json(self) -> dict[str, Any]:
         done = self.finished or {}
         return {
             "id": self.id, "status": self.status, "started_ms": self.started_ms,
             "finished_ms": self.finished_ms, "line": self.line, "commit": self.commit,
             "reviewed_commit": self.reviewed_commit, "desired_tree": self.desired_tree,
+            "plan_digest": self.plan_digest, "change_count": len(self.changes),
+            "control_plane_url": self.control_plane_url,
             "plan_fingerprint": self.fingerprint, "verdict": self.verdict,
             "saved_plan": self.saved_plan, "services": self.services,
             "blockers": self.blockers,
@@ -562,6 +582,7 @@ def history(path: Path, *, on_torn: Callable[[TornTail], None] | None = None) ->
                       reviewed_commit=entry.get("reviewed_commit"),
                       desired_tree=entry.get("desired_tree"),
                       fingerprint=entry.get("fingerprint"), verdict=entry.get("verdict"),
+                      control_plane_url=entry.get("control_plane_url"),
                       saved_plan=bool(entry.get("saved_plan")),
                       services=list(entry.get("services") or []),
                       blockers=list(entry.get("blockers") or []),
