@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "reconciler.commands.apply",
     "reconciler.commands.watch",
     "reconciler.commands.watch_status",
+    "reconciler.commands.watchcontrol",
     "reconciler.commands.history",
     "reconciler.commands.pin",
     "reconciler.commands.sandbox",

@@ -28,7 +28,7 @@ from reconciler.core import binding, comments, evidence, freshness, review, shar
 from reconciler.core import pinning as pin_rules
 from reconciler.core.codes import BlockerCode
 from reconciler.core.comments import Comment, Owned
-from reconciler.core.desired import DesiredState, Service
+from reconciler.core.desired import DesiredState, Service, Settings
 from reconciler.core.diagnostics import Diagnostic
 from reconciler.core.events import (
     ApplyStarted,
@@ -67,6 +67,7 @@ from reconciler.failures import EngineError
 from reconciler.shell import (
     applying,
     committed,
+    connectadvice,
     gitrepo,
     greenfield,
     observing,
@@ -81,7 +82,7 @@ from reconciler.shell.controlplane import (
     parse_service,
     token_from_env,
 )
-from reconciler.shell.endpoints import ConfigError, Connection, Overrides
+from reconciler.shell.endpoints import ConfigError, Connection, Effective, Overrides
 from reconciler.shell.journal import Journal, JournalError
 from reconciler.shell.progress import NullProgress, Progress
 
@@ -225,10 +226,15 @@ EVIDENCE_BLOCKERS = frozenset({
 
 def state_dir(desired: DesiredState, root: Path, env: Mapping[str, str]) -> Path:
     """Where the journal lives: env > settings (relative to the repo) > the user's state."""
+    return state_dir_of(desired.settings, root, env)
+
+
+def state_dir_of(settings: Settings, root: Path, env: Mapping[str, str]) -> Path:
+    """``state_dir`` from the Settings document alone (``reconcile config`` shows it)."""
     if env.get("RECONCILE_STATE_DIR"):
         return Path(env["RECONCILE_STATE_DIR"]).expanduser()
-    if desired.settings.state_dir:
-        return (root / desired.settings.state_dir).resolve()
+    if settings.state_dir:
+        return (root / settings.state_dir).resolve()
     base = Path(env.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     tag = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
     return base / "reconcile" / tag
@@ -334,6 +340,7 @@ class Reconciler:
         self.root = root
         self.overrides = overrides
         self.env = env
+        self.settings = desired.settings
         self.connection = connect(desired, root, overrides)
         try:
             token = token_from_env(self.connection, env)
@@ -354,6 +361,11 @@ class Reconciler:
     async def __aenter__(self) -> Reconciler:
         return self
 
+    def explained(self) -> Mapping[str, Effective]:
+        """Each connection value with where it was set (for the advice after an error)."""
+        return Connection.explain(self.settings, repo_root=self.root,
+                                  overrides=self.overrides).values
+
     async def __aexit__(self, *exc: object) -> None:
         await self.prober.aclose()
         await self.client.aclose()
@@ -366,8 +378,8 @@ class Reconciler:
                                                  prober=self.prober, client=self.client,
                                                  progress=progress, memory=self.memory)
         except ControlPlaneError as exc:
-            raise EngineError(f"control plane {self.connection.control_plane_url}: {exc}"
-                              f"{_next_step(exc, self.connection)}") from exc
+            raise EngineError(f"control plane {self.connection.control_plane_url}: {exc}",
+                              hint=_next_step(exc, self.connection, self.explained())) from exc
         except ConfigError as exc:
             raise EngineError(str(exc)) from exc
 
@@ -654,19 +666,12 @@ class Reconciler:
         return dict(zip(ids, values, strict=True))
 
 
-def _next_step(exc: ControlPlaneError, connection: Connection) -> str:
+def _next_step(exc: ControlPlaneError, connection: Connection,
+               values: Mapping[str, Effective] | None = None) -> str:
     """What to do about a control-plane failure, said where it is reported (the client's
-    wording is shared with the prober, whose next steps differ)."""
-    text = str(exc)
-    if "unreachable" in text:
-        return ("; is it running? start a local one with `reconcile sandbox up --print-env`, "
-                "or pass --control-plane URL")
-    if text.startswith("TLS"):
-        return ("; pass --control-plane-ca PATH (or --ca-file) with the CA that signed its "
-                "certificate, or 'system'")
-    if "nauthorized" in text or "UNAUTHORIZED" in text:
-        return f"; the token in {connection.token_env} was refused: set it to a valid one"
-    return ""
+    wording is shared with the prober, whose next steps differ): ``shell.connectadvice``,
+    given each connection value's source."""
+    return connectadvice.next_step(exc, connection, values)
 
 
 def _targets(state: LiveService | ReadFailure) -> tuple[str, ...]:
@@ -1295,8 +1300,10 @@ async def _releases(desired: DesiredState, root: Path, overrides: Overrides,
     try:
         found = await fleet.read(client, [s.service_id for s in services], NullProgress())
     except ControlPlaneError as exc:
-        raise EngineError(f"control plane {connection.control_plane_url}: {exc}"
-                          f"{_next_step(exc, connection)}") from exc
+        raise EngineError(f"control plane {connection.control_plane_url}: {exc}",
+                          hint=_next_step(exc, connection, Connection.explain(
+                              desired.settings, repo_root=root, overrides=overrides).values)
+                          ) from exc
     finally:
         await client.aclose()
     out: dict[str, tuple[ImageRelease, ...] | ReadFailure] = {}

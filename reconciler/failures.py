@@ -14,7 +14,11 @@ class EngineError(Exception):
     """A failure the CLI reports as one message and an exit code."""
 
     def __init__(self, message: str, code: Exit = Exit.ERROR,
-                 diagnostics: tuple[Diagnostic, ...] = ()) -> None:
-        super().__init__(message)
+                 diagnostics: tuple[Diagnostic, ...] = (), *, hint: str = "") -> None:
+        super().__init__(message + hint)
         self.code = code
         self.diagnostics = diagnostics
+        #: what happened, without the advice (``hint``) the full message ends with: for
+        #: a place that reports only the fact, like the daemon's ``/readyz``
+        self.bare = message
+        self.hint = hint

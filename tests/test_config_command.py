@@ -161,3 +161,29 @@ def test_an_unset_token_is_a_problem(run, monkeypatch) -> None:  # type: ignore[
     code, out, _ = run("repo")
     assert code == Exit.ERROR and "no problems" not in out
     assert "control-plane token is missing" in out.split("problems", 1)[1]
+
+
+def test_the_journal_path_and_what_chose_it(run, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    code, out, _ = run("repo", "--format", "json")
+    assert code == Exit.OK
+    journal = json.loads(out)["values"]["journal"]
+    assert journal["source"]["kind"] == "default"
+    assert journal["value"].startswith(str(tmp_path / "xdg" / "reconcile"))
+    assert journal["value"].endswith("/journal.jsonl")
+
+    settings = run.repo / "settings.yaml"
+    settings.write_text(settings.read_text() + "stateDir: ../state\n")
+    line = len(settings.read_text().splitlines())
+    code, out, _ = run("repo")
+    assert code == Exit.OK
+    row = next(x for x in out.splitlines() if x.strip().startswith("journal"))
+    assert str((run.repo / ".." / "state").resolve() / "journal.jsonl") in row
+    assert f"settings.yaml:{line} stateDir" in row
+
+    monkeypatch.setenv("RECONCILE_STATE_DIR", str(tmp_path / "elsewhere"))
+    code, out, _ = run("repo")
+    assert code == Exit.OK
+    row = next(x for x in out.splitlines() if x.strip().startswith("journal"))
+    assert str(tmp_path / "elsewhere" / "journal.jsonl") in row
+    assert "env RECONCILE_STATE_DIR" in row

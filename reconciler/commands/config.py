@@ -2,7 +2,8 @@
 
 Prints every value ``plan``/``apply``/``watch`` would use to reach the live world --
 control-plane URL and CA, gateway, mesh port, static addresses or DNS, mesh CA, the
-signer's wallet and appId, timeouts -- each with where it came from: the settings file
+signer's wallet and appId, timeouts -- and where apply keeps its journal, each with
+where it came from: the settings file
 and line (``settings.yaml:12 mesh.port``), the environment variable, the flag, or the
 built-in default. It reads the same commit ``plan`` reads and folds the same layers
 (``shell.endpoints.Connection.explain``, the one implementation of the precedence rule).
@@ -59,6 +60,10 @@ SECTIONS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ("wallet_address", "walletAddress"),
         ("auth_app_id", "appId"),
     )),
+    ("state (apply, watch)", (
+        ("state_dir", "directory"),
+        ("journal", "journal"),
+    )),
 )
 
 
@@ -105,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
             explained = Explanation(explained.values, tuple(found), None)
     report = build_report(root, located, explained, os.environ)
     report.update(observability(located, args, os.environ))
+    report["values"].update(state_entries(root, located, os.environ))
     if args.format == "json":
         output.write(json.dumps(report, indent=2, ensure_ascii=True) + "\n")
     else:
@@ -136,6 +142,26 @@ def build_report(root: Path, located: Located, explained: Explanation,
         "problems": list(explained.problems),
         "usable": explained.connection is not None,
     }
+
+
+def state_entries(root: Path, located: Located, env: Mapping[str, str]) -> dict[str, Any]:
+    """Where apply keeps its journal (and watch its suspension), and what chose it: the
+    same rule apply uses (``engine.state_dir_of``)."""
+    from reconciler.engine import state_dir_of
+    from reconciler.shell.journal import JOURNAL_FILE
+
+    assert isinstance(located.document, Settings)
+    directory = state_dir_of(located.document, root, env)
+    if env.get("RECONCILE_STATE_DIR"):
+        source: dict[str, Any] = {"kind": "env", "name": "RECONCILE_STATE_DIR"}
+    elif located.document.state_dir:
+        position = located.positions.get(("stateDir",))
+        source = {"kind": "settings", "name": "stateDir", "file": located.path,
+                  "line": position[0] if position is not None else None}
+    else:
+        source = {"kind": "default", "name": "the user's state directory, per repo"}
+    return {"state_dir": {"value": str(directory), "source": source},
+            "journal": {"value": str(directory / JOURNAL_FILE), "source": source}}
 
 
 def _entry(effective: Effective, located: Located) -> dict[str, Any]:

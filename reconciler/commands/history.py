@@ -1,7 +1,9 @@
 """``reconcile history``: what past applies did, read back from the apply journal.
 
 Newest first, bounded (``--limit``): when each apply began, from which commit, the plan's
-fingerprint, each change's outcome, the convergence gate's word and the duration. A
+digest (what it said: commit, verdict, changes, blockers) and its change count, the
+control plane it ran against, each change's outcome, the convergence gate's word and
+the duration. A
 journal that cannot be trusted is named with its path and line (exit 1), never skipped
 or shortened. Reading only: the journal is never written here.
 """
@@ -31,8 +33,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "history", help="past applies from the journal: commit, outcomes, gate, duration",
         description="Read the apply journal back: each past apply, newest first, with its "
-        "commit, plan fingerprint, each change's outcome, the convergence gate's result and "
-        "the duration. A damaged journal is named (path and line), never skipped.")
+        "commit, the plan's digest and change count, the control plane it ran against, each "
+        "change's outcome, the convergence gate's result and the duration. A damaged "
+        "journal is named (path and line), never skipped.")
     parser.add_argument("path", nargs="?", default=".", metavar="PATH",
                         help="the config repo whose journal to read (default: .); its state "
                         "directory is found as apply finds it")
@@ -124,8 +127,12 @@ def render_run(run_json: dict[str, Any]) -> list[str]:
                                                              run_json["status"])]
     if run_json.get("commit"):
         head.append(f"commit {safe(run_json['commit'], 40)[:12]}")
-    if run_json.get("plan_fingerprint"):
-        head.append(f"plan {safe(run_json['plan_fingerprint'], 80)[:19]}")
+    if run_json.get("plan_digest"):
+        count = int(run_json.get("change_count") or 0)
+        head.append(f"plan {safe(run_json['plan_digest'], 80)[:19]} "
+                    f"({count} change{'' if count == 1 else 's'})")
+    if run_json.get("control_plane_url"):
+        head.append(f"→ {safe(run_json['control_plane_url'], 200)}")
     if run_json.get("saved_plan"):
         reviewed = run_json.get("reviewed_commit")
         head.append(f"(saved plan, reviewed at {safe(reviewed, 40)[:12]})"

@@ -5,7 +5,9 @@ sent keys are in the journal). Usage errors exit 64. With ``--metrics-port`` one
 loopback port (``--metrics-addr`` to change) serves ``/metrics``, ``/healthz`` and
 ``/readyz``. ``--only a,b`` plans and applies only those services. ``--coordinate
 etcd://...`` joins a group of watchers sharing the services by shard
-(``commands.coordinate``, ``shell.sharded``, docs/scaling.md).
+(``commands.coordinate``, ``shell.sharded``, docs/scaling.md). With
+``--control-token-file`` that port also takes ``POST /suspend``, ``/resume`` and
+``/reconcile`` (``commands.watchcontrol``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from reconciler.commands import coordinate, durations, options, output, selection
+from reconciler.commands import coordinate, durations, options, output, selection, watchcontrol
 from reconciler.core.plans import Plan
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -65,6 +67,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--unready-after", type=int, default=2, metavar="N",
                         help="/readyz answers 503 once N observations of the live side in "
                         "a row have failed, i.e. within N resyncs (default 2)")
+    parser.add_argument("--control-token-file", metavar="FILE",
+                        default=os.environ.get("RECONCILE_CONTROL_TOKEN_FILE") or None,
+                        help="accept POST /suspend, /resume and /reconcile on the metrics "
+                        "port from callers with the bearer token in FILE (`reconcile "
+                        "watch-ctl`); off without it (env RECONCILE_CONTROL_TOKEN_FILE)")
+    parser.add_argument("--control-remote", action="store_true",
+                        help="accept control requests from beyond loopback too (the port is "
+                        "plain HTTP: put TLS in front of it)")
     options.add_connection_flags(parser)
     coordinate.add_flags(parser)
     options.add_tracing_flag(parser)
@@ -121,9 +131,15 @@ def run(args: argparse.Namespace) -> int:
         steps = ShardedWatchSteps(root, overrides=overrides, env=env, target=sharded.target,
                                   shards=sharded.shards, timing=sharded.timing,
                                   resync=args.resync, timeout=args.timeout)
+    try:
+        control = watchcontrol.control_for(args, steps, root, env)
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return int(exc.code)
     readiness = Readiness(window=args.unready_after)
     try:
-        metrics = Metrics(args.metrics_port, addr=args.metrics_addr, readiness=readiness) \
+        metrics = Metrics(args.metrics_port, addr=args.metrics_addr, readiness=readiness,
+                          control=control) \
             if args.metrics_port is not None else None
     except OSError as exc:
         print(f"error: metrics address {args.metrics_addr}:{args.metrics_port}: "
@@ -136,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     watcher = (Watcher if sharded is None else ShardedWatcher)(
         root=root, steps=steps, log=Log(args.log_format, level=args.log_level),
         apply=args.apply, resync=args.resync, debounce=args.debounce,
-        metrics=metrics, only=only, readiness=readiness,
+        metrics=metrics, only=only, readiness=readiness, control=control,
         render_first=render_first if args.log_format == "text" else None)
     if isinstance(watcher, ShardedWatcher) and isinstance(steps, ShardedWatchSteps):
         watcher.shards = steps

@@ -106,13 +106,19 @@ def tree(root: Path, commit: str) -> tuple[TreeEntry, ...]:
 
 def read_blobs(root: Path, oids: Sequence[str], *, limit: int) -> list[bytes | int]:
     """The bytes of each blob in ``oids`` (in order), read by one ``git cat-file --batch``;
-    a blob larger than ``limit`` is given as its size instead of its bytes."""
+    a blob larger than ``limit`` is given as its size instead of its bytes, and is never
+    read (its size is asked first)."""
     if not oids:
         return []
-    out = _git_bytes(root, "cat-file", "--batch", stdin="".join(f"{o}\n" for o in oids).encode())
-    blobs: list[bytes | int] = []
+    # Sizes first (``--batch-check`` reads no content): a blob over the limit is never
+    # read into memory, as ``validate`` never reads an oversized file from disk.
+    sizes = blob_sizes(root, oids)
+    wanted = [oid for oid in oids if sizes[oid] <= limit]
+    out = _git_bytes(root, "cat-file", "--batch",
+                     stdin="".join(f"{o}\n" for o in wanted).encode()) if wanted else b""
+    read: dict[str, bytes] = {}
     at = 0
-    for oid in oids:
+    for oid in wanted:
         end = out.index(b"\n", at)
         header = out[at:end].decode("ascii", "replace").split(" ")
         if len(header) != 3 or header[1] != "blob":
@@ -120,9 +126,25 @@ def read_blobs(root: Path, oids: Sequence[str], *, limit: int) -> list[bytes | i
                            f"({' '.join(header)[:100]})")
         size = int(header[2])
         start = end + 1
-        blobs.append(out[start:start + size] if size <= limit else size)
+        read[oid] = out[start:start + size]
         at = start + size + 1
-    return blobs
+    return [read[oid] if oid in read else sizes[oid] for oid in oids]
+
+
+def blob_sizes(root: Path, oids: Sequence[str]) -> dict[str, int]:
+    """The size of each blob in ``oids`` (one ``git cat-file --batch-check``)."""
+    out = _git_bytes(root, "cat-file", "--batch-check",
+                     stdin="".join(f"{o}\n" for o in oids).encode())
+    sizes: dict[str, int] = {}
+    for oid, line in zip(oids, out.decode("ascii", "replace").splitlines(), strict=False):
+        header = line.split(" ")
+        if len(header) != 3 or header[1] != "blob":
+            raise GitError(f"git cat-file: object {oid} is not a readable blob "
+                           f"({line[:100]})")
+        sizes[oid] = int(header[2])
+    if len(sizes) != len(set(oids)):
+        raise GitError("git cat-file --batch-check answered fewer objects than asked")
+    return sizes
 
 
 def tree_id(root: Path, commit: str) -> str:

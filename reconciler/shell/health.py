@@ -4,8 +4,10 @@
 200 only while the live side has been read recently enough to trust what the watcher
 says: at least one of the last N observations succeeded (N=2 by default, so it turns
 503 at the second failed resync in a row and 200 again at the first success), with a
-one-line reason when it is not. ``/metrics`` is Prometheus' text format from the
-watcher's own registry.
+one-line reason when it is not; while the watcher is suspended a second line says so.
+``/metrics`` is Prometheus' text format from the watcher's own registry. ``POST
+/suspend``, ``/resume`` and ``/reconcile`` are answered by ``shell.control`` (404 while
+control is off).
 
 Owns the server (a small ``http.server`` on a daemon thread; loopback by default) and
 the readiness state, which the watcher updates and the server thread reads under a lock.
@@ -14,14 +16,18 @@ Decides nothing else; ``shell.watching`` tells it what happened.
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+if TYPE_CHECKING:
+    from reconciler.shell.control import Control
 
 
 @dataclass
@@ -82,12 +88,13 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], registry: CollectorRegistry,
-                 readiness: Readiness) -> None:
+                 readiness: Readiness, control: Control | None = None) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
         self.registry = registry
         self.readiness = readiness
+        self.control = control
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -100,6 +107,30 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self._answer(body=False)
 
+    def do_POST(self) -> None:
+        from reconciler.shell.control import MAX_REASON, Answer
+
+        path = self.path.split("?", 1)[0]
+        length = int(self.headers.get("Content-Length") or 0)
+        if not 0 <= length <= 4 * MAX_REASON:
+            answer = Answer(413, {"error": "the request body is too large"})
+        else:
+            body = self.rfile.read(length) if length else b""
+            control = self.server.control
+            answer = control.handle(path, self.headers.get("Authorization"),
+                                    str(self.client_address[0]), body) \
+                if control is not None else Answer(404, {"error": "control is off: start "
+                                                         "watch with --control-token-file FILE"})
+        data = (json.dumps(answer.body, sort_keys=True) + "\n").encode()
+        self.send_response(answer.status)
+        for name, value in answer.headers:
+            self.send_header(name, value)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(data)
+
     def _answer(self, *, body: bool) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
@@ -109,6 +140,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/readyz":
             ready, reason = self.server.readiness.state()
             status = 200 if ready else 503
+            control = self.server.control
+            detail = control.detail() if control is not None else None
+            if detail is not None:
+                reason += "\n" + detail
             ctype, data = "text/plain; charset=utf-8", (reason + "\n").encode()
         else:
             status, ctype, data = 404, "text/plain; charset=utf-8", \
@@ -143,9 +178,10 @@ class Endpoint:
         self.server.server_close()
 
 
-def serve(addr: str, port: int, registry: CollectorRegistry, readiness: Readiness) -> Endpoint:
+def serve(addr: str, port: int, registry: CollectorRegistry, readiness: Readiness,
+          control: Control | None = None) -> Endpoint:
     """Listen on ``addr:port`` (``OSError`` if it cannot) and serve on a daemon thread."""
-    server = _Server((addr, port), registry, readiness)
+    server = _Server((addr, port), registry, readiness, control)
     thread = threading.Thread(target=server.serve_forever, name="reconcile-metrics",
                               daemon=True)
     thread.start()

@@ -39,11 +39,13 @@ before run records existed still read, their intents and results grouped as they
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
 import json
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -55,6 +57,8 @@ from reconciler.core.plans import Change, Plan
 from reconciler.core.sanitize import redact_value
 
 VERSION = 1
+#: The journal's name in the state directory.
+JOURNAL_FILE = "journal.jsonl"
 
 
 class JournalError(Exception):
@@ -100,6 +104,70 @@ class TornTail:
                 f"{len(self.data)} byte(s) {shown!r}{more}; no change is lost by it (a "
                 "change is sent only after its intent line is whole; a key whose result "
                 "was torn stays in doubt and is replayed)")
+
+
+#: The largest journal read back. A journal grows by a few hundred bytes per change sent;
+#: a file far beyond this is not one (a link to ``/dev/zero``, a wrong path), and reading
+#: it whole would exhaust memory before any line could be judged.
+MAX_JOURNAL_BYTES = 1 << 30
+
+
+def open_journal(path: Path, flags: int) -> int:
+    """Open the journal at ``path`` and vouch that it is a regular file of at most
+    ``MAX_JOURNAL_BYTES``, before anything is read from it or written to it. Opened
+    non-blocking, so a FIFO at the path never hangs the open, then refused like a device
+    or a directory (a link is followed: what it points to is judged). Raises
+    ``FileNotFoundError`` for a missing file, ``JournalError`` for anything else."""
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        # A FIFO with no reader refuses a non-blocking write-only open (ENXIO): say what
+        # the path is, as for any other open.
+        with contextlib.suppress(OSError):
+            _vouch_kind(path, os.stat(path).st_mode)
+        raise JournalError(f"{path}: cannot open the apply journal: "
+                           f"{exc.strerror or exc}") from exc
+    try:
+        st = os.fstat(fd)
+        _vouch_kind(path, st.st_mode)
+        if st.st_size > MAX_JOURNAL_BYTES:
+            raise JournalError(
+                f"{path}: the apply journal is {st.st_size} bytes, over the "
+                f"{MAX_JOURNAL_BYTES}-byte limit; refusing to read it whole -- check it is "
+                "the journal, then archive it (keep the file) once `reconcile history "
+                "--journal` on a copy shows no apply in doubt")
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _vouch_kind(path: Path, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        raise JournalError(
+            f"{path}: the apply journal is not a regular file (it is {_file_kind(mode)}); "
+            "refusing to read or write it -- point the state directory (RECONCILE_STATE_DIR "
+            "or Settings stateDir) at a directory that holds the real journal")
+
+
+def _file_kind(mode: int) -> str:
+    for test, word in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return word
+    return "not a regular file"
+
+
+def _read_journal(path: Path) -> bytes:
+    """The journal's bytes (``open_journal`` vouched for the file first)."""
+    fd = open_journal(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as handle:
+        # Bounded even if it grew since the check: never more than the limit and a byte.
+        return handle.read(MAX_JOURNAL_BYTES + 1)
 
 
 def _check(line: bytes) -> dict[str, Any]:
@@ -157,7 +225,7 @@ def read_entries(path: Path, *, on_torn: Callable[[TornTail], None] | None = Non
     line for anything that cannot be trusted: it is never skipped. A torn tail (module
     docstring) is refused too, unless ``on_torn`` is given: then it is told and skipped."""
     try:
-        raw = path.read_bytes()
+        raw = _read_journal(path)
     except FileNotFoundError:
         return
     except OSError as exc:
@@ -176,11 +244,9 @@ def repair(path: Path) -> TornTail | None:
     concurrent appender's line is never taken for one), fsync; what was dropped, or None.
     Raises ``JournalError`` for any other damage, as ``read_entries`` does."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = open_journal(path, os.O_RDWR)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        raise JournalError(f"{path}: cannot open the apply journal: {exc.strerror}") from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         with os.fdopen(os.dup(fd), "rb") as handle:
@@ -242,6 +308,9 @@ class Journal:
             if not self.path.exists() and self._create_with(line.encode()):
                 return
             self._write_line(line.encode())
+        except JournalError as exc:
+            self.broken = "not a journal file"
+            raise exc
         except OSError as exc:
             self.broken = exc.strerror or type(exc).__name__
             raise JournalError(f"{self.path}: cannot append to the apply journal: "
@@ -252,7 +321,7 @@ class Journal:
         interleave, and a repair never sees half of one), then fsync. A short write is
         the disk filling up: the torn bytes are cut off again (best effort: the next
         ``open`` drops whatever is left) and it raises ``ENOSPC``."""
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        fd = open_journal(self.path, os.O_WRONLY | os.O_APPEND)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             size = os.fstat(fd).st_size
@@ -416,6 +485,7 @@ class Run:
     desired_tree: str | None = None
     fingerprint: str | None = None
     verdict: str | None = None
+    control_plane_url: str | None = None  # the control plane the apply ran against
     saved_plan: bool = False
     services: list[str] = field(default_factory=list)
     blockers: list[dict[str, Any]] = field(default_factory=list)
@@ -468,12 +538,29 @@ class Run:
                         "detail": (result or {}).get("detail", "")})
         return out
 
+    @property
+    def plan_digest(self) -> str | None:
+        """A digest of what the plan said: its commit, verdict, changes (key, service,
+        action) and blockers (codes) -- so a no-op apply, a NO-GO refusal and a promotion
+        at another commit never show the same value, as the fingerprint (a digest of the
+        live preconditions read) can. Computed from the run record (old records too)."""
+        if self.legacy:
+            return None
+        body = {"commit": self.commit, "verdict": self.verdict,
+                "changes": [[c.get("key"), c.get("service"), c.get("action")]
+                            for c in self.changes],
+                "blockers": sorted(str(b.get("code")) for b in self.blockers)}
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
     def to_json(self) -> dict[str, Any]:
         done = self.finished or {}
         return {
             "id": self.id, "status": self.status, "started_ms": self.started_ms,
             "finished_ms": self.finished_ms, "line": self.line, "commit": self.commit,
             "reviewed_commit": self.reviewed_commit, "desired_tree": self.desired_tree,
+            "plan_digest": self.plan_digest, "change_count": len(self.changes),
+            "control_plane_url": self.control_plane_url,
             "plan_fingerprint": self.fingerprint, "verdict": self.verdict,
             "saved_plan": self.saved_plan, "services": self.services,
             "blockers": self.blockers,
@@ -500,6 +587,7 @@ def history(path: Path, *, on_torn: Callable[[TornTail], None] | None = None) ->
                       reviewed_commit=entry.get("reviewed_commit"),
                       desired_tree=entry.get("desired_tree"),
                       fingerprint=entry.get("fingerprint"), verdict=entry.get("verdict"),
+                      control_plane_url=entry.get("control_plane_url"),
                       saved_plan=bool(entry.get("saved_plan")),
                       services=list(entry.get("services") or []),
                       blockers=list(entry.get("blockers") or []),

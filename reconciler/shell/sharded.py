@@ -195,7 +195,7 @@ class ShardedWatcher(Watcher):
     def _resync_due(self) -> bool:
         return self.shards is not None and bool(self.shards.fresh)
 
-    async def _resync(self) -> None:
-        await super()._resync()
+    async def _resync(self, why: str = "resync") -> None:
+        await super()._resync(why)
         if self.shards is not None and self.snapshot is not None and self.plan is not None:
             await self.shards.publish(self.provenance.commit)

@@ -37,11 +37,13 @@ from reconciler.core.plans import Plan, Verdict
 from reconciler.core.sanitize import redact, safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
+from reconciler.shell.control import Control
 from reconciler.shell.controlplane import ControlPlaneError
 from reconciler.shell.endpoints import ConfigError
 from reconciler.shell.gitrepo import GitError
 from reconciler.shell.health import Endpoint, Readiness, serve
 from reconciler.shell.journal import JournalError
+from reconciler.shell.servicemetrics import ServiceMetrics
 
 
 class Loaded(Protocol):
@@ -162,10 +164,11 @@ class Metrics:
     """
 
     def __init__(self, port: int, addr: str = "127.0.0.1",
-                 readiness: Readiness | None = None) -> None:
+                 readiness: Readiness | None = None, control: Control | None = None) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge
 
         self.readiness = readiness or Readiness()
+        self.control = control
         self.registry = registry = CollectorRegistry()
         self.verdict = Gauge("reconcile_plan_verdict", "1 for the last plan's verdict; "
                              "unknown while the live side cannot be read",
@@ -221,9 +224,16 @@ class Metrics:
             self.applies.labels(outcome)
         for change_outcome in Outcome:
             self.change_outcomes.labels(change_outcome.value)
+        suspended = Gauge("reconcile_suspended", "1 while the watcher is suspended (POST "
+                          "/suspend): nothing is observed, planned or applied",
+                          registry=registry)
+        suspended.set_function(lambda: 1.0 if control is not None and control.suspended
+                               else 0.0)
+        self.services = ServiceMetrics()  # per service, and the commit info
+        registry.register(self.services)
         self._set_verdict(None)
         self._unknown()
-        self.endpoint: Endpoint = serve(addr, port, registry, self.readiness)
+        self.endpoint: Endpoint = serve(addr, port, registry, self.readiness, control)
 
     def _unknown(self) -> None:
         """The live side is unread: its plan gauges say NaN, never a stale number."""
@@ -231,6 +241,7 @@ class Metrics:
         for gauge in (self.unproven, self.drift, self.blockers, self.silent):
             gauge.set(float("nan"))
         self.changes.clear()
+        self.services.unknown()
 
     def _age(self) -> float:
         last = self.readiness.last_success
@@ -241,9 +252,12 @@ class Metrics:
             self.verdict.labels(value.value).set(1 if verdict is value else 0)
         self.verdict.labels("unknown").set(1 if verdict is None else 0)
 
-    def observe_plan(self, plan: Plan, *, fresh: bool = False) -> None:
-        """A new plan; ``fresh``: made from a snapshot just read (count its observations)."""
+    def observe_plan(self, plan: Plan, *, fresh: bool = False,
+                     desired: DesiredState | None = None) -> None:
+        """A new plan; ``fresh``: made from a snapshot just read (count its observations);
+        ``desired``: the desired state it was made from (the pinned tags)."""
         self._set_verdict(plan.verdict)
+        self.services.observe(plan, desired)
         for action, count in plan.counts().items():
             if action not in ("blockers", "drift"):
                 self.changes.labels(action).set(count)
@@ -275,6 +289,15 @@ class Metrics:
 
     def error(self, kind: str) -> None:
         self.errors.labels(kind).inc()
+
+    def held(self) -> None:
+        """Suspended: the live side is no longer read, so the plan gauges are unknown (NaN)
+        until the next plan; ``reconcile_live_read_ok`` still tells the last read."""
+        self._set_verdict(None)
+        for gauge in (self.unproven, self.drift, self.blockers, self.silent):
+            gauge.set(float("nan"))
+        self.changes.clear()
+        self.services.unknown()
 
     def applied(self, outcome: str, report: ApplyReport | None) -> None:
         self.applies.labels(outcome).inc()
@@ -354,6 +377,8 @@ class Watcher:
     applying: asyncio.Task[None] | None = None
     was_ready: bool | None = None
     only_unknown: frozenset[str] = frozenset()
+    control: Control | None = None  # suspend / resume / reconcile now (shell.control)
+    was_suspended: bool = False
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -367,9 +392,12 @@ class Watcher:
                        + (f", only {', '.join(sorted(self.only))}" if self.only else "")
                        + ")", metrics=None if self.metrics is None
                        else self.metrics.endpoint.address)
+        if self.control is not None:
+            self._bind_control(events)
         try:
             await self._reload()
-            await self._resync()
+            if not self._held():
+                await self._resync()
             last_resync = time.monotonic()
             last_head = self.provenance
             while not stop.is_set():
@@ -378,6 +406,9 @@ class Watcher:
                 got = await self._next_batch(events, stop, timeout)
                 if stop.is_set():
                     break
+                if self._held():
+                    continue  # suspended: nothing observed, planned or applied
+                requested = self.control is not None and self.control.take_request()
                 head = got if isinstance(got, Provenance) else \
                     await asyncio.to_thread(self._head)
                 if got is None and _git_state(head) != _git_state(last_head):
@@ -392,8 +423,9 @@ class Watcher:
                 if moved:
                     await self._reload(head)
                     last_head = head
-                if time.monotonic() - last_resync >= self.resync or self._resync_due():
-                    await self._resync()
+                if requested or time.monotonic() - last_resync >= self.resync \
+                        or self._resync_due():
+                    await self._resync("reconcile requested" if requested else "resync")
                     last_resync = time.monotonic()
                 elif moved:
                     self._replan("files changed" if got else "HEAD moved")
@@ -410,6 +442,28 @@ class Watcher:
             await asyncio.gather(watcher, return_exceptions=True)
             await self.steps.close()
             self.log.event("stop", "stopped")
+
+    def _bind_control(self, events: asyncio.Queue[set[tuple[Change, str]]]) -> None:
+        """A control request wakes the loop at once: an empty batch of file events (it
+        moves nothing, so only what the request asked for happens)."""
+        assert self.control is not None
+        loop = asyncio.get_running_loop()
+        self.control.bind(lambda: loop.call_soon_threadsafe(events.put_nowait, set()))
+
+    def _held(self) -> bool:
+        """Whether the watcher is suspended; each change of that is said once (and the
+        plan gauges turn unknown, as nothing is read while it lasts)."""
+        suspension = self.control.suspension if self.control is not None else None
+        if (suspension is not None) != self.was_suspended:
+            self.was_suspended = suspension is not None
+            if suspension is not None:
+                self.log.event("suspended", f"{suspension.describe()}: nothing is observed, "
+                               "planned or applied until resumed", since=suspension.since)
+                if self.metrics is not None:
+                    self.metrics.held()
+            else:
+                self.log.event("resumed", "resumed: reconciling now")
+        return suspension is not None
 
     async def _watch_files(self, events: asyncio.Queue[set[tuple[Change, str]]],
                            stop: asyncio.Event) -> None:
@@ -493,7 +547,7 @@ class Watcher:
         if self.snapshot is not None and {s.app_id for s in loaded.state.services} != known:
             self.snapshot = None  # new apps: their evidence must be read, never assumed
 
-    async def _resync(self) -> None:
+    async def _resync(self, why: str = "resync") -> None:
         if self.desired is None:
             self.readiness.waiting("no valid desired state to observe yet")
             self._report_readiness()
@@ -505,7 +559,8 @@ class Watcher:
             self.log.event("live-unreadable", f"could not read the live world: {safe(exc)}",
                            kind=kind)
             self.snapshot = None
-            self.readiness.failed(f"{kind}: {safe(exc, 300)}")
+            # The fact, not the advice: /readyz is read by probes and on other hosts.
+            self.readiness.failed(f"{kind}: {safe(exc.bare, 300)}")
             if self.metrics is not None:
                 self.metrics.unreadable(kind)
             self._report_readiness()
@@ -514,7 +569,7 @@ class Watcher:
         if self.metrics is not None:
             self.metrics.observed()
         self._report_readiness()
-        self._replan("resync", fresh=True)
+        self._replan(why, fresh=True)
 
     def _report_readiness(self) -> None:
         """Log each change of ``/readyz``'s answer once."""
@@ -542,7 +597,7 @@ class Watcher:
         first = self.plan is None
         self.plan = new
         if self.metrics is not None:
-            self.metrics.observe_plan(new, fresh=fresh)
+            self.metrics.observe_plan(new, fresh=fresh, desired=self.desired)
         elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
         if first and self.render_first is not None and self.log.enabled("info"):
             self.log.stream.write(self.render_first(new))
@@ -565,6 +620,8 @@ class Watcher:
             return
         if plan.verdict is not Verdict.GO:
             return  # the judge proves it converged, or the plan is NO-GO
+        if self.control is not None and self.control.suspended:
+            return  # suspended while this cycle ran: nothing new starts
         commit = self.provenance.commit
         if commit is None or self.provenance.dirty:
             return  # only from a clean, committed revision

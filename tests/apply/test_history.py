@@ -102,7 +102,9 @@ def test_the_text_view_is_bounded_and_names_the_journal(
     assert out.startswith(f"{path}: 2 of 5 apply run(s), newest first")
     assert out.count("converged  commit aaaaaaaaaaaa") == 2
     assert "3 older run(s)" in out
-    assert f"plan {p.fingerprint[:19]}" in out
+    digest = history(path)[0].plan_digest
+    assert digest is not None and digest.startswith("sha256:")
+    assert f"plan {digest[:19]} ({len(p.changes)} changes)  → {p.control_plane_url}" in out
     assert "gate: converged after 3 poll(s), 1.5s" in out
 
 
@@ -261,3 +263,27 @@ def test_history_after_a_refused_a_converged_and_a_failed_apply(
 def git_head(repo: Repo) -> str:
     return subprocess.run(["git", "-C", str(repo.path), "rev-parse", "HEAD"],
                           capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_the_plan_digest_tells_apart_what_the_fingerprint_cannot(tmp_path: Path) -> None:
+    """A no-op apply, a NO-GO refusal and a promotion at another commit, all over the same
+    live side (so the same fingerprint of its preconditions): three plan digests, each
+    with its change count and the control plane it ran against."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal.open(path)
+    promotion = go_plan(COMMIT_A)
+    elsewhere = go_plan(COMMIT_B)
+    noop = promotion.model_copy(update={"changes": ()})
+    refusal = no_go_plan(COMMIT_A).model_copy(update={"fingerprint": promotion.fingerprint})
+    for p in (promotion, elsewhere, noop, refusal):
+        journal.run_started(p)
+    runs = [r.to_json() for r in reversed(history(path))]
+    assert len({r["plan_fingerprint"] for r in runs}) == 1
+    assert len({r["plan_digest"] for r in runs}) == 4
+    assert [r["change_count"] for r in runs] == [len(promotion.changes),
+                                                 len(elsewhere.changes), 0,
+                                                 len(refusal.changes)]
+    assert {r["control_plane_url"] for r in runs} == {promotion.control_plane_url}
+    # Read again: the digest comes from the record, so it is stable.
+    assert [r.to_json()["plan_digest"] for r in reversed(history(path))] == \
+        [r["plan_digest"] for r in runs]

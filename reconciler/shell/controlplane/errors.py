@@ -11,7 +11,9 @@ Exceptions::
     ControlPlaneError                 every message sanitized, never the token
     ├── TransportError                connect / TLS / timeout / deadline / non-200 /
     │   │                             HTTP 400 / retry budget spent; ``.transient``
-    │   └── ProtocolError             null body, null response, malformed reply
+    │   ├── ProtocolError             null body, null response, malformed reply
+    │   ├── TlsVerificationFailed     the certificate did not verify (never retried)
+    │   └── SchemeMismatch            http:// to a server that speaks TLS (never retried)
     └── DomainError                   ``error`` in the reply; ``.code``, ``.data``
         ├── CasMismatch               ROLLOUT_GENERATION_MISMATCH, ROLLOUT_ID_MISMATCH,
         │                             EGRESS_REVISION_MISMATCH; ``.expected``, ``.actual``
@@ -33,6 +35,7 @@ Must not: do I/O, or put a secret it was told about into any message.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Final, Protocol
@@ -205,16 +208,60 @@ def describe_transport_error(exc: httpx.TransportError, redact: Redact = safe) -
     return redact(text, 160)
 
 
+class TlsVerificationFailed(TransportError):
+    """The server's certificate did not verify against the CA in use (or does not name
+    the host): a re-send meets the same certificate, so it is never retried.
+    ``hostname_mismatch``: the certificate verified but names another host."""
+
+    def __init__(self, message: str, *, hostname_mismatch: bool = False) -> None:
+        super().__init__(message, transient=False)
+        self.hostname_mismatch = hostname_mismatch
+
+    def again(self, message: str) -> TlsVerificationFailed:
+        return TlsVerificationFailed(message, hostname_mismatch=self.hostname_mismatch)
+
+
+class SchemeMismatch(TransportError):
+    """An ``http://`` URL whose server speaks TLS: no re-send over plain HTTP can work."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, transient=False)
+
+    def again(self, message: str) -> SchemeMismatch:
+        return SchemeMismatch(message)
+
+
+def certificate_failure(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate verification failure behind ``exc`` (httpx chains it), if any."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 @contextmanager
 def mapped_transport_errors(method: str, redact: Redact) -> Iterator[None]:
-    """httpx's failures inside the block become ``TransportError``s (all transient: a
-    re-send may reach a server that was briefly away), the original chained."""
+    """httpx's failures inside the block become ``TransportError``s (transient: a re-send
+    may reach a server that was briefly away), the original chained -- except a
+    certificate that does not verify (``TlsVerificationFailed``, not transient)."""
     try:
         yield
     except httpx.TimeoutException as exc:
         raise TransportError(f"{method}: timed out ({type(exc).__name__})",
                              transient=True) from exc
     except httpx.TransportError as exc:
+        failure = certificate_failure(exc)
+        if failure is not None:
+            said = failure.verify_message or failure.reason or str(failure)
+            raise TlsVerificationFailed(
+                f"{method}: TLS: the server's certificate did not verify "
+                f"({redact(said, 160)})",
+                hostname_mismatch="hostname" in str(said).lower()
+                or "ip address mismatch" in str(said).lower()) from exc
         raise TransportError(f"{method}: {describe_transport_error(exc, redact)}",
                              transient=True) from exc
 

@@ -21,7 +21,9 @@ methods on top. Must not print, log, or put the token or the jwt into any messag
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, Final, Self
@@ -32,6 +34,7 @@ from reconciler.shell.controlplane import envelope
 from reconciler.shell.controlplane.errors import (
     ProtocolError,
     Redactor,
+    SchemeMismatch,
     TransportError,
     Unauthorized,
     http_status_error,
@@ -99,6 +102,9 @@ class Session:
         self._identities = Identities(self._exchange_token)
         self.requests_sent = 0
         self.connections_opened = 0
+        #: whether an http:// URL was checked for a server speaking TLS (a test transport
+        #: replaces the network: nothing to check)
+        self._scheme_checked = transport is not None
         limit = max_connections or max(conn.concurrency, 4)
         #: How many calls a caller should keep in flight (the connection pool's size).
         self.concurrency = limit
@@ -242,10 +248,45 @@ class Session:
                 unanswered.in_doubt = True
                 if isinstance(exc, TransportError):
                     exc.in_doubt = True
+            if isinstance(exc, TransportError) and not exc.in_doubt \
+                    and await self._speaks_tls_over_http(exc):
+                raise SchemeMismatch(
+                    f"{method}: the server at {self._url_host_port()} speaks TLS (HTTPS), "
+                    "but the URL says http://") from exc
             raise
         if response.status_code != 200:
             raise http_status_error(method, response, self._redact)
         return envelope.decode(method, response.content, status=200)
+
+    def _url_host_port(self) -> str:
+        url = httpx.URL(self._url)
+        return f"{url.host}:{url.port or 80}"
+
+    async def _speaks_tls_over_http(self, exc: TransportError) -> bool:
+        """For a plain ``http://`` URL whose exchange broke off (a read error or a reply
+        that is no HTTP): whether the server completes a TLS handshake instead -- then
+        the URL's scheme is wrong, and no re-send can help. Asked once per session."""
+        url = httpx.URL(self._url)
+        if url.scheme != "http" or self._scheme_checked:
+            return False
+        if not isinstance(exc.__cause__, httpx.ReadError | httpx.RemoteProtocolError
+                          | httpx.WriteError):
+            return False
+        self._scheme_checked = True
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE  # only "does it speak TLS?": nothing is sent
+        try:
+            async with asyncio.timeout(min(3.0, max(0.5, self._remaining()))):
+                _, writer = await asyncio.open_connection(
+                    url.host, url.port or 80, ssl=context,
+                    server_hostname=url.host if not url.host[:1].isdigit() else None)
+        except (OSError, TimeoutError, ssl.SSLError):
+            return False
+        writer.close()
+        with contextlib.suppress(OSError, ssl.SSLError):
+            await writer.wait_closed()
+        return True
 
     async def _trace(self, event: str, info: Mapping[str, Any]) -> None:
         """httpcore's ``trace`` hook: counts TCP connections actually opened."""
