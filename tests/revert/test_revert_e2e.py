@@ -1,0 +1,113 @@
+"""Issue 20 against the sandbox: a release a cluster refuses is reverted in git first
+(one keyed commit pinning the last proven digest, one hold), rolled back through the
+control plane's compare-and-swap rollback and proven on every cluster; a silent cluster
+is no reason to revert; a held digest is NO-GO until the hold is released by a commit."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from reconciler.exitcodes import Exit
+from reconciler.sandbox.launcher import Sandbox
+from tests.e2e_repo import Repo, git
+from tests.plan.builders import digest
+
+pytestmark = pytest.mark.integration
+
+OLD = digest("checkout", "v2.3.0")  # what runs, proven, before the apply
+NEW = digest("checkout", "v2.4.0")  # what the repo pins: the release sn3 refuses
+TRAILER = "Reconcile-Revert:"
+
+
+def out(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def revert_commits(root: Path) -> list[str]:
+    return [line for line in out(root, "log", "--format=%H %s", "-F",
+                                 f"--grep={TRAILER}").splitlines() if line]
+
+
+def rollbacks(sandbox: Sandbox) -> list[dict[str, object]]:
+    """The control plane's audit rows of rollback calls that made (or replayed) one."""
+    return [r for r in sandbox.audit() if r["method"] == "rollbackServiceImageRelease"]
+
+
+def rollback_keys(sandbox: Sandbox) -> set[str]:
+    return {str(r.get("idempotencyKey")) for r in rollbacks(sandbox) if r["result"] == "ok"}
+
+
+def pinned(repo: Repo) -> str:
+    return (repo.path / "services" / "checkout.yaml").read_text()
+
+
+def apply_reverting(repo: Repo, *extra: str, **env: str) -> tuple[int, str, str]:
+    done = repo.run("apply", str(repo.path), "--auto-approve", "--only", "checkout",
+                    "--on-gate-failure", "revert", *extra, timeout=240, **env)
+    return done.code, done.out, done.err
+
+
+def test_a_refused_release_is_reverted_held_rolled_back_and_proven(
+        repo_factory: Callable[..., Repo], sandbox: Sandbox) -> None:
+    repo = repo_factory(sandbox, attempts=60, interval_seconds=0.3)
+    sandbox.fault("sn3", "refuse-digest", digest=NEW)
+    code, stdout, stderr = apply_reverting(repo)
+    assert code == Exit.NOT_CONVERGED, stdout + stderr  # the release failed: still 15
+    assert "release failed, rolled back to checkout v2.3.0" in stderr, stdout + stderr
+    assert "proven on every cluster" in stderr
+
+    # git: one revert commit pinning the last proven digest, and one hold.
+    [commit] = revert_commits(repo.path)
+    assert "revert checkout to v2.3.0" in commit
+    body = out(repo.path, "log", "-1", "--format=%B")
+    assert "sn3" in body and NEW in body and OLD in body and "pulled-digest-mismatch" in body
+    text = pinned(repo)
+    assert OLD in text and NEW not in text and "tag: v2.3.0" in text
+    held = list((repo.path / "holds").glob("*.yaml"))
+    assert len(held) == 1 and NEW in held[0].read_text()
+    assert out(repo.path, "status", "--porcelain") == ""
+    # the control plane: one rollback, to the proven release, proven by the judge.
+    assert len(rollback_keys(sandbox)) == 1
+    status = sandbox.rollout_statuses()["svc-checkout"]
+    assert status["status"] == "rolled-back" and status["expectedDigest"] == OLD, status
+
+    # The next plan: nothing to do for checkout, proven.
+    again = repo.run("plan", str(repo.path), "--only", "checkout", "--detailed-exitcode")
+    assert again.code == Exit.OK, again.out + again.err
+
+    # Re-pinning the failed digest (a merge of an old branch, a pin) is NO-GO held.
+    path = repo.path / "services" / "checkout.yaml"
+    path.write_text(text.replace(OLD, NEW).replace("tag: v2.3.0", "tag: v2.4.0"))
+    git(repo.path, "commit", "-qam", "promote checkout to v2.4.0 again")
+    refused = repo.run("plan", str(repo.path), "--only", "checkout", "--detailed-exitcode")
+    assert refused.code == Exit.CHANGES_NO_GO, refused.out + refused.err
+    assert "held" in refused.out and "reconcile release-hold checkout" in refused.out
+
+    # The history tells the story: the failed release, the revert, the proven rollback.
+    history = repo.run("history", str(repo.path))
+    assert history.code == 0, history.err
+    assert "revert" in history.out and "v2.3.0" in history.out, history.out
+
+    # Released by a commit, the digest may be planned again.
+    released = repo.run("release-hold", "checkout", NEW, "-C", str(repo.path))
+    assert released.code == 0, released.out + released.err
+    assert not list((repo.path / "holds").glob("*.yaml"))
+    free = repo.run("plan", str(repo.path), "--only", "checkout", "--detailed-exitcode")
+    assert free.code == Exit.CHANGES, free.out + free.err
+
+
+def test_a_silent_cluster_is_not_a_failure_no_revert(
+        repo_factory: Callable[..., Repo], sandbox: Sandbox) -> None:
+    repo = repo_factory(sandbox, attempts=6, interval_seconds=0.3)
+    head = out(repo.path, "rev-parse", "HEAD")
+    sandbox.fault("sn3", "blackhole")
+    code, stdout, stderr = apply_reverting(repo)
+    assert code != Exit.OK, stdout + stderr
+    assert not revert_commits(repo.path) and out(repo.path, "rev-parse", "HEAD") == head
+    assert not rollbacks(sandbox)
+    assert "rolled back" not in stderr
