@@ -91,7 +91,12 @@ def test_a_refused_release_is_reverted_held_rolled_back_and_proven(
     # The history tells the story: the failed release, the revert, the proven rollback.
     history = repo.run("history", str(repo.path))
     assert history.code == 0, history.err
-    assert "revert" in history.out and "v2.3.0" in history.out, history.out
+    told = history.out
+    failed_at = told.index("NOT converged")
+    reverted_at = told.index("REVERTED in git")
+    rolled_at = told.index("rollback checkout")
+    assert rolled_at < reverted_at < failed_at, told  # newest first: one story
+    assert "pinned back to v2.3.0" in told and "pulled-digest-mismatch" in told
 
     # Released by a commit, the digest may be planned again.
     released = repo.run("release-hold", "checkout", NEW, "-C", str(repo.path))
