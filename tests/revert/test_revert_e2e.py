@@ -116,3 +116,31 @@ def test_a_silent_cluster_is_not_a_failure_no_revert(
     assert not revert_commits(repo.path) and out(repo.path, "rev-parse", "HEAD") == head
     assert not rollbacks(sandbox)
     assert "rolled back" not in stderr
+
+
+@pytest.mark.parametrize("point", ["revert-before-commit", "revert-after-commit",
+                                   "revert-gate"])
+def test_kill_9_at_each_step_then_a_rerun_makes_one_revert_one_hold_one_rollback(
+        repo_factory: Callable[..., Repo], sandbox: Sandbox, point: str) -> None:
+    repo = repo_factory(sandbox, attempts=60, interval_seconds=0.3)
+    sandbox.fault("sn3", "refuse-digest", digest=NEW)
+    code, stdout, stderr = apply_reverting(repo, RECONCILE_CRASH_AT=point)
+    assert code == -9, (code, stdout, stderr)  # killed where asked
+    committed = {"revert-before-commit": 0}.get(point, 1)
+    assert len(revert_commits(repo.path)) == committed
+    sandbox.wait_settled()
+    code, stdout, stderr = apply_reverting(repo)
+    assert code in (Exit.OK, Exit.NOT_CONVERGED), stdout + stderr
+    if code == Exit.NOT_CONVERGED:  # the rerun met the failure itself and reverted
+        assert "release failed, rolled back to checkout v2.3.0" in stderr, stderr
+        assert "and proven on every cluster" in stderr
+    # Exactly one of each, counted where they live.
+    assert len(revert_commits(repo.path)) == 1
+    assert len(list((repo.path / "holds").glob("*.yaml"))) == 1
+    assert len(rollback_keys(sandbox)) == 1, rollbacks(sandbox)
+    status = sandbox.rollout_statuses()["svc-checkout"]
+    assert status["status"] == "rolled-back" and status["expectedDigest"] == OLD, status
+    # And a third run changes nothing.
+    code, stdout, stderr = apply_reverting(repo)
+    assert code == Exit.OK, stdout + stderr
+    assert len(revert_commits(repo.path)) == 1 and len(rollback_keys(sandbox)) == 1
