@@ -144,3 +144,69 @@ def test_kill_9_at_each_step_then_a_rerun_makes_one_revert_one_hold_one_rollback
     code, stdout, stderr = apply_reverting(repo)
     assert code == Exit.OK, stdout + stderr
     assert len(revert_commits(repo.path)) == 1 and len(rollback_keys(sandbox)) == 1
+
+
+def test_a_newer_intent_on_the_branch_is_not_overwritten_a_pull_request_names_both(
+        repo_factory: Callable[..., Repo], sandbox: Sandbox, tmp_path: Path) -> None:
+    """The gate fails; before the revert lands, the branch pins checkout to v2.5.0. The
+    revert, re-planned against the branch head, opens a pull request (the GitHub stand-in)
+    naming the failed release and the newer pin, and changes neither the branch nor the
+    live side."""
+    import asyncio
+
+    from reconciler import engine
+    from reconciler.core import reverts
+    from reconciler.shell.endpoints import Overrides
+    from tests.comment.conftest import TOKEN
+    from tests.comment.github_standin import StandIn
+
+    repo = repo_factory(sandbox, attempts=60, interval_seconds=0.3)
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    git(repo.path, "remote", "add", "origin", str(remote))
+    git(repo.path, "push", "-q", "origin", "HEAD")
+    sandbox.fault("sn3", "refuse-digest", digest=NEW)
+    env = repo.env()
+    overrides = Overrides.from_env(env)
+    run = asyncio.run(engine.apply_async(repo.path, overrides=overrides, env=env,
+                                         hook=lambda _event: None,
+                                         only=frozenset({"checkout"})))
+    failed = reverts.failed(run.report.gate)
+    assert set(failed) == {"checkout"} and failed["checkout"].digest == NEW
+
+    newer = sandbox.push("checkout", "v2.5.0")
+    path = repo.path / "services" / "checkout.yaml"
+    path.write_text(path.read_text().replace(NEW, newer).replace("tag: v2.4.0", "tag: v2.5.0"))
+    git(repo.path, "commit", "-qam", "promote checkout to v2.5.0")
+    head = out(repo.path, "rev-parse", "HEAD")
+
+    standin = StandIn().start()
+    try:
+        standin.add_user(TOKEN, "github-actions[bot]", bot=True)
+        standin.state.git_remote = str(remote)
+        target = engine.PullTarget(api_url=standin.api_url, repo="acme/fleet", token=TOKEN)
+
+        async def revert() -> engine.RevertRun:
+            desired, _ = engine.load_consistent(repo.path)
+            async with engine.Reconciler(repo.path, desired, overrides=overrides,
+                                         env=env) as reconciler:
+                return await engine.revert_with(reconciler, repo.path, ["checkout"],
+                                                failures=failed, pull=target,
+                                                hook=lambda _event: None, rollback=True)
+
+        done = asyncio.run(revert())
+        again = asyncio.run(revert())  # a rerun finds the same pull request
+        pulls = dict(standin.state.pull_requests)
+    finally:
+        standin.stop()
+    assert done.pull is not None and done.rollback is None
+    assert again.pull is not None and again.pull.number == done.pull.number
+    assert not again.pull.created and len(pulls) == 1
+    body = pulls[done.pull.number]["body"]
+    assert NEW in body and newer in body and OLD in body, body  # both intents, and the way back
+    assert "changed on the branch since the failed apply" in body
+    # Nothing overwritten, nothing rolled back.
+    assert out(repo.path, "rev-parse", "HEAD") == head and newer in path.read_text()
+    assert not rollbacks(sandbox)
+    branch = pulls[done.pull.number]["head"]["ref"]
+    assert out(repo.path, "ls-remote", "origin", f"refs/heads/{branch}").strip()
