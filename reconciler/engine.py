@@ -308,6 +308,31 @@ class ApplyRun:
     reverted: RevertRun | None = None
     revert_error: str | None = None
 
+    def revert_story(self) -> list[str]:
+        """How the way back ended, in one sentence (empty: no revert was asked for or
+        needed). Whether the rollback is proven is the gate's word -- the one judge's."""
+        done = self.reverted
+        if done is None:
+            return [f"release failed; no revert: {self.revert_error}"] \
+                if self.revert_error else []
+        back = ", ".join(f"{i.service} {i.to_tag} ({i.to[:19]})" for i in done.items)
+        rolled = done.rollback
+        gate = rolled.report.gate if rolled is not None else None
+        if done.pull is not None:
+            return [f"release failed; the revert to {back} is proposed in pull request "
+                    f"#{done.pull.number} ({done.pull.url}); nothing rolled back until it is "
+                    "merged"]
+        if rolled is None:
+            return [f"release failed; reverted in git to {back}; the rollback was not applied"]
+        if (gate is not None and gate.converged) or (
+                gate is None and not rolled.report.results
+                and all(p.converged for p in rolled.plan.proofs)):
+            return [f"release failed, rolled back to {back} and proven on every cluster"]
+        pending = [f"{p.service}: {'; '.join(p.reasons()[:3])}"
+                   for p in (gate.pending() if gate is not None else ())]
+        return [f"release failed, reverted in git to {back}; the rollback is NOT proven: "
+                f"{' | '.join(pending) or 'no gate ran'}"]
+
 
 async def ask_preflights(client: ControlPlaneClient,
                          sides: list[tuple[DesiredState, Provenance]],
@@ -697,15 +722,25 @@ async def apply_async(
     async with Reconciler(root, desired, overrides=overrides, env=env) as reconciler:
         run = await reconciler.apply(desired, provenance, hook=hook, saved=saved, only=only,
                                      confirm=confirm, progress=progress, deadline=deadline)
-        failed = reverts.failed(run.report.gate) if on_gate_failure == "revert" else {}
-        if not failed:
-            return run
-        try:  # issue 20: the way back, re-planned against the branch head
-            done = await revert_with(reconciler, root, sorted(failed), failures=failed,
-                                     pull=pull, hook=hook, rollback=True, progress=progress)
-        except EngineError as exc:
-            return dataclasses.replace(run, revert_error=str(exc))
-        return dataclasses.replace(run, reverted=done)
+        return await revert_after(reconciler, root, run, on_gate_failure, pull, hook,
+                                  progress)
+
+
+async def revert_after(reconciler: Reconciler, root: Path, run: ApplyRun,
+                       on_gate_failure: str, pull: PullTarget | None, hook: Hook,
+                       progress: Progress | None = None) -> ApplyRun:
+    """``--on-gate-failure revert`` (apply and watch): when the gate ended on a stated
+    failure (``core.reverts.failed``; never a silent cluster), the revert and the
+    rollback's apply; the run keeps its own report (the release failed)."""
+    failed = reverts.failed(run.report.gate) if on_gate_failure == "revert" else {}
+    if not failed:
+        return run
+    try:  # issue 20: the way back, re-planned against the branch head
+        done = await revert_with(reconciler, root, sorted(failed), failures=failed,
+                                 pull=pull, hook=hook, rollback=True, progress=progress)
+    except EngineError as exc:
+        return dataclasses.replace(run, revert_error=str(exc))
+    return dataclasses.replace(run, reverted=done)
 
 
 # -- the watcher's steps ------------------------------------------------------------------
@@ -729,8 +764,11 @@ class WatchSteps:
     def __init__(self, root: Path, *, overrides: Overrides, env: Mapping[str, str],
                  only: frozenset[str] = frozenset(),
                  clock: Callable[[], float] = time.time,
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None, on_gate_failure: str = "stop",
+                 pull: PullTarget | None = None) -> None:
         self.root = root
+        self.on_gate_failure = on_gate_failure  # issue 20: watch --apply --on-gate-failure
+        self.pull = pull
         self.overrides = overrides
         self.env = env
         self.only = only
@@ -806,9 +844,11 @@ class WatchSteps:
         desired, provenance = load_consistent(self.root)
         async with Reconciler(self.root, desired, overrides=self.overrides,
                               env=self.env) as reconciler:
-            return await reconciler.apply(
+            run = await reconciler.apply(
                 desired, provenance, hook=hook, only=self.only,
                 deadline=Deadline.after(self.timeout) if self.timeout is not None else None)
+            return await revert_after(reconciler, self.root, run, self.on_gate_failure,
+                                      self.pull, hook)
 
     async def close(self) -> None:
         if self._live is not None:

@@ -182,28 +182,7 @@ def _report_revert(run_: ApplyRun, fmt: str) -> None:
     from reconciler.commands import revert
 
     done = run_.reverted
-    if done is None:
-        lines = [f"release failed; no revert: {run_.revert_error}"]
-    else:
-        lines = revert.story(done)
-        back = ", ".join(f"{i.service} {i.to_tag} ({i.to[:19]})" for i in done.items)
-        rolled = done.rollback
-        gate = rolled.report.gate if rolled is not None else None
-        if done.pull is not None:
-            lines.append(f"release failed; the revert to {back} is proposed in pull request "
-                         f"#{done.pull.number}; nothing rolled back until it is merged")
-        elif rolled is None:
-            lines.append(f"release failed; reverted in git to {back}; the rollback was not "
-                         "applied")
-        elif (gate is not None and gate.converged) or (
-                gate is None and not rolled.report.results
-                and all(p.converged for p in rolled.plan.proofs)):
-            lines.append(f"release failed, rolled back to {back} and proven on every cluster")
-        else:
-            pending = [f"{p.service}: {'; '.join(p.reasons()[:3])}"
-                       for p in (gate.pending() if gate is not None else ())]
-            lines.append(f"release failed, reverted in git to {back}; the rollback is NOT "
-                         f"proven: {' | '.join(pending) or 'no gate ran'}")
+    lines = (revert.story(done) if done is not None else []) + run_.revert_story()
     if fmt == "json":
         import json
 

@@ -210,3 +210,30 @@ def test_a_newer_intent_on_the_branch_is_not_overwritten_a_pull_request_names_bo
     assert not rollbacks(sandbox)
     branch = pulls[done.pull.number]["head"]["ref"]
     assert out(repo.path, "ls-remote", "origin", f"refs/heads/{branch}").strip()
+
+
+def test_watch_apply_reverts_and_does_not_try_the_failed_release_again(
+        repo_factory: Callable[..., Repo], sandbox: Sandbox) -> None:
+    from tests.watch.test_watch_e2e import watching
+
+    repo = repo_factory(sandbox, attempts=60, interval_seconds=0.3)
+    sandbox.fault("sn3", "refuse-digest", digest=NEW)
+    with watching(repo, "--apply", "--on-gate-failure", "revert", "--only", "checkout",
+                  "--resync", "1") as w:
+        told = w.wait_for(lambda e: e["event"] == "reverted", timeout=150)
+        assert any("rolled back to checkout v2.3.0 and proven" in line
+                   for line in told.get("lines", [])) or \
+            "rolled back" in json_text(told), told
+        w.wait_for(lambda e: e["event"] == "plan" and e.get("verdict") == "no_changes",
+                   timeout=60)
+        promotions = [a for a in sandbox.audit() if a["method"] == "promoteServiceImageRelease"]
+        w.drain(4.0)  # several resync cycles
+        again = [a for a in sandbox.audit() if a["method"] == "promoteServiceImageRelease"]
+        assert len(again) == len(promotions) == 1  # the failed release is not tried again
+    assert len(revert_commits(repo.path)) == 1 and len(rollback_keys(sandbox)) == 1
+
+
+def json_text(event: dict[str, object]) -> str:
+    import json
+
+    return json.dumps(event)
