@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "reconciler.commands.watchcontrol",
     "reconciler.commands.history",
     "reconciler.commands.pin",
+    "reconciler.commands.revert",
     "reconciler.commands.sandbox",
     "reconciler.commands.completion",
 )

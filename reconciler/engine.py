@@ -24,7 +24,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reconciler.core import binding, comments, evidence, freshness, review, sharding, staleness
+from reconciler.core import (
+    binding,
+    comments,
+    evidence,
+    freshness,
+    holds,
+    lastproven,
+    reverts,
+    review,
+    sharding,
+    staleness,
+)
 from reconciler.core import pinning as pin_rules
 from reconciler.core.codes import BlockerCode
 from reconciler.core.comments import Comment, Owned
@@ -70,11 +81,14 @@ from reconciler.shell import (
     connectadvice,
     gitrepo,
     greenfield,
+    loading,
     observing,
     tracing,
     validating,
 )
+from reconciler.shell import journal as journal_mod
 from reconciler.shell import pinning as pin_files
+from reconciler.shell import reverting as revert_git
 from reconciler.shell.controlplane import (
     ControlPlaneClient,
     ControlPlaneError,
@@ -90,6 +104,7 @@ if TYPE_CHECKING:  # the GitHub client (githubkit) loads only when a comment is 
     from reconciler.shell import coordination as coordination_types
     from reconciler.shell.github import CommentsClient
     from reconciler.shell.notifying import Counter, Notifier
+    from reconciler.shell.pullrequests import PullRequest
 
 
 def read_commit(root: Path, cache: validating.BlobCache | None = None, *,
@@ -310,6 +325,34 @@ def _left(deadline: Deadline | None) -> float | None:
 class ApplyRun:
     plan: Plan
     report: ApplyReport
+    #: ``--on-gate-failure revert``: the revert made after the gate failed, or why none
+    reverted: RevertRun | None = None
+    revert_error: str | None = None
+
+    def revert_story(self) -> list[str]:
+        """How the way back ended, in one sentence (empty: no revert was asked for or
+        needed). Whether the rollback is proven is the gate's word -- the one judge's."""
+        done = self.reverted
+        if done is None:
+            return [f"release failed; no revert: {self.revert_error}"] \
+                if self.revert_error else []
+        back = ", ".join(f"{i.service} {i.to_tag} ({i.to[:19]})" for i in done.items)
+        rolled = done.rollback
+        gate = rolled.report.gate if rolled is not None else None
+        if done.pull is not None:
+            return [f"release failed; the revert to {back} is proposed in pull request "
+                    f"#{done.pull.number} ({done.pull.url}); nothing rolled back until it is "
+                    "merged"]
+        if rolled is None:
+            return [f"release failed; reverted in git to {back}; the rollback was not applied"]
+        if (gate is not None and gate.converged) or (
+                gate is None and not rolled.report.results
+                and all(p.converged for p in rolled.plan.proofs)):
+            return [f"release failed, rolled back to {back} and proven on every cluster"]
+        pending = [f"{p.service}: {'; '.join(p.reasons()[:3])}"
+                   for p in (gate.pending() if gate is not None else ())]
+        return [f"release failed, reverted in git to {back}; the rollback is NOT proven: "
+                f"{' | '.join(pending) or 'no gate ran'}"]
 
 
 async def ask_preflights(client: ControlPlaneClient,
@@ -476,6 +519,11 @@ class Reconciler:
         if notify is not None and fresh.verdict is Verdict.NO_GO:
             notify.outcome(fresh)
         refuse_no_go(fresh)
+        try:  # issue 20: what ran proven before this apply replaced it (core.lastproven)
+            journal.proven(run, "before-apply",
+                           lastproven.running_before(desired, fresh, snapshot))
+        except JournalError as exc:
+            raise EngineError(f"{exc}; nothing was sent") from exc
         sending = fresh.changes
         if saved is not None:
             saved = restrict(saved, only)
@@ -544,6 +592,8 @@ class Reconciler:
             report = report.model_copy(update={"gate": gate,
                                                "expired": report.expired or gate.expired})
         try:
+            if report.gate is not None:
+                journal.proven(run, "gate", report.gate.proofs)
             journal.run_finished(run, report)
         except JournalError as exc:
             sent = journal.sent_lines()
@@ -692,6 +742,8 @@ async def apply_async(
     progress: Progress | None = None,
     timeout: float | None = None,
     started: float | None = None,
+    on_gate_failure: str = "stop",
+    pull: PullTarget | None = None,
 ) -> ApplyRun:
     """Load the commit, then one ``Reconciler`` run: observe, plan, bind, send, gate;
     all of it within ``timeout`` seconds when given (``apply --timeout``), counted from
@@ -710,12 +762,31 @@ async def apply_async(
         # An --only apply proves a part of the commit: it says nothing about the commit.
         notify = None if only else notifier(desired, root, env, reconciler.connection.gateway)
         try:
-            return await reconciler.apply(desired, provenance, hook=hook, saved=saved,
-                                          only=only, confirm=confirm, progress=progress,
-                                          deadline=deadline, notify=notify)
+            run = await reconciler.apply(desired, provenance, hook=hook, saved=saved,
+                                         only=only, confirm=confirm, progress=progress,
+                                         deadline=deadline, notify=notify)
+            return await revert_after(reconciler, root, run, on_gate_failure, pull, hook,
+                                      progress)
         finally:
             if notify is not None:  # bounded: a receiver that is down costs drainSeconds
                 await notify.drain()
+
+
+async def revert_after(reconciler: Reconciler, root: Path, run: ApplyRun,
+                       on_gate_failure: str, pull: PullTarget | None, hook: Hook,
+                       progress: Progress | None = None) -> ApplyRun:
+    """``--on-gate-failure revert`` (apply and watch): when the gate ended on a stated
+    failure (``core.reverts.failed``; never a silent cluster), the revert and the
+    rollback's apply; the run keeps its own report (the release failed)."""
+    failed = reverts.failed(run.report.gate) if on_gate_failure == "revert" else {}
+    if not failed:
+        return run
+    try:  # issue 20: the way back, re-planned against the branch head
+        done = await revert_with(reconciler, root, sorted(failed), failures=failed,
+                                 pull=pull, hook=hook, rollback=True, progress=progress)
+    except EngineError as exc:
+        return dataclasses.replace(run, revert_error=str(exc))
+    return dataclasses.replace(run, reverted=done)
 
 
 # -- the watcher's steps ------------------------------------------------------------------
@@ -739,13 +810,16 @@ class WatchSteps:
     def __init__(self, root: Path, *, overrides: Overrides, env: Mapping[str, str],
                  only: frozenset[str] = frozenset(),
                  clock: Callable[[], float] = time.time,
-                 timeout: float | None = None, applying: bool = False) -> None:
+                 timeout: float | None = None, applying: bool = False,
+                 on_gate_failure: str = "stop", pull: PullTarget | None = None) -> None:
         self.root = root
         self.applying = applying  # watch --apply: a GO plan is not "waiting" for anyone
         #: the notifications of the repo's settings (built with the Reconciler), and what
         #: counts their deliveries (the metrics, when served)
         self.notify: Notifier | None = None
         self.count_notifications: Counter | None = None
+        self.on_gate_failure = on_gate_failure  # issue 20: watch --apply --on-gate-failure
+        self.pull = pull
         self.overrides = overrides
         self.env = env
         self.only = only
@@ -829,10 +903,12 @@ class WatchSteps:
         desired, provenance = load_consistent(self.root)
         async with Reconciler(self.root, desired, overrides=self.overrides,
                               env=self.env) as reconciler:
-            return await reconciler.apply(
+            run = await reconciler.apply(
                 desired, provenance, hook=hook, only=self.only,
                 deadline=Deadline.after(self.timeout) if self.timeout is not None else None,
                 notify=self.notify)
+            return await revert_after(reconciler, self.root, run, self.on_gate_failure,
+                                      self.pull, hook)
 
     async def close(self) -> None:
         if self.notify is not None:  # what is still being retried, briefly
@@ -1424,3 +1500,259 @@ def _write_comment(client: CommentsClient, pr: int, marker_key: str, make: Bodie
             if step.comment_id is not None and client.delete(step.comment_id):
                 say(f"deleted comment {step.comment_id} ({step.why})")
     return CommentRun(parts=len(bodies), url=first_url)
+
+
+# -- issue 20: the way back from a failed release -------------------------------------------
+
+@dataclass(frozen=True)
+class PullTarget:
+    """Where ``--pr`` opens the pull request (GitHub, as ``reconcile comment`` reaches it)
+    and which git remote receives the branch. ``requested``: ``--pr`` was given (else a
+    pull request is opened only when the revert must not land on the branch)."""
+
+    api_url: str
+    repo: str | None
+    token: str | None
+    remote: str = "origin"
+    requested: bool = False
+
+
+@dataclass(frozen=True)
+class RevertRun:
+    """One revert: its key, the services, the commit (on the branch, or on the pull
+    request's branch), whether it was found already made (a rerun, a racing watcher), the
+    pull request and why one was opened, and the rollback's apply when one was run."""
+
+    key: str
+    items: tuple[reverts.Item, ...]
+    commit: str | None
+    already: bool = False
+    pull: PullRequest | None = None
+    why_pr: str | None = None
+    rollback: ApplyRun | None = None
+
+
+def revert(root: Path, services: Sequence[str], *, overrides: Overrides,
+           env: Mapping[str, str], pull: PullTarget | None = None,
+           progress: Progress | None = None) -> RevertRun:
+    """``reconcile revert``: the pinned release of each service, which the judge does not
+    prove, back to its last proven release, with a hold on the failed one; committed, or
+    proposed as a pull request. Does not apply (``reconcile apply`` rolls back)."""
+    desired, _ = load_consistent(root)
+
+    async def run() -> RevertRun:
+        async with Reconciler(root, desired, overrides=overrides, env=env) as reconciler:
+            return await revert_with(reconciler, root, services, failures=None, pull=pull,
+                                     hook=None, rollback=False, progress=progress)
+
+    return asyncio.run(run())
+
+
+async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str], *,
+                      failures: Mapping[str, ServiceProof] | None, pull: PullTarget | None,
+                      hook: Hook | None, rollback: bool,
+                      progress: Progress | None = None) -> RevertRun:
+    """The revert, in order: read the branch head (the failed apply's pin may have been
+    replaced there since: then a pull request, never an overwrite); the judge's word on
+    each service (``failures``: the gate's, else a fresh plan's); the last proven release
+    (``core.lastproven``: journal ∧ control plane); the key; a commit already carrying it
+    ends here; else the commit (pin splice + hold), landed by fast-forward or proposed;
+    then, when ``rollback``, the apply of the reverted commit (the control plane's CAS
+    rollback with its idempotency key) and its gate."""
+    desired, provenance = load_consistent(root)
+    if provenance.commit is None or provenance.dirty:
+        raise EngineError(f"refusing to revert: {root} has no commit or has uncommitted "
+                          "changes; nothing written", Exit.REFUSED_COMMIT)
+    head = provenance.commit
+    made, snapshot = await reconciler.plan(desired, provenance, progress)
+    proofs = {p.service: p for p in made.proofs}
+    path = state_dir(desired, root, reconciler.env) / "journal.jsonl"
+    try:
+        facts = journal_mod.proven_facts(path, on_torn=lambda _torn: None)
+    except JournalError as exc:
+        raise EngineError(f"{exc}; nothing written") from exc
+    items: list[reverts.Item] = []
+    files: dict[str, bytes | None] = {}
+    newer: dict[str, str] = {}
+    already: list[tuple[str, str]] = []
+    since_ms = 0
+    for name in services:
+        svc = _declared(desired, name)
+        rel = desired.sources[f"Service/{name}"].path
+        live = snapshot.services.get(svc.service_id)
+        if failures is not None:
+            proof: ServiceProof | None = failures[name]
+            assert proof is not None
+            failed = proof.digest
+        else:
+            touched = revert_git.last_touch(root, rel)
+            if touched is not None and f"\n{reverts.TRAILER}: " in "\n" + touched[1]:
+                already.append((name, touched[0]))
+                continue
+            proof, failed = proofs.get(name), svc.release.digest
+            if proof is not None and proof.converged:
+                raise EngineError(f"{name}: the judge proves its pinned release {failed} "
+                                  "converged on every expected cluster: nothing to revert; "
+                                  "nothing written", Exit.ERROR)
+        if svc.release.digest != failed:
+            newer[name] = (f"{rel} now pins {svc.release.digest} (commit {head[:12]}: "
+                           f"{safe(revert_git.subject_of(root, head), 200)})")
+        held = {h.digest for h in desired.holds if h.service == name}
+        found = lastproven.last_proven(name, failed, facts, live, held)
+        if isinstance(found, lastproven.NotProven):
+            raise EngineError(f"{found.reason}; nothing written", Exit.ERROR)
+        pinned = _pinned(svc)
+        chosen = pin_rules.resolve(pinned, [found.release],
+                                   pin_rules.tag_of(found.release, pinned)) \
+            if found.release.tags else None
+        if not isinstance(chosen, pin_rules.Pin):
+            why = chosen.message if chosen is not None else "the release carries no tag"
+            raise EngineError(f"{name}: cannot pin {found.digest} back: {why}; nothing written",
+                              Exit.ERROR)
+        failed_release = live.release_by_digest(failed) if isinstance(live, LiveService) \
+            else None
+        if isinstance(live, LiveService) and live.deployment is not None \
+                and live.current_digest == failed:
+            since_ms = max(since_ms, live.deployment.created_at)
+        item = reverts.Item(
+            service=name, failed=failed,
+            failed_tag=failed_release.tags[0] if failed_release and failed_release.tags
+            else None, to=found.digest, to_tag=chosen.tag,
+            evidence=tuple(reverts.evidence_lines(proof)) if proof is not None else (),
+            sources=found.sources, path=rel, hold_path=holds.file_name(name, failed))
+        items.append(item)
+        data = revert_git.blob(root, head, rel)
+        if data is None:
+            raise EngineError(f"{name}: {rel} is not in commit {head[:12]}; nothing written")
+        try:
+            after = pin_files.rewrite(data, rel, name, pin_files.Values(
+                digest=chosen.digest, tag=chosen.tag, version=chosen.version))
+            _model, problems = pin_files.candidate(rel, after, name)
+        except pin_files.PinFileError as exc:
+            raise EngineError(f"{exc}") from exc
+        if problems:
+            raise EngineError(f"{name}: the reverted {rel} would not validate: "
+                              f"{problems[0]}; nothing written", Exit.ERROR)
+        files[rel] = after
+        if holds.held(desired, name, failed) is None:
+            first = data.split(b"\n", 1)[0].decode("utf-8", "replace")
+            schema = first.split("$schema=", 1)[1].strip() \
+                if first.startswith("# yaml-language-server: $schema=") else None
+            files[item.hold_path] = holds.document(
+                name, failed, reverts.reason(item), item.evidence,
+                pin_rules.when(since_ms or snapshot.taken_at), schema).encode()
+    if not items:
+        names = ", ".join(f"{n} (commit {c[:12]})" for n, c in already)
+        return RevertRun(key="", items=(), commit=already[0][1] if already else None,
+                         already=True, why_pr=f"already reverted: {names}")
+    key = reverts.key(items)
+    message = reverts.message(items, key, newer=newer)
+    done = revert_git.find_keyed(root, key)
+    if done is not None:
+        return await _rolled_back(reconciler, root, RevertRun(key, tuple(items), done,
+                                                              already=True), rollback, hook,
+                                  progress)
+    try:
+        commit = revert_git.make_commit(root, head, files, message,
+                                        date=f"@{(since_ms or snapshot.taken_at) // 1000} +0000")
+    except revert_git.RevertGitError as exc:
+        raise EngineError(f"{exc}; nothing written") from exc
+    applying.crash_point("revert-before-commit")
+    if newer or (pull is not None and pull.requested):
+        why = ("the service's file changed on the branch since the failed apply: "
+               + "; ".join(newer.values())) if newer else "--pr"
+        return RevertRun(key, tuple(items), commit, pull=_propose(root, commit, key, items,
+                                                                  message, why, pull),
+                         why_pr=why)
+    if not revert_git.fast_forward(root, commit):
+        done = revert_git.find_keyed(root, key)
+        if done is None:
+            raise EngineError("the branch moved while the revert was being made; nothing "
+                              "written: run it again (it is re-planned against the new head)")
+        return await _rolled_back(reconciler, root, RevertRun(key, tuple(items), done,
+                                                              already=True), rollback, hook,
+                                  progress)
+    with contextlib.suppress(JournalError):  # git holds the revert; the journal tells it
+        journal = Journal.open(path)
+        journal.reverted(key, {"commit": commit, "services": [
+            {"service": i.service, "failed": i.failed, "to": i.to, "to_tag": i.to_tag,
+             "evidence": list(i.evidence)[:10]} for i in items]})
+    applying.crash_point("revert-after-commit")
+    return await _rolled_back(reconciler, root, RevertRun(key, tuple(items), commit),
+                              rollback, hook, progress)
+
+
+async def _rolled_back(reconciler: Reconciler, root: Path, done: RevertRun, rollback: bool,
+                       hook: Hook | None, progress: Progress | None) -> RevertRun:
+    """The apply of the reverted commit: the rollback (planned as any change: its key from
+    what it was planned against, so a rerun replays it) and its gate."""
+    if not rollback or hook is None:
+        return done
+
+    def watched(event: Event) -> None:
+        if isinstance(event, GateStarted):
+            applying.crash_point("revert-gate")
+        hook(event)
+
+    desired, provenance = load_consistent(root)
+    run = await reconciler.apply(desired, provenance, hook=watched,
+                                 only=frozenset(i.service for i in done.items),
+                                 progress=progress)
+    return dataclasses.replace(done, rollback=run)
+
+
+def _propose(root: Path, commit: str, key: str, items: Sequence[reverts.Item], message: str,
+             why: str, pull: PullTarget | None) -> PullRequest:
+    from reconciler.shell import pullrequests  # githubkit loads only for a pull request
+
+    if pull is None or not pull.repo:
+        raise EngineError(f"the revert must be proposed as a pull request ({why}), but no "
+                          "GitHub repository is known: set GITHUB_REPOSITORY or --repo "
+                          f"OWNER/NAME; the revert commit {commit[:12]} was not landed",
+                          Exit.ERROR)
+    base = revert_git.branch(root)
+    if base is None:
+        raise EngineError("the revert must be proposed as a pull request, but HEAD is "
+                          "detached: no base branch to propose it to", Exit.ERROR)
+    title, _, body = message.partition("\n")
+    try:
+        _pushed, opened = pullrequests.open_pull_request(
+            root, api_url=pull.api_url, repo=pull.repo, token=pull.token,
+            branch=f"reconcile/{key}", base=base, title=title,
+            body=f"Proposed instead of committed: {why}\n{body}", commit=commit,
+            remote=pull.remote)
+    except pullrequests.PullRequestError as exc:
+        raise EngineError(f"the revert could not be proposed: {exc}", Exit.ERROR) from exc
+    return opened
+
+
+def release_hold(root: Path, service: str, digest: str) -> tuple[str, str]:
+    """``reconcile release-hold``: remove the Hold on ``service``'s ``digest`` by a commit
+    (the file holding it, when that is all it holds), landed by fast-forward. Returns the
+    commit and the file removed."""
+    desired, provenance = load_consistent(root)
+    if provenance.commit is None or provenance.dirty:
+        raise EngineError(f"refusing to release a hold: {root} has no commit or has "
+                          "uncommitted changes; nothing written", Exit.REFUSED_COMMIT)
+    hold = holds.held(desired, service, digest)
+    source = desired.sources.get(f"Hold/{service}/{digest}")
+    if hold is None or source is None:
+        listed = ", ".join(f"{h.service} {h.digest}" for h in desired.holds) or "none"
+        raise EngineError(f"no hold on {safe(service, 100)} {safe(digest, 80)} in commit "
+                          f"{provenance.commit[:12]} (holds: {listed}); nothing written")
+    data = revert_git.blob(root, provenance.commit, source.path) or b""
+    loaded = loading.load_bytes(source.path, data)
+    if len(loaded.documents) != 1:
+        raise EngineError(f"{source.path} holds {len(loaded.documents)} documents, not just "
+                          "the hold: remove the Hold document by hand and commit; nothing "
+                          "written")
+    message = (f"release the hold on {service} {digest}\n\n{service}'s release {digest} may "
+               f"be pinned again (held since {hold.since}: {hold.reason})\n")
+    try:
+        commit = revert_git.make_commit(root, provenance.commit, {source.path: None}, message,
+                                        date=f"@{int(time.time())} +0000")
+        if not revert_git.fast_forward(root, commit):
+            raise EngineError("the branch moved meanwhile; nothing written: run it again")
+    except revert_git.RevertGitError as exc:
+        raise EngineError(f"{exc}; nothing written") from exc
+    return commit, source.path

@@ -50,11 +50,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "and apply exits 15 naming what is still unproven (service, "
                         "cluster, digest); expired before anything was sent: nothing is "
                         "sent, exit 15. Default: no bound beyond the gate's own polls")
+    add_gate_failure_flags(parser)
     parser.add_argument("--repo", metavar="PATH",
                         help="the config repo of a saved plan (default: where it was made)")
     options.add_connection_flags(parser)
     options.add_tracing_flag(parser)
     parser.set_defaults(handler=run)
+
+
+def add_gate_failure_flags(parser: argparse.ArgumentParser) -> None:
+    """``--on-gate-failure stop|revert`` and the pull-request flags a revert may need."""
+    from reconciler.commands import revert
+
+    parser.add_argument("--on-gate-failure", choices=("stop", "revert"), default="stop",
+                        help="when the gate ends with a release the clusters say failed "
+                        "(rollout failed or mismatched, replicas failed; never a silent "
+                        "cluster): stop (default), or revert it -- commit the last proven "
+                        "digest and a hold on the failed one (a pull request with --pr, or "
+                        "when the branch changed the service since), then roll back and "
+                        "gate again; the run still exits 15")
+    revert.add_pr_flags(parser)
 
 
 class _View:
@@ -107,6 +122,7 @@ def process_started() -> float:
 
 def run(args: argparse.Namespace) -> int:
     started = process_started()
+    from reconciler.commands import revert
     from reconciler.engine import apply_async  # the HTTP stack loads only when needed
 
     target = Path(args.target)
@@ -124,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
         result = asyncio.run(apply_async(
             root, overrides=options.overrides_from(args), env=os.environ, hook=_View(args.format),
             saved=saved, only=only, confirm=confirm, progress=output.progress_for_stderr(),
-            timeout=args.timeout, started=started))
+            timeout=args.timeout, started=started, on_gate_failure=args.on_gate_failure,
+            pull=revert.pull_target(args) if args.on_gate_failure == "revert" else None))
     except EngineError as exc:
         return output.report_error(exc)
     return _report(result, args.format)
@@ -155,4 +172,22 @@ def _report(run_: ApplyRun, fmt: str) -> int:
             print(line, file=sys.stderr)
         if code is Exit.OK:
             print("Apply complete.")
+    if run_.reverted is not None or run_.revert_error is not None:
+        _report_revert(run_, fmt)
     return int(code)
+
+
+def _report_revert(run_: ApplyRun, fmt: str) -> None:
+    """``--on-gate-failure revert``: the story after the failed gate. The exit code stays
+    the failed release's (15): the release failed, whatever the way back did."""
+    from reconciler.commands import revert
+
+    done = run_.reverted
+    lines = (revert.story(done) if done is not None else []) + run_.revert_story()
+    if fmt == "json":
+        import json
+
+        print(json.dumps({"event": "reverted", "lines": lines}), flush=True)
+        return
+    for line in lines:
+        print(line, file=sys.stderr)

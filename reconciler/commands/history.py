@@ -66,7 +66,7 @@ def journal_path(args: argparse.Namespace) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reconciler.shell.journal import JournalError, TornTail, history
+    from reconciler.shell.journal import JournalError, TornTail, history, reverts
 
     if args.limit < 1:
         print("error: --limit must be at least 1", file=sys.stderr)
@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         path = journal_path(args)
         runs = history(path, on_torn=torn)
+        reverted = reverts(path, on_torn=lambda _tail: None)  # said once, above
     except (EngineError, JournalError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(Exit.ERROR)
@@ -85,16 +86,23 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(safe_json_text(json.dumps({
             "format_version": FORMAT_VERSION, "journal": str(path), "total": len(runs),
-            "shown": len(shown), "runs": [r.to_json() for r in shown]},
+            "shown": len(shown), "runs": [r.to_json() for r in shown],
+            "reverts": [revert_json(r) for r in reverted]},
             indent=2, sort_keys=True)))
         return int(Exit.OK)
     if not runs:
         print(f"no applies recorded in {path}")
         return int(Exit.OK)
     print(f"{path}: {len(shown)} of {len(runs)} apply run(s), newest first")
-    for item in shown:
+    # Issue 20: a revert is told between the failed apply and the rollback's apply, so
+    # the failed release, the revert commit and the rollback's proof read as one story.
+    oldest = shown[-1].started_ms if len(runs) > len(shown) else 0
+    told = [(item.started_ms, render_run(item.to_json())) for item in shown]
+    told += [(int(r.get("ts") or 0), render_revert(revert_json(r))) for r in reverted
+             if int(r.get("ts") or 0) >= oldest]
+    for _at, lines in sorted(told, key=lambda t: t[0], reverse=True):
         print()
-        for line in render_run(item.to_json()):
+        for line in lines:
             print(line)
     if len(runs) > len(shown):
         print(f"\n… {len(runs) - len(shown)} older run(s); raise --limit to see them")
@@ -164,6 +172,25 @@ def render_run(run_json: dict[str, Any]) -> list[str]:
             for reason in (pending.get("reasons") or [])[:3]:
                 lines.append(f"    {safe(str(pending.get('service')), 80)}: "
                              f"{safe(str(reason), 200)}")
+    return lines
+
+
+def revert_json(record: dict[str, Any]) -> dict[str, Any]:
+    return {"key": record.get("key"), "at_ms": record.get("ts"), "commit": record.get("commit"),
+            "services": list(record.get("services") or [])}
+
+
+def render_revert(revert: dict[str, Any]) -> list[str]:
+    """A revert (``apply --on-gate-failure revert``, ``reconcile revert``): which release
+    failed, what it went back to, the commit and the key."""
+    lines = [f"{rfc3339(revert.get('at_ms'))}  REVERTED in git  commit "
+             f"{safe(str(revert.get('commit')), 40)[:12]}  key {safe(str(revert.get('key')), 40)}"]
+    for item in revert.get("services") or []:
+        lines.append(f"  {safe(str(item.get('service')), 80)}: release "
+                     f"{safe(str(item.get('failed')), 80)} failed, held; pinned back to "
+                     f"{safe(str(item.get('to_tag')), 130)} ({safe(str(item.get('to')), 80)})")
+        for said in (item.get("evidence") or [])[:3]:
+            lines.append(f"    {safe(str(said), 200)}")
     return lines
 
 

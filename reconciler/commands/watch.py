@@ -19,7 +19,16 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from reconciler.commands import coordinate, durations, options, output, selection, watchcontrol
+from reconciler.commands import (
+    apply,
+    coordinate,
+    durations,
+    options,
+    output,
+    revert,
+    selection,
+    watchcontrol,
+)
 from reconciler.core.plans import Plan
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -44,6 +53,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="with --apply: bound each apply, gate included, as `apply "
                         "--timeout` does (90s, 5m, 1h); an apply it cuts short is reported "
                         "not converged, naming what is still unproven")
+    apply.add_gate_failure_flags(parser)
     parser.add_argument("--resync", type=float, default=30.0, metavar="SECONDS",
                         help="re-read the live side this often (default 30)")
     parser.add_argument("--debounce", type=float, default=0.3, metavar="SECONDS",
@@ -90,6 +100,10 @@ def run(args: argparse.Namespace) -> int:
     if args.resync <= 0 or args.debounce < 0:
         print("error: --resync must be > 0 and --debounce >= 0", file=sys.stderr)
         return int(Exit.USAGE)
+    if args.on_gate_failure == "revert" and not args.apply:
+        print("error: --on-gate-failure revert acts on an apply: it needs --apply",
+              file=sys.stderr)
+        return int(Exit.USAGE)
     if args.timeout is not None and not args.apply:
         print("error: --timeout bounds each apply: it needs --apply", file=sys.stderr)
         return int(Exit.USAGE)
@@ -109,7 +123,9 @@ def run(args: argparse.Namespace) -> int:
     only = selection.only_from(args)
     overrides, env = options.overrides_from(args), os.environ
     steps = WatchSteps(root, overrides=overrides, env=env, only=only, timeout=args.timeout,
-                       applying=args.apply)
+                       applying=args.apply, on_gate_failure=args.on_gate_failure,
+                       pull=revert.pull_target(args) if args.on_gate_failure == "revert"
+                       else None)
     if only:
         loaded = steps.load()  # its blobs are cached: the watcher's first read is cheap
         if loaded.state is not None:

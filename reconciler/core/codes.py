@@ -41,6 +41,7 @@ class BlockerCode(StrEnum):
     PREFLIGHT_REPORTS_DISAGREE = "preflight_reports_disagree"
     APP_ID_IN_USE = "app_id_in_use"
     RELEASE_EVIDENCE_REQUIRED = "release_evidence_required"
+    HELD = "held"
 
 
 class DriftCode(StrEnum):
@@ -176,6 +177,10 @@ DOCS: dict[StrEnum, str] = {
     "promotion's release evidence is incomplete or not bound to the pinned digest (checked "
     "locally; the upstream preflight accepts greenfield requests only). The upstream code "
     "is kept (`upstream_code`).",
+    BlockerCode.HELD: "The service pins a digest a `kind: Hold` document holds (written by "
+    "`reconcile revert` when that release failed on a cluster); the message says why. "
+    "Remove the hold by a commit (`reconcile release-hold SERVICE DIGEST`) or pin another "
+    "digest.",
     DriftCode.CLUSTER_DIVERGED: "A cluster runs another digest than the current rollout.",
     DriftCode.CLUSTER_LAGGING: "Mid-rollout, a cluster still runs another digest.",
     DriftCode.CLUSTER_MISSING_RUNTIME: "A cluster has no runtime record for the app.",

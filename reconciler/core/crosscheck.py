@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.core.desired import Grant, Service, Settings
+from reconciler.core.desired import Grant, Hold, Service, Settings
 from reconciler.core.diagnostics import NO_POSITION, Diagnostic, field_path
 
 Loc = tuple[str | int, ...]
@@ -32,7 +32,7 @@ class Located:
     aliases, and list indexes) to its 1-based (line, column).
     """
 
-    document: Settings | Service | Grant
+    document: Settings | Service | Grant | Hold
     path: str
     line: int
     column: int
@@ -108,6 +108,18 @@ def check(documents: Sequence[Located], *, complete: bool = True,
     problems.extend(_clashes(
         granted, lambda key: f"user {key[0]!r} granted service {key[1]!r}",
         rule="one Grant entry per (user, service)"))
+
+    held: dict[tuple[str, str], list[tuple[Located, Loc]]] = {}
+    for doc in documents:
+        hold = doc.document
+        if not isinstance(hold, Hold):
+            continue
+        if complete and hold.service not in declared:
+            problems.append(doc.at(("service",), _undeclared(hold.service, declared)))
+        held.setdefault((hold.service, hold.digest), []).append((doc, ("digest",)))
+    problems.extend(_clashes(
+        held, lambda key: f"a hold on {key[0]}'s release {key[1]}",
+        rule="one Hold document per (service, digest)"))
     return problems
 
 

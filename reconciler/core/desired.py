@@ -1,6 +1,6 @@
-"""The desired-state model: the three document kinds a config repo holds.
+"""The desired-state model: the document kinds a config repo holds.
 
-Owns the pydantic models for ``Settings``, ``Service`` and ``Grant`` documents and the
+Owns the pydantic models for ``Settings``, ``Service``, ``Grant`` and ``Hold`` documents and the
 ``DesiredState`` they assemble into. The published JSON Schema in ``schemas/`` is
 generated from these models (``reconciler.schemagen``) and a test fails when the two
 differ, so they cannot drift apart.
@@ -618,11 +618,31 @@ class Grant(_Model):
         return self
 
 
-Document = Settings | Service | Grant
-DOCUMENT_KINDS: dict[str, type[Settings] | type[Service] | type[Grant]] = {
+class Hold(_Model):
+    """A release that must not be pinned again (issue 20): written by ``reconcile revert``
+    when the one judge saw the release fail, removed only by a commit (``reconcile
+    release-hold SERVICE DIGEST``). A plan that pins a held digest is NO-GO ``held``
+    (``core.holds``)."""
+
+    api_version: Literal["reconcile/v1"] = Field(alias="apiVersion")
+    kind: Literal["Hold"]
+    service: Identifier = Field(description="The name of a Service document in this repo.")
+    digest: Digest = Field(description="The held release's digest.")
+    reason: Str = Field(min_length=1, max_length=2000,
+                        description="Why it is held, in one sentence.")
+    evidence: tuple[Annotated[str, Strict(), Field(max_length=2000)], ...] = Field(
+        default=(), max_length=50,
+        description="What the clusters and the control plane said (one line each).")
+    since: Str = Field(min_length=1, max_length=64,
+                       description="When the hold was placed (RFC 3339, UTC).")
+
+
+Document = Settings | Service | Grant | Hold
+DOCUMENT_KINDS: dict[str, type[Settings] | type[Service] | type[Grant] | type[Hold]] = {
     "Settings": Settings,
     "Service": Service,
     "Grant": Grant,
+    "Hold": Hold,
 }
 
 
@@ -639,6 +659,7 @@ class DesiredState(_Model):
     settings: Settings
     services: tuple[Service, ...]
     grants: tuple[Grant, ...]
+    holds: tuple[Hold, ...] = ()
     sources: dict[str, SourceRef] = Field(
         default_factory=dict, description="'Kind/name' -> where it was declared."
     )

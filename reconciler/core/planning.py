@@ -36,7 +36,7 @@ from typing import cast
 
 from pydantic import JsonValue
 
-from reconciler.core import evidence, greenfield
+from reconciler.core import evidence, greenfield, holds
 from reconciler.core import preflight as pf
 from reconciler.core.codes import (
     BlockerCode,
@@ -885,6 +885,7 @@ class _Planner:
             self.service(svc)
         self.grants()
         self.causes()
+        self.blockers.extend(holds.blockers(self.desired))  # issue 20: a held pin is NO-GO
         if provenance.dirty and not provenance.worktree:
             # A worktree preview reads the edits; it is never applied (apply refuses it).
             self.blockers.append(Blocker(

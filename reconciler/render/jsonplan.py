@@ -44,7 +44,7 @@ from reconciler.render import common
 #: 2.3 also adds ``preflights[].configuration_digest`` (the control plane's, learnt from
 #: the probe preflight, that the release evidence is bound to).
 #: docs/json-plan.md describes every field.
-FORMAT_VERSION = "2.3"
+FORMAT_VERSION = "2.4"
 MAJOR = FORMAT_VERSION.split(".")[0]
 SCHEMA_ID = "https://reconcile.dev/schemas/plan.schema.json"
 

@@ -142,7 +142,7 @@ class Cluster:
         #: the pending ones (a new desired state, allow-list or view fault).
         self.full_reports = True
         self.full_converge = True
-        self._inputs: tuple[str, bool] | None = None
+        self._inputs: tuple[str, bool, str] | None = None
         self._view_faults: str | None = None
         #: [ext] moves whenever a record as the status routes show it changes.
         self.revision = 0
@@ -336,7 +336,11 @@ class Cluster:
         now = time.monotonic()
         allow = self._allow()
         stuck = self.faults.get("stuck") is not None
-        inputs = (store.canonical(allow), stuck)
+        refuse = self.faults.get("refuse-digest")
+        # One digest refused (the failed release), every other accepted: a rollback to
+        # the previous digest converges here while a `stuck` cluster would refuse it too.
+        refused = str(refuse.get("digest") or "") if refuse is not None else ""
+        inputs = (store.canonical(allow), stuck, refused)
         touched: set[str] = set()
         visible = False
         snapshot = ""
@@ -364,7 +368,9 @@ class Cluster:
                     continue
                 assert plan is not None
                 record = self.apps.get(app_id)
-                blocked = stuck and record is not None and record["rolloutId"] != plan["rolloutId"]
+                blocked = (stuck or (bool(refused) and str(plan["requestedDigest"])
+                                     .startswith(refused))) \
+                    and record is not None and record["rolloutId"] != plan["rolloutId"]
                 target = (plan["rolloutId"], want.get("egressRevision"), inputs[0], blocked)
                 if record is not None and tuple(record.get("_applied", ())) == target:
                     self.pending.pop(app_id, None)

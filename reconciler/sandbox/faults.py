@@ -30,6 +30,9 @@ CLUSTER_KINDS: dict[str, str] = {
     "slow": "answer after ms=N milliseconds (default 3000)",
     "trickle": "send each reply one byte at a time, ms=N between bytes (default 20)",
     "stuck": "never converge to a new digest: keep the previous one, stale attestation",
+    "refuse-digest": "refuse one image (digest=sha256:..., or a prefix of it): keep the "
+                     "previous digest, stale attestation, as stuck does; accept any other "
+                     "digest, a rollback to the previous one included",
     "failed": "runtimeState FAILED with a lastError, replicas failed",
     "garbage": "the status routes (per app and batch) answer invalid JSON",
     "truncated": "the status routes (per app and batch) answer JSON cut in the middle",

@@ -47,11 +47,13 @@ import json
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from reconciler.core.evidence import ServiceProof
+from reconciler.core.lastproven import ProvenFact
 from reconciler.core.outcomes import ApplyReport
 from reconciler.core.plans import Change, Plan
 from reconciler.core.sanitize import redact_value
@@ -464,6 +466,46 @@ class Journal:
                             for p in gate.pending()[:50]]},
         })
 
+
+    # -- issue 20: what the judge proved, and reverts ----------------------------------
+
+    def proven(self, run: str, stage: str, proofs: Sequence[ServiceProof]) -> None:
+        """Record each ``proofs`` entry the one judge found converged (``stage``: ``gate``,
+        or ``before-apply`` for the releases running when an apply began): the facts
+        ``core.lastproven`` asks for. Nothing is written when none converged."""
+        done = [{"service": p.service, "digest": p.digest,
+                 "clusters": [c.cluster for c in p.clusters]}
+                for p in proofs if p.converged]
+        if done:
+            self._append({"event": "proven", "key": run, "stage": stage, "proofs": done})
+
+    def reverted(self, key: str, record: dict[str, Any]) -> None:
+        """Record a revert (its key, the services, digests, commit or pull request)."""
+        self._append({"event": "revert", "key": key, **record})
+
+
+def proven_facts(path: Path, *, on_torn: Callable[[TornTail], None] | None = None,
+                 ) -> list[ProvenFact]:
+    """Every ``proven`` record of the journal at ``path``, oldest first (none: [])."""
+    facts: list[ProvenFact] = []
+    for _number, entry in read_entries(path, on_torn=on_torn):
+        if entry.get("event") != "proven":
+            continue
+        for proof in entry.get("proofs") or ():
+            if isinstance(proof, dict):
+                facts.append(ProvenFact(
+                    service=str(proof.get("service")), digest=str(proof.get("digest")),
+                    at_ms=int(entry.get("ts") or 0),
+                    clusters=tuple(str(c) for c in proof.get("clusters") or ()),
+                    run=str(entry.get("key")), stage=str(entry.get("stage"))))
+    return facts
+
+
+def reverts(path: Path, *, on_torn: Callable[[TornTail], None] | None = None,
+            ) -> list[dict[str, Any]]:
+    """Every ``revert`` record of the journal at ``path``, oldest first."""
+    return [dict(entry, line=number) for number, entry in read_entries(path, on_torn=on_torn)
+            if entry.get("event") == "revert"]
 
 
 # -- reading it back: ``reconcile history`` ---------------------------------------------

@@ -41,6 +41,7 @@ from reconciler.core.desired import (
     DesiredState,
     EvidenceKind,
     Grant,
+    Hold,
     LocatedError,
     LocatedErrors,
     Service,
@@ -265,6 +266,7 @@ def _assemble(located: Sequence[crosscheck.Located]) -> DesiredState | None:
     sources: dict[str, SourceRef] = {}
     services: list[Service] = []
     grants: list[Grant] = []
+    holds: list[Hold] = []
     for doc in located:
         model = doc.document
         if isinstance(model, Service):
@@ -273,11 +275,14 @@ def _assemble(located: Sequence[crosscheck.Located]) -> DesiredState | None:
         elif isinstance(model, Grant):
             grants.append(model)
             key = f"Grant/{model.user_id}"
+        elif isinstance(model, Hold):
+            holds.append(model)
+            key = f"Hold/{model.service}/{model.digest}"
         else:
             key = "Settings"
         sources.setdefault(key, SourceRef(path=doc.path, line=doc.line))
     return DesiredState(settings=settings[0], services=tuple(services), grants=tuple(grants),
-                        sources=sources)
+                        holds=tuple(holds), sources=sources)
 
 
 # --------------------------------------------------------------------------- documents
@@ -287,7 +292,7 @@ _KINDS: Final = tuple(DOCUMENT_KINDS)
 
 def validate_document(
     document: YamlDocument,
-) -> tuple[Settings | Service | Grant | None, list[Diagnostic]]:
+) -> tuple[Settings | Service | Grant | Hold | None, list[Diagnostic]]:
     """One document against its kind's model: the model, or the diagnostics."""
     value = document.value
 

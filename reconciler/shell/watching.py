@@ -651,6 +651,10 @@ class Watcher:
             self.log.event("applied" if ok else "apply-failed",
                            f"commit {commit[:12]}: {summary or 'nothing to send'}"
                            + ("" if ok else "; not converged"), lines=failed, commit=commit)
+            told = getattr(run, "revert_story", None)  # issue 20: --on-gate-failure revert
+            if callable(told) and told():
+                self.log.event("reverted", f"commit {commit[:12]}: release failed",
+                               lines=told(), commit=commit)
         except EngineError as exc:
             kind = error_kind(exc)
             outcome = "refused" if kind == "apply_refused" else "error"

@@ -1,0 +1,129 @@
+"""``reconcile revert SERVICE[,SERVICE…]`` and ``reconcile release-hold SERVICE DIGEST``.
+
+``revert``: each service's pinned release, which the one judge does not prove, back to
+its last proven release (``core.lastproven``: a journal proof and the control plane's
+acceptance, each named), with a ``kind: Hold`` document on the failed digest, in one
+commit whose message carries the failure evidence and a ``Reconcile-Revert:`` key
+(rerun: the same key is found, nothing is written twice); ``--pr`` pushes a branch and
+opens a pull request instead. It does not apply: ``reconcile apply`` rolls back (or use
+``apply --on-gate-failure revert``, which does both).
+
+``release-hold``: remove the Hold on SERVICE's DIGEST by a commit, so the digest may be
+pinned again.
+
+Owns the arguments and the text output; the sequence is ``engine.revert`` and
+``engine.release_hold``. Exit codes: 0 done (or already done); 1 refused (no proven release,
+nothing to revert, no such hold, a dirty repo), nothing written; 64 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TYPE_CHECKING
+
+from reconciler.commands import options, output, selection
+from reconciler.exitcodes import Exit
+from reconciler.failures import EngineError
+
+if TYPE_CHECKING:
+    from reconciler.engine import PullTarget, RevertRun
+
+
+def add_pr_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pr", action="store_true",
+                        help="push a branch and open a pull request (GitHub, as `reconcile "
+                        "comment` reaches it) instead of committing to the current branch")
+    parser.add_argument("--github-repo", metavar="OWNER/NAME",
+                        help="the pull request's repository (default: GITHUB_REPOSITORY)")
+    parser.add_argument("--remote", default="origin", metavar="NAME",
+                        help="the git remote that receives the branch (default: origin)")
+
+
+def pull_target(args: argparse.Namespace) -> PullTarget:
+    from reconciler.commands.comment import read_token
+    from reconciler.engine import PullTarget
+
+    return PullTarget(
+        api_url=os.environ.get("GITHUB_API_URL") or "https://api.github.com",
+        repo=args.github_repo or os.environ.get("GITHUB_REPOSITORY") or None,
+        token=read_token("GITHUB_TOKEN"), remote=args.remote, requested=args.pr)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "revert", help="pin a failed release's service back to its last proven release",
+        description="Write the last proven digest (and its tag) of each SERVICE back into "
+        "its file, add a kind: Hold document on the failed digest, and commit with the "
+        "failure evidence (or open a pull request with --pr). The last proven release is "
+        "one the journal holds a proof of (the judge found it converged on every expected "
+        "cluster) and the control plane accepted; with none, nothing is written. Apply "
+        "afterwards rolls back.")
+    parser.add_argument("services", type=selection.names, metavar="SERVICE[,SERVICE...]",
+                        help="the services to revert")
+    parser.add_argument("-C", "--path", default=".", metavar="PATH",
+                        help="where the desired state is (default: the current directory)")
+    add_pr_flags(parser)
+    options.add_connection_flags(parser)
+    parser.set_defaults(handler=run)
+
+    hold = subparsers.add_parser(
+        "release-hold", help="remove the hold on a service's digest, by a commit",
+        description="Remove the kind: Hold document on SERVICE's DIGEST and commit, so the "
+        "digest may be pinned again.")
+    hold.add_argument("service", metavar="SERVICE")
+    hold.add_argument("digest", metavar="DIGEST")
+    hold.add_argument("-C", "--path", default=".", metavar="PATH",
+                      help="where the desired state is (default: the current directory)")
+    hold.set_defaults(handler=run_release)
+
+
+def story(done: RevertRun) -> list[str]:
+    """The revert in words: what failed, what it went back to, where, and the key."""
+    lines: list[str] = []
+    for item in done.items:
+        lines.append(f"{item.service}: release {item.failed} failed; pinned back to "
+                     f"{item.to_tag} ({item.to}), the last proven release; {item.failed} "
+                     f"held in {item.hold_path}")
+        lines += [f"  proven: {source}" for source in item.sources]
+        lines += [f"  failed: {line}" for line in item.evidence[:5]]
+    if done.pull is not None:
+        verb = "opened" if done.pull.created else "already open"
+        lines.append(f"pull request #{done.pull.number} {verb}: {done.pull.url} "
+                     f"(branch {done.pull.branch}; {done.why_pr})")
+    elif done.commit is not None:
+        said = "already made (found by its key)" if done.already else "committed"
+        lines.append(f"revert {said}: commit {done.commit[:12]}"
+                     + (f" (key {done.key})" if done.key else "")
+                     + (f"; {done.why_pr}" if done.why_pr and not done.items else ""))
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    from reconciler import engine
+
+    try:
+        root = selection.desired_root(args.path, command="revert")
+        done = engine.revert(root, sorted(set(args.services)),
+                             overrides=options.overrides_from(args), env=os.environ,
+                             pull=pull_target(args), progress=output.progress_for_stderr())
+    except EngineError as exc:
+        return output.report_error(exc)
+    for line in story(done):
+        print(line)
+    if done.pull is None and done.commit is not None and not done.already:
+        print("next: reconcile apply (rolls back and proves it on every cluster)")
+    return int(Exit.OK)
+
+
+def run_release(args: argparse.Namespace) -> int:
+    from reconciler import engine
+
+    try:
+        root = selection.desired_root(args.path, command="release-hold")
+        commit, path = engine.release_hold(root, args.service, args.digest)
+    except EngineError as exc:
+        return output.report_error(exc)
+    print(f"hold on {args.service} {args.digest} released ({path} removed): commit "
+          f"{commit[:12]}")
+    return int(Exit.OK)
