@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reconciler.core import binding, comments, evidence, freshness, review, staleness
+from reconciler.core import binding, comments, evidence, freshness, promotion, review, staleness
 from reconciler.core import pinning as pin_rules
+from reconciler.core import policy as policies
 from reconciler.core.codes import BlockerCode
 from reconciler.core.comments import Comment, Owned
 from reconciler.core.desired import DesiredState, Service
@@ -64,7 +65,15 @@ from reconciler.core.results import PlanResult, ResultKind
 from reconciler.core.sanitize import redact, safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.shell import applying, committed, gitrepo, greenfield, observing, validating
+from reconciler.shell import (
+    applying,
+    committed,
+    environments,
+    gitrepo,
+    greenfield,
+    observing,
+    validating,
+)
 from reconciler.shell import pinning as pin_files
 from reconciler.shell.controlplane import (
     ControlPlaneClient,
@@ -121,14 +130,17 @@ def connect(desired: DesiredState, root: Path, overrides: Overrides) -> Connecti
 
 
 def plan(root: Path, *, overrides: Overrides, env: Mapping[str, str] | None = None,
-         progress: Progress | None = None, worktree: bool = False) -> Plan:
+         progress: Progress | None = None, worktree: bool = False,
+         stage: environments.Selected | None = None) -> Plan:
     """Load the commit (``worktree``: the working tree, a preview), observe every cluster
-    and the control plane, and plan."""
+    and the control plane, and plan; in an environment of a pipeline (``stage``), with
+    its promotion rules."""
     env = os.environ if env is None else env
     desired, provenance = load_consistent(root, worktree=worktree)
 
     async def run() -> Plan:
-        async with Reconciler(root, desired, overrides=overrides, env=env) as reconciler:
+        async with Reconciler(root, desired, overrides=overrides, env=env,
+                              stage=stage) as reconciler:
             made, _ = await reconciler.plan(desired, provenance, progress)
             return made
 
@@ -137,7 +149,8 @@ def plan(root: Path, *, overrides: Overrides, env: Mapping[str, str] | None = No
 
 def plan_review(root: Path, base_ref: str, *, overrides: Overrides,
                 env: Mapping[str, str] | None = None,
-                progress: Progress | None = None, worktree: bool = False) -> Plan:
+                progress: Progress | None = None, worktree: bool = False,
+                stage: environments.Selected | None = None) -> Plan:
     """``plan --base REF``: the desired state at ``REF`` and at HEAD (``worktree``: the
     working tree, a preview), planned against ONE observation of the live side; the
     head's plan, carrying the review (what the PR introduces, what was already pending,
@@ -158,12 +171,14 @@ def plan_review(root: Path, base_ref: str, *, overrides: Overrides,
         base_provenance = dataclasses.replace(provenance, commit=base_commit, dirty=False,
                                               untracked=(), tree=None, files=(),
                                               uncommitted=(), worktree=False)
-        async with Reconciler(root, head, overrides=overrides, env=env) as reconciler:
+        async with Reconciler(root, head, overrides=overrides, env=env,
+                              stage=stage) as reconciler:
             snapshot = await reconciler.observe(observed, progress)
             # Each side's creations are asked about at its own commit (sourceRevision).
             sides = [(head, provenance)] + ([(base, base_provenance)] if base else [])
             answers = await reconciler.preflights(sides, snapshot)
-        head_plan = make_plan(head, snapshot, provenance, answers)
+            head_plan = await reconciler.with_rules(make_plan(head, snapshot, provenance,
+                                                              answers), head)
         base_plan = None if base is None else make_plan(base, snapshot, base_provenance,
                                                         answers)
         return head_plan.model_copy(update={"review": review.review(
@@ -175,16 +190,17 @@ def plan_review(root: Path, base_ref: str, *, overrides: Overrides,
 
 def plan_result(root: Path, base_ref: str | None, *, overrides: Overrides,
                 env: Mapping[str, str] | None = None,
-                progress: Progress | None = None, worktree: bool = False) -> PlanResult:
+                progress: Progress | None = None, worktree: bool = False,
+                stage: environments.Selected | None = None) -> PlanResult:
     """``plan`` (or ``plan_review`` with ``base_ref``) as an outcome that is never lost:
     the plan, or why no plan exists for this commit (the desired state's problems, or
     what could not be read). Whatever happens, the result names the commit it is for,
     so a PR comment describes the newest commit, never an older plan."""
     try:
         made = (plan_review(root, base_ref, overrides=overrides, env=env, progress=progress,
-                            worktree=worktree)
+                            worktree=worktree, stage=stage)
                 if base_ref else plan(root, overrides=overrides, env=env, progress=progress,
-                                      worktree=worktree))
+                                      worktree=worktree, stage=stage))
     except EngineError as exc:
         return failed_result(root, exc)
     return PlanResult.of_plan(made)
@@ -309,10 +325,12 @@ class Reconciler:
     writes and waits, the core only decides."""
 
     def __init__(self, root: Path, desired: DesiredState, *, overrides: Overrides,
-                 env: Mapping[str, str]) -> None:
+                 env: Mapping[str, str], stage: environments.Selected | None = None) -> None:
         self.root = root
         self.overrides = overrides
         self.env = env
+        #: the environment of a pipeline this repo root is (None: a single-root repo)
+        self.stage = stage
         self.connection = connect(desired, root, overrides)
         try:
             token = token_from_env(self.connection, env)
@@ -350,7 +368,28 @@ class Reconciler:
                    progress: Progress | None = None) -> tuple[Plan, LiveSnapshot]:
         snapshot = await self.observe(desired, progress)
         answers = await self.preflights([(desired, provenance)], snapshot)
-        return make_plan(desired, snapshot, provenance, answers), snapshot
+        made = make_plan(desired, snapshot, provenance, answers)
+        return await self.with_rules(made, desired), snapshot
+
+    async def with_rules(self, made: Plan, desired: DesiredState) -> Plan:
+        """Issue 19: in an environment of a pipeline, the plan with its promotion rules
+        (soak proven upstream, windows, freezes, policies) as blockers; the previous
+        environment is read only when the plan promotes something."""
+        if self.stage is None:
+            return made
+        names = {c.service for c in made.changes if c.action in promotion.PROMOTING}
+        upstream = await self.read_upstream(names) if names and self.stage.upstream else None
+        return environment_rules(self.stage, made, desired, upstream)
+
+    async def read_upstream(self, names: set[str]) -> promotion.Upstream | None:
+        """The previous environment's evidence about ``names``: its own desired state
+        (committed), its own control plane and clusters (its settings only: this run's
+        connection overrides are the target's), judged per service by ``core.promotion``.
+        What cannot be read is said in the ``Upstream``, never raised."""
+        stage = self.stage
+        if stage is None or stage.upstream is None or stage.upstream_root is None:
+            return None
+        return await read_upstream(stage.upstream.name, stage.upstream_root, names, self.env)
 
     async def preflights(self, sides: list[tuple[DesiredState, Provenance]],
                          snapshot: LiveSnapshot) -> Greenfield:
@@ -614,6 +653,53 @@ class Reconciler:
         return dict(zip(ids, values, strict=True))
 
 
+def environment_rules(stage: environments.Selected, made: Plan, desired: DesiredState,
+                      upstream: promotion.Upstream | None) -> Plan:
+    """``made`` with the environment's promotion and policy blockers, at its own
+    snapshot's time (``created_at``): a window that closed since the last plan no longer
+    holds the next one."""
+    blockers, notes = promotion.promotion_blockers(
+        made, stage.environment, upstream, stage.rules.freezes, made.created_at,
+        stage.override)
+    denied = policies.policy_blockers(made, desired, stage.name, stage.rules.policies,
+                                      upstream, stage.environment.soak_seconds,
+                                      made.created_at)
+    if not blockers and not denied and not notes:
+        return made
+    return made.model_copy(update={"blockers": made.blockers + blockers + denied,
+                                   "notes": made.notes + notes})
+
+
+async def read_upstream(name: str, root: Path, names: set[str],
+                        env: Mapping[str, str]) -> promotion.Upstream:
+    """One read of environment ``name`` (at ``root``) for the services ``names``."""
+    try:
+        desired, provenance = load_consistent(root)
+    except EngineError as exc:
+        return promotion.Upstream(name=name, error=str(exc).splitlines()[0])
+    scoped = desired.model_copy(update={"services": tuple(
+        s for s in desired.services if s.name in names)})
+    if not scoped.services:
+        return promotion.Upstream(name=name)
+    try:
+        async with Reconciler(root, scoped, overrides=Overrides(), env=env) as reconciler:
+            snapshot = await reconciler.observe(scoped)
+    except EngineError as exc:
+        return promotion.Upstream(name=name, error=str(exc).splitlines()[0])
+    read = make_plan(scoped, snapshot, provenance, None)
+    facts: dict[str, promotion.UpstreamService] = {}
+    for svc in scoped.services:
+        live = snapshot.services.get(svc.service_id)
+        seen = next((e for e in read.evidence if e.service == svc.name), None)
+        facts[svc.name] = promotion.UpstreamService(
+            app_id=svc.app_id, egress=target_of(svc, live).egress, live=live,
+            expected=seen.expected_clusters if seen else read.expected_clusters,
+            observations=seen.observations if seen else snapshot.observations.get(
+                svc.app_id, ()),
+            pinned=svc.release.digest, tag=svc.release.tag)
+    return promotion.Upstream(name=name, services=facts)
+
+
 def _next_step(exc: ControlPlaneError, connection: Connection) -> str:
     """What to do about a control-plane failure, said where it is reported (the client's
     wording is shared with the prober, whose next steps differ)."""
@@ -647,6 +733,7 @@ async def apply_async(
     progress: Progress | None = None,
     timeout: float | None = None,
     started: float | None = None,
+    stage: environments.Selected | None = None,
 ) -> ApplyRun:
     """Load the commit, then one ``Reconciler`` run: observe, plan, bind, send, gate;
     all of it within ``timeout`` seconds when given (``apply --timeout``), counted from
@@ -661,7 +748,8 @@ async def apply_async(
     if unknown:
         raise EngineError(f"--only names no service of this repo: {', '.join(unknown)}",
                           Exit.USAGE)
-    async with Reconciler(root, desired, overrides=overrides, env=env) as reconciler:
+    async with Reconciler(root, desired, overrides=overrides, env=env,
+                          stage=stage) as reconciler:
         return await reconciler.apply(desired, provenance, hook=hook, saved=saved, only=only,
                                       confirm=confirm, progress=progress, deadline=deadline)
 
@@ -687,8 +775,13 @@ class WatchSteps:
     def __init__(self, root: Path, *, overrides: Overrides, env: Mapping[str, str],
                  only: frozenset[str] = frozenset(),
                  clock: Callable[[], float] = time.time,
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None,
+                 stage: environments.Selected | None = None) -> None:
         self.root = root
+        #: the environment this checkout's root is (issue 19); its rules are read again
+        #: at every observation, so a freeze committed while watching counts
+        self.stage = stage
+        self._upstream: promotion.Upstream | None = None
         self.overrides = overrides
         self.env = env
         self.only = only
@@ -735,7 +828,8 @@ class WatchSteps:
     async def observe(self, desired: DesiredState) -> LiveSnapshot:
         if self._live is None or self._settings != desired.settings:
             await self.close()
-            self._live = Reconciler(self.root, desired, overrides=self.overrides, env=self.env)
+            self._live = Reconciler(self.root, desired, overrides=self.overrides, env=self.env,
+                                    stage=self.stage)
             self._settings = desired.settings
         # Every resync is a new pass: DNS and the clusters' health are asked again (a
         # cluster that appeared, or came back, must be seen); tokens are kept.
@@ -747,6 +841,10 @@ class WatchSteps:
         provenance = await asyncio.to_thread(self.head)
         self._greenfield = await self._live.preflights([(desired, provenance)], snapshot)
         self._snapshot = snapshot
+        if self.stage is not None:
+            self.stage = await asyncio.to_thread(environments.refresh, self.stage)
+            self._live.stage = self.stage
+            self._upstream = await self._live.read_upstream({s.name for s in desired.services})
         return snapshot
 
     def plan(self, desired: DesiredState, snapshot: LiveSnapshot,
@@ -757,13 +855,16 @@ class WatchSteps:
             snapshot = freshness.expire(
                 snapshot, now_ms=int(self.clock() * 1000), max_age_ms=int(max_age * 1000),
                 horizon="two resyncs")
-        return restrict(make_plan(desired, snapshot, provenance, self._greenfield), self.only)
+        made = make_plan(desired, snapshot, provenance, self._greenfield)
+        if self.stage is not None:
+            made = environment_rules(self.stage, made, desired, self._upstream)
+        return restrict(made, self.only)
 
     async def apply(self, hook: Hook) -> ApplyRun:
         """Apply the commit HEAD is at now: read again, observe fresh, judge, gate."""
         desired, provenance = load_consistent(self.root)
         async with Reconciler(self.root, desired, overrides=self.overrides,
-                              env=self.env) as reconciler:
+                              env=self.env, stage=self.stage) as reconciler:
             return await reconciler.apply(
                 desired, provenance, hook=hook, only=self.only,
                 deadline=Deadline.after(self.timeout) if self.timeout is not None else None)

@@ -15,7 +15,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from reconciler.commands import durations, options, output, selection
+from reconciler.commands import durations, options, output, selection, stages
 from reconciler.core.plans import Plan
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -63,6 +63,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--unready-after", type=int, default=2, metavar="N",
                         help="/readyz answers 503 once N observations of the live side in "
                         "a row have failed, i.e. within N resyncs (default 2)")
+    stages.add_env_flag(parser, override=True)
     options.add_connection_flags(parser)
     parser.set_defaults(handler=run)
 
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         return int(Exit.USAGE)
     # Usage first: a wrong command line is said before anything is searched or read.
     try:
-        root = selection.desired_root(args.path, command="watch")
+        root, stage = stages.select(args, args.path, command="watch")
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(exc.code)
@@ -93,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
 
     only = selection.only_from(args)
     overrides, env = options.overrides_from(args), os.environ
-    steps = WatchSteps(root, overrides=overrides, env=env, only=only, timeout=args.timeout)
+    steps = WatchSteps(root, overrides=overrides, env=env, only=only, timeout=args.timeout,
+                       stage=stage)
     if only:
         loaded = steps.load()  # its blobs are cached: the watcher's first read is cheap
         if loaded.state is not None:
