@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "reconciler.commands.watch",
     "reconciler.commands.history",
     "reconciler.commands.pin",
+    "reconciler.commands.freeze",
     "reconciler.commands.sandbox",
     "reconciler.commands.completion",
 )

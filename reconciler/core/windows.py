@@ -92,7 +92,9 @@ def open_until(window: Window, now: datetime) -> datetime | None:
             return end
         end = max(end, following + timedelta(seconds=window.seconds))
         cursor = following
-    return end
+        if end - now >= HORIZON:
+            break
+    return max(end, now + HORIZON)  # never closes within the horizon
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,8 @@ def describe(blocked: Closed) -> str:
     (06:00Z)`` or ``outside every allow window; "business-hours" opens …``."""
     window = blocked.window
     if blocked.denied:
-        until = local(blocked.until, window.timezone) if blocked.until else "further notice"
+        until = local(blocked.until, window.timezone) if blocked.until \
+            and blocked.eligible is not None else "further notice (it never closes within a year)"
         text = f'deny "{window.name}" until {until}'
     elif blocked.until is not None:
         text = (f'outside every allow window; "{window.name}" opens '

@@ -264,3 +264,75 @@ def refresh(selected: Selected) -> Selected:
     return Selected(pipeline_root=selected.pipeline_root, environment=rules.pipeline.named(
         selected.name) or selected.environment, root=selected.root, upstream=selected.upstream,
         upstream_root=selected.upstream_root, override=selected.override, rules=rules)
+
+
+# -- freeze / unfreeze --------------------------------------------------------------------
+
+def _git(root: Path, *args: str) -> str:
+    import subprocess  # the shell's git: add and commit the files this module wrote
+
+    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        raise PipelineError(f"git {args[0]} failed in {root}: "
+                            f"{(done.stderr or done.stdout).strip()[:300]}")
+    return done.stdout
+
+
+def commit_files(root: Path, paths: Sequence[str], message: str) -> str:
+    """Stage ``paths`` (relative to ``root``; deletions too) and commit only them; the
+    new commit's id. Other staged or modified files are left as they are."""
+    _git(root, "add", "--all", "--", *paths)
+    _git(root, "commit", "-q", "-m", message, "--only", "--", *paths)
+    return _git(root, "rev-parse", "HEAD").strip()
+
+
+def freeze_document(reason: str, until: str, environments: Sequence[str]) -> str:
+    """The YAML of a ``Freeze`` (JSON strings are YAML: no quoting surprises)."""
+    lines = ["apiVersion: reconcile/v1", "kind: Freeze", f"reason: {json.dumps(reason)}",
+             f"until: {json.dumps(until)}"]
+    lines.append("environments: [" + ", ".join(json.dumps(e) for e in environments) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def write_freeze(pipeline_root: Path, name: str, reason: str, until: str,
+                 environments: Sequence[str], *, commit: bool) -> tuple[str, str | None]:
+    """Write ``freezes/NAME.yaml`` (validated first: nothing is written when it would not
+    load) and commit it; the file and the commit."""
+    text = freeze_document(reason, until, environments)
+    rel = f"{FREEZE_DIR}/{name}.yaml"
+    for document in loading.load_bytes(rel, text.encode()).documents:
+        _model, problems = validate(document, Freeze)
+        if problems:
+            raise PipelineError("; ".join(p.render() for p in problems), usage=True)
+    path = pipeline_root / rel
+    path.parent.mkdir(exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    which = ", ".join(environments) or "every environment"
+    made = commit_files(pipeline_root, [rel], f"freeze {which}: {reason} (until {until})") \
+        if commit else None
+    return rel, made
+
+
+def remove_freezes(pipeline_root: Path, environment: str, *,
+                   commit: bool) -> tuple[list[str], str | None]:
+    """Delete every committed freeze that covers ``environment`` (a freeze of several
+    environments loses that one only) and commit; the files touched and the commit."""
+    rules = read_rules(pipeline_root)
+    touched: list[str] = []
+    for freeze, rel in rules.freezes:
+        if not freeze.covers(environment):
+            continue
+        path = pipeline_root / rel
+        rest = [e for e in freeze.environments if e != environment]
+        if freeze.environments and rest:
+            path.write_text(freeze_document(freeze.reason, freeze.until, rest),
+                            encoding="utf-8")
+        elif path.exists():
+            path.unlink()
+        touched.append(rel)
+    made = commit_files(pipeline_root, touched, f"unfreeze {environment}") \
+        if commit and touched else None
+    return touched, made
