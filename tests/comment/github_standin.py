@@ -21,6 +21,12 @@ Implements the documented shapes (docs.github.com/rest/issues/comments) that
   {prefix}/repos/{o}/{r}/actions/workflows/{file}/runs?head_sha=&event=&status=``: what
   the apply-on-merge workflow asks to find the run that planned the merged PR.
 
+- ``GET {prefix}/repos/{o}/{r}/pulls?state=&head=OWNER:BRANCH&base=`` and ``POST
+  {prefix}/repos/{o}/{r}/pulls`` ``{"title", "head", "base", "body"}`` → 201, or 422
+  ``A pull request already exists for OWNER:BRANCH.`` as GitHub words it; when
+  ``State.git_remote`` is set the head branch must exist there (422 otherwise). A created
+  pull request takes the next issue number and accepts comments.
+
 ``prefix`` is ``""`` (github.com) or ``"/api/v3"`` (GitHub Enterprise Server). Every request
 is logged with its arrival time, so tests can check that a retry came after the wait.
 """
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -81,6 +88,10 @@ class State:
     # /repos/o/r/actions/workflows/{file}/runs`` lists them (newest first).
     pull_info: dict[int, dict[str, Any]] = field(default_factory=dict)
     runs: list[dict[str, Any]] = field(default_factory=list)
+    # Pull requests opened through ``POST /repos/o/r/pulls`` (by number), and the bare
+    # repository that stands for the GitHub-side git remote (checked for the head branch).
+    pull_requests: dict[int, dict[str, Any]] = field(default_factory=dict)
+    git_remote: str | None = None
 
 
 class StandIn:
@@ -257,6 +268,8 @@ class _Handler(BaseHTTPRequestHandler):
             runs = [run for run in reversed(s.state.runs)
                     if run["path"].endswith("/" + parts[5]) and matches(run)]
             return self._reply(200, {"total_count": len(runs), "workflow_runs": runs})
+        if len(parts) == 4 and parts[:3] == ["repos", o, r] and parts[3] == "pulls":
+            return self._pulls(method, query, raw, user)
         number: int | None = None
         if (len(parts) == 6 and parts[:3] == ["repos", o, r] and parts[3] == "issues"
                 and parts[5] == "comments"):
@@ -306,6 +319,56 @@ class _Handler(BaseHTTPRequestHandler):
                     s.state.comments.pop(cid, None)
                 return self._reply(204)
         return self._error(404, "Not Found")
+
+    def _pulls(self, method: str, query: dict[str, str], raw: bytes,
+               user: User | bool | None) -> None:
+        s = self.standin
+        o = s.state.owner
+        if method == "GET":
+            state = query.get("state", "open")
+            with s.lock:
+                found = [p for _, p in sorted(s.state.pull_requests.items())
+                         if state in ("all", p["state"])
+                         and query.get("head") in (None, p["head"]["label"])
+                         and query.get("base") in (None, p["base"]["ref"])]
+            return self._reply(200, found)
+        if method != "POST":
+            return self._error(404, "Not Found")
+        if not isinstance(user, User):
+            return self._error(401, "Requires authentication")
+        try:
+            data = json.loads(raw or b"null")
+        except ValueError:
+            return self._error(400, "Problems parsing JSON")
+        if not isinstance(data, dict) or not all(
+                isinstance(data.get(k), str) for k in ("head", "base", "title")):
+            return self._error(422, "Validation Failed", errors=[{
+                "resource": "PullRequest", "code": "missing_field", "field": "head"}])
+        head, base = data["head"].split(":")[-1], data["base"]
+        if s.state.git_remote is not None:
+            out = subprocess.run(["git", "ls-remote", "--heads", s.state.git_remote,
+                                  f"refs/heads/{head}"], capture_output=True, text=True,
+                                 check=False).stdout
+            if not out.strip():
+                return self._error(422, "Validation Failed", errors=[{
+                    "resource": "PullRequest", "field": "head", "code": "invalid"}])
+        with s.lock:
+            for p in s.state.pull_requests.values():
+                if p["state"] == "open" and p["head"]["ref"] == head \
+                        and p["base"]["ref"] == base:
+                    return self._error(422, "Validation Failed", errors=[{
+                        "resource": "PullRequest", "code": "custom",
+                        "message": f"A pull request already exists for {o}:{head}."}])
+            number = max([*s.state.pulls, *s.state.pull_requests, 0]) + 1
+            pull = {"number": number, "state": "open", "title": data["title"],
+                    "body": data.get("body") or "",
+                    "html_url": f"https://github.example/{o}/{s.state.repo}/pull/{number}",
+                    "head": {"ref": head, "label": f"{o}:{head}"},
+                    "base": {"ref": base, "label": f"{o}:{base}"},
+                    "user": {"login": user.login, "id": user.id, "type": user.type}}
+            s.state.pull_requests[number] = pull
+            s.state.pulls.add(number)
+        return self._reply(201, pull)
 
     def _user(self) -> User | bool | None:
         header = self.headers.get("Authorization")
