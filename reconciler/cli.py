@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "reconciler.commands.history",
     "reconciler.commands.pin",
     "reconciler.commands.freeze",
+    "reconciler.commands.promote",
     "reconciler.commands.sandbox",
     "reconciler.commands.completion",
 )

@@ -696,7 +696,7 @@ async def read_upstream(name: str, root: Path, names: set[str],
             expected=seen.expected_clusters if seen else read.expected_clusters,
             observations=seen.observations if seen else snapshot.observations.get(
                 svc.app_id, ()),
-            pinned=svc.release.digest, tag=svc.release.tag)
+            pinned=svc.release.digest, tag=svc.release.tag, version=svc.release.version)
     return promotion.Upstream(name=name, services=facts)
 
 
@@ -1154,3 +1154,160 @@ def _write_comment(client: CommentsClient, pr: int, marker_key: str, make: Bodie
             if step.comment_id is not None and client.delete(step.comment_id):
                 say(f"deleted comment {step.comment_id} ({step.why})")
     return CommentRun(parts=len(bodies), url=first_url)
+
+
+# -- promote (issue 19) -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Promotion:
+    """One service of ``reconcile promote``: the digest the previous environment proves,
+    the gate it met (soak, windows, freezes), and what was written (or why not)."""
+
+    service: str
+    digest: str | None = None
+    tag: str | None = None
+    gate: promotion.Gate | None = None
+    refused: str | None = None
+    path: str | None = None
+    before: bytes = b""
+    after: bytes = b""
+    written: bool = False
+    evidence: str = ""
+
+    @property
+    def changes(self) -> bool:
+        return self.before != self.after
+
+
+@dataclass(frozen=True)
+class PromoteRun:
+    environment: str
+    upstream: str
+    promotions: tuple[Promotion, ...]
+    preview: Plan | None = None
+    preview_error: str | None = None
+    commit: str | None = None
+
+
+def _candidate(stage: environments.Selected, upstream: promotion.Upstream, name: str,
+               now_ms: int) -> tuple[str | None, str | None, promotion.Gate | None, str | None]:
+    """(digest, tag, gate, refusal) for promoting ``name`` from the previous environment:
+    the digest its control plane's current rollout is to, judged there now."""
+    if upstream.error is not None:
+        return None, None, None, f"{upstream.name} could not be read ({upstream.error})"
+    facts = upstream.services.get(name)
+    if facts is None:
+        return None, None, None, f"{upstream.name} declares no service {name!r}"
+    live = facts.live
+    digest = live.current_digest if isinstance(live, LiveService) else None
+    if digest is None:
+        return None, None, None, f"{upstream.name} has no rollout of {name}"
+    found = promotion.gate(name, digest, stage.environment, upstream, stage.rules.freezes,
+                           now_ms)
+    blockers = [b for b in found.blockers
+                if not (stage.override and b.code in promotion.OVERRIDABLE)]
+    tag = facts.tag if facts.pinned == digest else None
+    release = live.release_by_digest(digest) if isinstance(live, LiveService) else None
+    if tag is None and release is not None and release.tags:
+        tag = release.tags[0]
+    if blockers:
+        return digest, tag, found, "; ".join(f"{b.code.value}: {safe(b.message)}"
+                                             for b in blockers)
+    if tag is None:
+        return digest, tag, found, f"{upstream.name}'s control plane observed {digest} " \
+            "under no tag; pin it by hand"
+    return digest, tag, found, None
+
+
+def _evidence_line(stage: environments.Selected, upstream: str, p: Promotion) -> str:
+    gate = p.gate
+    if gate is None or gate.proof is None or p.digest is None:
+        return ""
+    clusters = ", ".join(c.cluster for c in gate.proof.clusters)
+    since = "" if gate.since is None else \
+        f" since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(gate.since / 1000))}"
+    soak = f" (soak {stage.environment.soak})" if stage.environment.soak else ""
+    return (f"{p.service}: {p.digest} ({p.tag}) proven on {upstream} clusters {clusters}"
+            f"{since}{soak}")
+
+
+def promote(stage: environments.Selected, services: Sequence[str] | None, *, write: bool,
+            commit: bool, overrides: Overrides, env: Mapping[str, str] | None = None,
+            preview: bool = True, progress: Progress | None = None,
+            clock: Callable[[], float] = time.time) -> PromoteRun:
+    """``reconcile promote``: read the previous environment (its commit, control plane and
+    clusters), take the digest it proves for each service, gate it (soak, windows,
+    freezes: ``core.promotion``), splice the pin into this environment's file (``pin``'s
+    byte-preserving rewrite; only when ``write`` and nothing refused), plan this
+    environment as the working tree now says (policies included), and commit the files
+    with the evidence (``commit``)."""
+    env = os.environ if env is None else env
+    up = stage.upstream
+    if up is None or stage.upstream_root is None:
+        raise EngineError(f"{stage.name} is the first environment of the pipeline: there is "
+                          "nothing to promote from", Exit.USAGE)
+    desired = load_worktree(stage.root)
+    names = list(services) if services is not None else [s.name for s in desired.services]
+    unknown = [n for n in names if desired.service_by_name(n) is None]
+    if unknown:
+        raise EngineError(f"{stage.name} declares no service {', '.join(unknown)}", Exit.USAGE)
+    upstream = asyncio.run(read_upstream(up.name, stage.upstream_root, set(names), env))
+    now_ms = int(clock() * 1000)
+    done: list[Promotion] = []
+    models: dict[str, Service] = {}
+    for name in names:
+        digest, tag, gate, refused = _candidate(stage, upstream, name, now_ms)
+        rel = desired.sources[f"Service/{name}"].path
+        if services is None and refused is not None and digest is None:
+            continue  # --all: a service the previous environment does not have stays
+        item = Promotion(service=name, digest=digest, tag=tag, gate=gate, refused=refused,
+                         path=rel)
+        if refused is None:
+            assert digest is not None and tag is not None
+            facts = upstream.services[name]
+            version = facts.version if facts.pinned == digest else None
+            try:
+                file = pin_files.read(stage.root, rel)
+                after = pin_files.rewrite(file.data, rel, name, pin_files.Values(
+                    digest=digest, tag=tag, version=version))
+                model, problems = pin_files.candidate(rel, after, name)
+                if problems or model is None:
+                    item = dataclasses.replace(item, refused="; ".join(
+                        p.render() for p in problems) or "the rewritten file does not load")
+                else:
+                    models[name] = model
+                    if write and after != file.data:
+                        pin_files.write(file, after)
+                    item = dataclasses.replace(item, before=file.data, after=after,
+                                               written=write and after != file.data)
+            except pin_files.PinFileError as exc:
+                item = dataclasses.replace(item, refused=str(exc))
+        done.append(dataclasses.replace(item, evidence=_evidence_line(stage, up.name, item)))
+    run = PromoteRun(environment=stage.name, upstream=up.name, promotions=tuple(done))
+    if commit and any(p.written for p in done):
+        written = [p for p in done if p.written]
+        title = (f"promote {', '.join(p.service for p in written)} to {stage.name} "
+                 f"from {up.name}")
+        body = "\n".join(p.evidence for p in written)
+        try:
+            made = environments.commit_files(stage.root, [p.path or "" for p in written],
+                                             f"{title}\n\n{body}\n")
+        except environments.PipelineError as exc:
+            raise EngineError(f"{exc}; the files are written, not committed") from exc
+        run = dataclasses.replace(run, commit=made)
+    if not preview or not models:
+        return run
+    scoped = desired.model_copy(update={"services": tuple(
+        models.get(s.name, s) for s in desired.services if s.name in models)})
+    provenance = Provenance(path=str(stage.root.resolve()))
+
+    async def planned() -> Plan:
+        async with Reconciler(stage.root, scoped, overrides=overrides, env=env,
+                              stage=stage) as reconciler:
+            made, _ = await reconciler.plan(scoped, provenance, progress)
+            return made
+
+    try:
+        return dataclasses.replace(run, preview=asyncio.run(planned()))
+    except EngineError as exc:
+        return dataclasses.replace(run, preview_error=str(exc))

@@ -56,6 +56,7 @@ class UpstreamService:
     observations: tuple[Observation, ...]
     pinned: str | None = None  # the digest the previous environment's repo pins
     tag: str | None = None
+    version: str | None = None
 
 
 @dataclass(frozen=True)
