@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "reconciler.commands.pin",
     "reconciler.commands.freeze",
     "reconciler.commands.promote",
+    "reconciler.commands.status",
     "reconciler.commands.sandbox",
     "reconciler.commands.completion",
 )

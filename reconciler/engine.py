@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from reconciler.core import binding, comments, evidence, freshness, promotion, review, staleness
 from reconciler.core import pinning as pin_rules
 from reconciler.core import policy as policies
+from reconciler.core import status as service_status
 from reconciler.core.codes import BlockerCode
 from reconciler.core.comments import Comment, Owned
 from reconciler.core.desired import DesiredState, Service
@@ -51,6 +52,7 @@ from reconciler.core.live import (
     ReadFailure,
 )
 from reconciler.core.outcomes import EXPIRED, ApplyReport, ChangeResult, GateReport, Outcome
+from reconciler.core.pipeline import Environment, Freeze
 from reconciler.core.planning import (
     Provenance,
     absent,
@@ -1311,3 +1313,40 @@ def promote(stage: environments.Selected, services: Sequence[str] | None, *, wri
         return dataclasses.replace(run, preview=asyncio.run(planned()))
     except EngineError as exc:
         return dataclasses.replace(run, preview_error=str(exc))
+
+
+# -- status (issues 19 and 23) ---------------------------------------------------------------
+
+def status(roots: Sequence[tuple[str, Path, Environment | None]], *, overrides: Overrides,
+           freezes: Sequence[tuple[Freeze, str]] = (), env: Mapping[str, str] | None = None,
+           clock: Callable[[], float] = time.time) -> service_status.Status:
+    """``reconcile status``: one snapshot per environment, in pipeline order (the batch
+    reads a plan makes, no preflight, no plan), judged per service (``core.status``); an
+    environment's snapshot is also the upstream evidence of the next one. ``overrides``
+    apply to a repo without environments only: each environment's Settings say where it
+    is. What cannot be read is reported per environment, never raised."""
+    env = os.environ if env is None else env
+    single = len(roots) == 1 and roots[0][2] is None
+
+    async def run() -> service_status.Status:
+        per: dict[str, tuple[service_status.ServiceRow, ...]] = {}
+        errors: list[tuple[str, str]] = []
+        previous: promotion.Upstream | None = None
+        for name, root, environment in roots:
+            try:
+                desired, _ = load_consistent(root)
+                async with Reconciler(root, desired, overrides=overrides if single
+                                      else Overrides(), env=env) as reconciler:
+                    snapshot = await reconciler.observe(desired)
+            except EngineError as exc:
+                errors.append((name, str(exc).splitlines()[0]))
+                previous = promotion.Upstream(name=name, error=str(exc).splitlines()[0])
+                continue
+            per[name] = service_status.rows(
+                name, desired, snapshot, environment=environment, upstream=previous,
+                freezes=freezes, now_ms=int(clock() * 1000))
+            previous = service_status.upstream_facts(name, desired, snapshot)
+        return service_status.assemble(int(clock() * 1000), [n for n, _, _ in roots], per,
+                                       errors)
+
+    return asyncio.run(run())
