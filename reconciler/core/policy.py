@@ -70,7 +70,7 @@ def compile_error(expression: str) -> str | None:
     try:
         _engine().compile(expression)
     except Exception as exc:  # the engine raises ValueError and kin
-        return " ".join(safe(str(exc), 600).split())
+        return safe(" ".join(str(exc).split()), 600)
     return None
 
 
