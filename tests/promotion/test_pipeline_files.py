@@ -158,3 +158,21 @@ def test_rules_see_the_promotion_context(expression: str, ok: bool) -> None:
     assert policy.compile_error(expression) is None
     passed, _ = policy.evaluate(expression, variables)
     assert passed is ok
+
+
+EXAMPLES_ROOT = PROJECT / "examples"
+
+
+def test_the_shipped_examples_validate(tmp_path: Path) -> None:
+    root = tmp_path / "environments"
+    shutil.copytree(EXAMPLES_ROOT / "environments", root)
+    shutil.copytree(EXAMPLES_ROOT / "policies", root / "policies", dirs_exist_ok=True)
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "examples")
+    rules = environments.read_rules(root)
+    assert rules.diagnostics == () and rules.pipeline is not None
+    assert {p.name for p, _, _ in rules.policies} == {
+        "prod-registry", "registry", "release-evidence", "no-friday-afternoon"}
+    code, out, err = run("validate", str(root))
+    assert code == Exit.OK, out + err
