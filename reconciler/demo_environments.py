@@ -68,8 +68,12 @@ def main() -> int:
         for name, (port, mesh) in PORTS.items():
             print(f"Starting the {name} sandbox (control plane :{port}, clusters :{mesh}) ...",
                   flush=True)
-            sandboxes[name] = launcher.start(STATE / name, port=port, mesh_port=mesh,
-                                             converge_delay_ms=500)
+            try:
+                sandboxes[name] = launcher.start(STATE / name, port=port, mesh_port=mesh,
+                                                 converge_delay_ms=500)
+            except (launcher.SandboxError, OSError) as exc:
+                print(f"the {name} sandbox did not start: {exc}", file=sys.stderr)
+                return 1
         repo = _repo(sandboxes)
         env = {k: v for k, v in os.environ.items() if not k.startswith("RECONCILE_")}
         env.update({"RECONCILE_TOKEN": sandboxes["staging"].token,
