@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean schemas
+.PHONY: demo demo-environments test lint bench clean schemas
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,11 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(PY) -m reconciler.demo
+	$(PY) -m reconciler.demo_environments
+
+# Only the staging -> prod walk-through (two sandboxes side by side; docs/promotion.md).
+demo-environments: $(STAMP)
+	$(PY) -m reconciler.demo_environments
 
 test: $(STAMP) node-deps
 	$(PY) -m pytest -q -n 2 --dist loadgroup

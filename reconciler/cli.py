@@ -30,6 +30,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "reconciler.commands.history",
     "reconciler.commands.pin",
     "reconciler.commands.revert",
+    "reconciler.commands.freeze",
+    "reconciler.commands.promote",
+    "reconciler.commands.status",
     "reconciler.commands.sandbox",
     "reconciler.commands.completion",
 )

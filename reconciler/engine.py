@@ -31,12 +31,15 @@ from reconciler.core import (
     freshness,
     holds,
     lastproven,
+    promotion,
     reverts,
     review,
     sharding,
     staleness,
 )
 from reconciler.core import pinning as pin_rules
+from reconciler.core import policy as policies
+from reconciler.core import status as service_status
 from reconciler.core.codes import BlockerCode
 from reconciler.core.comments import Comment, Owned
 from reconciler.core.desired import DesiredState, Service, Settings
@@ -61,6 +64,7 @@ from reconciler.core.live import (
     ReadFailure,
 )
 from reconciler.core.outcomes import EXPIRED, ApplyReport, ChangeResult, GateReport, Outcome
+from reconciler.core.pipeline import Environment, Freeze
 from reconciler.core.planning import (
     Provenance,
     absent,
@@ -79,6 +83,7 @@ from reconciler.shell import (
     applying,
     committed,
     connectadvice,
+    environments,
     gitrepo,
     greenfield,
     loading,
@@ -146,14 +151,17 @@ def connect(desired: DesiredState, root: Path, overrides: Overrides) -> Connecti
 
 
 def plan(root: Path, *, overrides: Overrides, env: Mapping[str, str] | None = None,
-         progress: Progress | None = None, worktree: bool = False) -> Plan:
+         progress: Progress | None = None, worktree: bool = False,
+         stage: environments.Selected | None = None) -> Plan:
     """Load the commit (``worktree``: the working tree, a preview), observe every cluster
-    and the control plane, and plan."""
+    and the control plane, and plan; in an environment of a pipeline (``stage``), with
+    its promotion rules."""
     env = os.environ if env is None else env
     desired, provenance = load_consistent(root, worktree=worktree)
 
     async def run() -> Plan:
-        async with Reconciler(root, desired, overrides=overrides, env=env) as reconciler:
+        async with Reconciler(root, desired, overrides=overrides, env=env,
+                              stage=stage) as reconciler:
             made, _ = await reconciler.plan(desired, provenance, progress)
             return made
 
@@ -162,7 +170,8 @@ def plan(root: Path, *, overrides: Overrides, env: Mapping[str, str] | None = No
 
 def plan_review(root: Path, base_ref: str, *, overrides: Overrides,
                 env: Mapping[str, str] | None = None,
-                progress: Progress | None = None, worktree: bool = False) -> Plan:
+                progress: Progress | None = None, worktree: bool = False,
+                stage: environments.Selected | None = None) -> Plan:
     """``plan --base REF``: the desired state at ``REF`` and at HEAD (``worktree``: the
     working tree, a preview), planned against ONE observation of the live side; the
     head's plan, carrying the review (what the PR introduces, what was already pending,
@@ -183,12 +192,14 @@ def plan_review(root: Path, base_ref: str, *, overrides: Overrides,
         base_provenance = dataclasses.replace(provenance, commit=base_commit, dirty=False,
                                               untracked=(), tree=None, files=(),
                                               uncommitted=(), worktree=False)
-        async with Reconciler(root, head, overrides=overrides, env=env) as reconciler:
+        async with Reconciler(root, head, overrides=overrides, env=env,
+                              stage=stage) as reconciler:
             snapshot = await reconciler.observe(observed, progress)
             # Each side's creations are asked about at its own commit (sourceRevision).
             sides = [(head, provenance)] + ([(base, base_provenance)] if base else [])
             answers = await reconciler.preflights(sides, snapshot)
-        head_plan = make_plan(head, snapshot, provenance, answers)
+            head_plan = await reconciler.with_rules(make_plan(head, snapshot, provenance,
+                                                              answers), head)
         base_plan = None if base is None else make_plan(base, snapshot, base_provenance,
                                                         answers)
         return head_plan.model_copy(update={"review": review.review(
@@ -200,16 +211,17 @@ def plan_review(root: Path, base_ref: str, *, overrides: Overrides,
 
 def plan_result(root: Path, base_ref: str | None, *, overrides: Overrides,
                 env: Mapping[str, str] | None = None,
-                progress: Progress | None = None, worktree: bool = False) -> PlanResult:
+                progress: Progress | None = None, worktree: bool = False,
+                stage: environments.Selected | None = None) -> PlanResult:
     """``plan`` (or ``plan_review`` with ``base_ref``) as an outcome that is never lost:
     the plan, or why no plan exists for this commit (the desired state's problems, or
     what could not be read). Whatever happens, the result names the commit it is for,
     so a PR comment describes the newest commit, never an older plan."""
     try:
         made = (plan_review(root, base_ref, overrides=overrides, env=env, progress=progress,
-                            worktree=worktree)
+                            worktree=worktree, stage=stage)
                 if base_ref else plan(root, overrides=overrides, env=env, progress=progress,
-                                      worktree=worktree))
+                                      worktree=worktree, stage=stage))
     except EngineError as exc:
         return failed_result(root, exc)
     return PlanResult.of_plan(made)
@@ -379,11 +391,13 @@ class Reconciler:
     writes and waits, the core only decides."""
 
     def __init__(self, root: Path, desired: DesiredState, *, overrides: Overrides,
-                 env: Mapping[str, str]) -> None:
+                 env: Mapping[str, str], stage: environments.Selected | None = None) -> None:
         self.root = root
         self.overrides = overrides
         self.env = env
         self.settings = desired.settings
+        #: the environment of a pipeline this repo root is (None: a single-root repo)
+        self.stage = stage
         self.connection = connect(desired, root, overrides)
         try:
             token = token_from_env(self.connection, env)
@@ -431,7 +445,28 @@ class Reconciler:
                    progress: Progress | None = None) -> tuple[Plan, LiveSnapshot]:
         snapshot = await self.observe(desired, progress)
         answers = await self.preflights([(desired, provenance)], snapshot)
-        return make_plan(desired, snapshot, provenance, answers), snapshot
+        made = make_plan(desired, snapshot, provenance, answers)
+        return await self.with_rules(made, desired), snapshot
+
+    async def with_rules(self, made: Plan, desired: DesiredState) -> Plan:
+        """Issue 19: in an environment of a pipeline, the plan with its promotion rules
+        (soak proven upstream, windows, freezes, policies) as blockers; the previous
+        environment is read only when the plan promotes something."""
+        if self.stage is None:
+            return made
+        names = {c.service for c in made.changes if c.action in promotion.PROMOTING}
+        upstream = await self.read_upstream(names) if names and self.stage.upstream else None
+        return environment_rules(self.stage, made, desired, upstream)
+
+    async def read_upstream(self, names: set[str]) -> promotion.Upstream | None:
+        """The previous environment's evidence about ``names``: its own desired state
+        (committed), its own control plane and clusters (its settings only: this run's
+        connection overrides are the target's), judged per service by ``core.promotion``.
+        What cannot be read is said in the ``Upstream``, never raised."""
+        stage = self.stage
+        if stage is None or stage.upstream is None or stage.upstream_root is None:
+            return None
+        return await read_upstream(stage.upstream.name, stage.upstream_root, names, self.env)
 
     async def preflights(self, sides: list[tuple[DesiredState, Provenance]],
                          snapshot: LiveSnapshot) -> Greenfield:
@@ -716,6 +751,53 @@ class Reconciler:
         return dict(zip(ids, values, strict=True))
 
 
+def environment_rules(stage: environments.Selected, made: Plan, desired: DesiredState,
+                      upstream: promotion.Upstream | None) -> Plan:
+    """``made`` with the environment's promotion and policy blockers, at its own
+    snapshot's time (``created_at``): a window that closed since the last plan no longer
+    holds the next one."""
+    blockers, notes = promotion.promotion_blockers(
+        made, stage.environment, upstream, stage.rules.freezes, made.created_at,
+        stage.override)
+    denied = policies.policy_blockers(made, desired, stage.name, stage.rules.policies,
+                                      upstream, stage.environment.soak_seconds,
+                                      made.created_at)
+    if not blockers and not denied and not notes:
+        return made
+    return made.model_copy(update={"blockers": made.blockers + blockers + denied,
+                                   "notes": made.notes + notes})
+
+
+async def read_upstream(name: str, root: Path, names: set[str],
+                        env: Mapping[str, str]) -> promotion.Upstream:
+    """One read of environment ``name`` (at ``root``) for the services ``names``."""
+    try:
+        desired, provenance = load_consistent(root)
+    except EngineError as exc:
+        return promotion.Upstream(name=name, error=str(exc).splitlines()[0])
+    scoped = desired.model_copy(update={"services": tuple(
+        s for s in desired.services if s.name in names)})
+    if not scoped.services:
+        return promotion.Upstream(name=name)
+    try:
+        async with Reconciler(root, scoped, overrides=Overrides(), env=env) as reconciler:
+            snapshot = await reconciler.observe(scoped)
+    except EngineError as exc:
+        return promotion.Upstream(name=name, error=str(exc).splitlines()[0])
+    read = make_plan(scoped, snapshot, provenance, None)
+    facts: dict[str, promotion.UpstreamService] = {}
+    for svc in scoped.services:
+        live = snapshot.services.get(svc.service_id)
+        seen = next((e for e in read.evidence if e.service == svc.name), None)
+        facts[svc.name] = promotion.UpstreamService(
+            app_id=svc.app_id, egress=target_of(svc, live).egress, live=live,
+            expected=seen.expected_clusters if seen else read.expected_clusters,
+            observations=seen.observations if seen else snapshot.observations.get(
+                svc.app_id, ()),
+            pinned=svc.release.digest, tag=svc.release.tag, version=svc.release.version)
+    return promotion.Upstream(name=name, services=facts)
+
+
 def _next_step(exc: ControlPlaneError, connection: Connection,
                values: Mapping[str, Effective] | None = None) -> str:
     """What to do about a control-plane failure, said where it is reported (the client's
@@ -744,6 +826,7 @@ async def apply_async(
     started: float | None = None,
     on_gate_failure: str = "stop",
     pull: PullTarget | None = None,
+    stage: environments.Selected | None = None,
 ) -> ApplyRun:
     """Load the commit, then one ``Reconciler`` run: observe, plan, bind, send, gate;
     all of it within ``timeout`` seconds when given (``apply --timeout``), counted from
@@ -758,7 +841,8 @@ async def apply_async(
     if unknown:
         raise EngineError(f"--only names no service of this repo: {', '.join(unknown)}",
                           Exit.USAGE)
-    async with Reconciler(root, desired, overrides=overrides, env=env) as reconciler:
+    async with Reconciler(root, desired, overrides=overrides, env=env,
+                          stage=stage) as reconciler:
         # An --only apply proves a part of the commit: it says nothing about the commit.
         notify = None if only else notifier(desired, root, env, reconciler.connection.gateway)
         try:
@@ -811,7 +895,8 @@ class WatchSteps:
                  only: frozenset[str] = frozenset(),
                  clock: Callable[[], float] = time.time,
                  timeout: float | None = None, applying: bool = False,
-                 on_gate_failure: str = "stop", pull: PullTarget | None = None) -> None:
+                 on_gate_failure: str = "stop", pull: PullTarget | None = None,
+                 stage: environments.Selected | None = None) -> None:
         self.root = root
         self.applying = applying  # watch --apply: a GO plan is not "waiting" for anyone
         #: the notifications of the repo's settings (built with the Reconciler), and what
@@ -820,6 +905,10 @@ class WatchSteps:
         self.count_notifications: Counter | None = None
         self.on_gate_failure = on_gate_failure  # issue 20: watch --apply --on-gate-failure
         self.pull = pull
+        #: the environment this checkout's root is (issue 19); its rules are read again
+        #: at every observation, so a freeze committed while watching counts
+        self.stage = stage
+        self._upstream: promotion.Upstream | None = None
         self.overrides = overrides
         self.env = env
         self.only = only
@@ -867,7 +956,8 @@ class WatchSteps:
     async def observe(self, desired: DesiredState) -> LiveSnapshot:
         if self._live is None or self._settings != desired.settings:
             await self.close()
-            self._live = Reconciler(self.root, desired, overrides=self.overrides, env=self.env)
+            self._live = Reconciler(self.root, desired, overrides=self.overrides, env=self.env,
+                                    stage=self.stage)
             self._settings = desired.settings
             self.notify = None if self.only else notifier(
                 desired, self.root, self.env, self._live.connection.gateway,
@@ -882,6 +972,10 @@ class WatchSteps:
         provenance = await asyncio.to_thread(self.head)
         self._greenfield = await self._live.preflights([(desired, provenance)], snapshot)
         self._snapshot = snapshot
+        if self.stage is not None:
+            self.stage = await asyncio.to_thread(environments.refresh, self.stage)
+            self._live.stage = self.stage
+            self._upstream = await self._live.read_upstream({s.name for s in desired.services})
         return snapshot
 
     @tracing.watch_plan
@@ -893,7 +987,10 @@ class WatchSteps:
             snapshot = freshness.expire(
                 snapshot, now_ms=int(self.clock() * 1000), max_age_ms=int(max_age * 1000),
                 horizon="two resyncs")
-        made = restrict(make_plan(desired, snapshot, provenance, self._greenfield), self.only)
+        made = make_plan(desired, snapshot, provenance, self._greenfield)
+        if self.stage is not None:
+            made = environment_rules(self.stage, made, desired, self._upstream)
+        made = restrict(made, self.only)
         if self.notify is not None:
             self.notify.outcome(made)
         return made
@@ -902,7 +999,7 @@ class WatchSteps:
         """Apply the commit HEAD is at now: read again, observe fresh, judge, gate."""
         desired, provenance = load_consistent(self.root)
         async with Reconciler(self.root, desired, overrides=self.overrides,
-                              env=self.env) as reconciler:
+                              env=self.env, stage=self.stage) as reconciler:
             run = await reconciler.apply(
                 desired, provenance, hook=hook, only=self.only,
                 deadline=Deadline.after(self.timeout) if self.timeout is not None else None,
@@ -1756,3 +1853,195 @@ def release_hold(root: Path, service: str, digest: str) -> tuple[str, str]:
     except revert_git.RevertGitError as exc:
         raise EngineError(f"{exc}; nothing written") from exc
     return commit, source.path
+# -- promote (issue 19) -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Promotion:
+    """One service of ``reconcile promote``: the digest the previous environment proves,
+    the gate it met (soak, windows, freezes), and what was written (or why not)."""
+
+    service: str
+    digest: str | None = None
+    tag: str | None = None
+    gate: promotion.Gate | None = None
+    refused: str | None = None
+    path: str | None = None
+    before: bytes = b""
+    after: bytes = b""
+    written: bool = False
+    evidence: str = ""
+
+    @property
+    def changes(self) -> bool:
+        return self.before != self.after
+
+
+@dataclass(frozen=True)
+class PromoteRun:
+    environment: str
+    upstream: str
+    promotions: tuple[Promotion, ...]
+    preview: Plan | None = None
+    preview_error: str | None = None
+    commit: str | None = None
+
+
+def _candidate(stage: environments.Selected, upstream: promotion.Upstream, name: str,
+               now_ms: int) -> tuple[str | None, str | None, promotion.Gate | None, str | None]:
+    """(digest, tag, gate, refusal) for promoting ``name`` from the previous environment:
+    the digest its control plane's current rollout is to, judged there now."""
+    if upstream.error is not None:
+        return None, None, None, f"{upstream.name} could not be read ({upstream.error})"
+    facts = upstream.services.get(name)
+    if facts is None:
+        return None, None, None, f"{upstream.name} declares no service {name!r}"
+    live = facts.live
+    digest = live.current_digest if isinstance(live, LiveService) else None
+    if digest is None:
+        return None, None, None, f"{upstream.name} has no rollout of {name}"
+    found = promotion.gate(name, digest, stage.environment, upstream, stage.rules.freezes,
+                           now_ms)
+    blockers = [b for b in found.blockers
+                if not (stage.override and b.code in promotion.OVERRIDABLE)]
+    tag = facts.tag if facts.pinned == digest else None
+    release = live.release_by_digest(digest) if isinstance(live, LiveService) else None
+    if tag is None and release is not None and release.tags:
+        tag = release.tags[0]
+    if blockers:
+        return digest, tag, found, "; ".join(f"{b.code.value}: {safe(b.message)}"
+                                             for b in blockers)
+    if tag is None:
+        return digest, tag, found, f"{upstream.name}'s control plane observed {digest} " \
+            "under no tag; pin it by hand"
+    return digest, tag, found, None
+
+
+def _evidence_line(stage: environments.Selected, upstream: str, p: Promotion) -> str:
+    gate = p.gate
+    if gate is None or gate.proof is None or p.digest is None:
+        return ""
+    clusters = ", ".join(c.cluster for c in gate.proof.clusters)
+    since = "" if gate.since is None else \
+        f" since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(gate.since / 1000))}"
+    soak = f" (soak {stage.environment.soak})" if stage.environment.soak else ""
+    return (f"{p.service}: {p.digest} ({p.tag}) proven on {upstream} clusters {clusters}"
+            f"{since}{soak}")
+
+
+def promote(stage: environments.Selected, services: Sequence[str] | None, *, write: bool,
+            commit: bool, overrides: Overrides, env: Mapping[str, str] | None = None,
+            preview: bool = True, progress: Progress | None = None,
+            clock: Callable[[], float] = time.time) -> PromoteRun:
+    """``reconcile promote``: read the previous environment (its commit, control plane and
+    clusters), take the digest it proves for each service, gate it (soak, windows,
+    freezes: ``core.promotion``), splice the pin into this environment's file (``pin``'s
+    byte-preserving rewrite; only when ``write`` and nothing refused), plan this
+    environment as the working tree now says (policies included), and commit the files
+    with the evidence (``commit``)."""
+    env = os.environ if env is None else env
+    up = stage.upstream
+    if up is None or stage.upstream_root is None:
+        raise EngineError(f"{stage.name} is the first environment of the pipeline: there is "
+                          "nothing to promote from", Exit.USAGE)
+    desired = load_worktree(stage.root)
+    names = list(services) if services is not None else [s.name for s in desired.services]
+    unknown = [n for n in names if desired.service_by_name(n) is None]
+    if unknown:
+        raise EngineError(f"{stage.name} declares no service {', '.join(unknown)}", Exit.USAGE)
+    upstream = asyncio.run(read_upstream(up.name, stage.upstream_root, set(names), env))
+    now_ms = int(clock() * 1000)
+    done: list[Promotion] = []
+    models: dict[str, Service] = {}
+    for name in names:
+        digest, tag, gate, refused = _candidate(stage, upstream, name, now_ms)
+        rel = desired.sources[f"Service/{name}"].path
+        if services is None and refused is not None and digest is None:
+            continue  # --all: a service the previous environment does not have stays
+        item = Promotion(service=name, digest=digest, tag=tag, gate=gate, refused=refused,
+                         path=rel)
+        if refused is None:
+            assert digest is not None and tag is not None
+            facts = upstream.services[name]
+            version = facts.version if facts.pinned == digest else None
+            try:
+                file = pin_files.read(stage.root, rel)
+                after = pin_files.rewrite(file.data, rel, name, pin_files.Values(
+                    digest=digest, tag=tag, version=version))
+                model, problems = pin_files.candidate(rel, after, name)
+                if problems or model is None:
+                    item = dataclasses.replace(item, refused="; ".join(
+                        p.render() for p in problems) or "the rewritten file does not load")
+                else:
+                    models[name] = model
+                    if write and after != file.data:
+                        pin_files.write(file, after)
+                    item = dataclasses.replace(item, before=file.data, after=after,
+                                               written=write and after != file.data)
+            except pin_files.PinFileError as exc:
+                item = dataclasses.replace(item, refused=str(exc))
+        done.append(dataclasses.replace(item, evidence=_evidence_line(stage, up.name, item)))
+    run = PromoteRun(environment=stage.name, upstream=up.name, promotions=tuple(done))
+    if commit and any(p.written for p in done):
+        written = [p for p in done if p.written]
+        title = (f"promote {', '.join(p.service for p in written)} to {stage.name} "
+                 f"from {up.name}")
+        body = "\n".join(p.evidence for p in written)
+        try:
+            made = environments.commit_files(stage.root, [p.path or "" for p in written],
+                                             f"{title}\n\n{body}\n")
+        except environments.PipelineError as exc:
+            raise EngineError(f"{exc}; the files are written, not committed") from exc
+        run = dataclasses.replace(run, commit=made)
+    if not preview or not models:
+        return run
+    scoped = desired.model_copy(update={"services": tuple(
+        models.get(s.name, s) for s in desired.services if s.name in models)})
+    provenance = Provenance(path=str(stage.root.resolve()))
+
+    async def planned() -> Plan:
+        async with Reconciler(stage.root, scoped, overrides=overrides, env=env,
+                              stage=stage) as reconciler:
+            made, _ = await reconciler.plan(scoped, provenance, progress)
+            return made
+
+    try:
+        return dataclasses.replace(run, preview=asyncio.run(planned()))
+    except EngineError as exc:
+        return dataclasses.replace(run, preview_error=str(exc))
+
+
+# -- status (issues 19 and 23) ---------------------------------------------------------------
+
+def status(roots: Sequence[tuple[str, Path, Environment | None]], *, overrides: Overrides,
+           freezes: Sequence[tuple[Freeze, str]] = (), env: Mapping[str, str] | None = None,
+           clock: Callable[[], float] = time.time) -> service_status.Status:
+    """``reconcile status``: one snapshot per environment, in pipeline order (the batch
+    reads a plan makes, no preflight, no plan), judged per service (``core.status``); an
+    environment's snapshot is also the upstream evidence of the next one. ``overrides``
+    apply to a repo without environments only: each environment's Settings say where it
+    is. What cannot be read is reported per environment, never raised."""
+    env = os.environ if env is None else env
+    single = len(roots) == 1 and roots[0][2] is None
+
+    async def run() -> service_status.Status:
+        per: dict[str, tuple[service_status.ServiceRow, ...]] = {}
+        errors: list[tuple[str, str]] = []
+        previous: promotion.Upstream | None = None
+        for name, root, environment in roots:
+            try:
+                desired, _ = load_consistent(root)
+                async with Reconciler(root, desired, overrides=overrides if single
+                                      else Overrides(), env=env) as reconciler:
+                    snapshot = await reconciler.observe(desired)
+            except EngineError as exc:
+                errors.append((name, str(exc).splitlines()[0]))
+                previous = promotion.Upstream(name=name, error=str(exc).splitlines()[0])
+                continue
+            per[name] = service_status.rows(
+                name, desired, snapshot, environment=environment, upstream=previous,
+                freezes=freezes, now_ms=int(clock() * 1000))
+            previous = service_status.upstream_facts(name, desired, snapshot)
+        return service_status.assemble(int(clock() * 1000), [n for n, _, _ in roots], per,
+                                       errors)
+
+    return asyncio.run(run())

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reconciler.commands import durations, options, output, selection
+from reconciler.commands import durations, options, output, selection, stages
 from reconciler.core.events import Event
 from reconciler.core.outcomes import ApplyReport, Outcome
 from reconciler.core.plans import Plan
@@ -53,6 +53,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_gate_failure_flags(parser)
     parser.add_argument("--repo", metavar="PATH",
                         help="the config repo of a saved plan (default: where it was made)")
+    stages.add_env_flag(parser, override=True)
     options.add_connection_flags(parser)
     options.add_tracing_flag(parser)
     parser.set_defaults(handler=run)
@@ -129,18 +130,23 @@ def run(args: argparse.Namespace) -> int:
     only = selection.only_from(args)
     saved = None
     try:
+        stage = None
         if target.is_file():
             saved = output.load_plan(target)
             root = Path(args.repo or saved.repo_path or ".")
+            if root.is_dir():  # a saved plan of an environment keeps its rules
+                found, stage = stages.select(args, str(root), command="apply")
+                root = found if stage is not None else root
         else:
-            root = selection.desired_root(args.target, command="apply")
+            root, stage = stages.select(args, args.target, command="apply")
         confirm = _confirm_on_terminal
         if args.auto_approve or saved is not None:
             confirm = _show_plan if args.format == "text" else _accept
         result = asyncio.run(apply_async(
             root, overrides=options.overrides_from(args), env=os.environ, hook=_View(args.format),
             saved=saved, only=only, confirm=confirm, progress=output.progress_for_stderr(),
-            timeout=args.timeout, started=started, on_gate_failure=args.on_gate_failure,
+            timeout=args.timeout, started=started, stage=stage,
+            on_gate_failure=args.on_gate_failure,
             pull=revert.pull_target(args) if args.on_gate_failure == "revert" else None))
     except EngineError as exc:
         return output.report_error(exc)

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from reconciler.commands import options, output, selection
+from reconciler.commands import options, output, selection, stages
 from reconciler.core.plans import Plan, Verdict, restrict
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -57,6 +57,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="0 no changes and every cluster proven converged, 2 GO with work "
                         "for apply (changes, or a service not proven converged), 3 NO-GO, "
                         "1 error")
+    stages.add_env_flag(parser, override=True)
     options.add_connection_flags(parser)
     options.add_tracing_flag(parser)
     parser.set_defaults(handler=run)
@@ -80,10 +81,10 @@ def run(args: argparse.Namespace) -> int:
         return int(Exit.USAGE)
     root: Path | None = None
     try:
-        root = selection.desired_root(args.path, command="plan")
+        root, stage = stages.select(args, args.path, command="plan")
         outcome = plan_result(root, args.base, overrides=options.overrides_from(args),
                               progress=output.progress_for_stderr(),
-                              worktree=args.worktree)
+                              worktree=args.worktree, stage=stage)
     except EngineError as exc:
         outcome = failed_result(root, exc)
     if outcome.plan is None:

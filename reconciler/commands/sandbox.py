@@ -8,10 +8,13 @@ everything goes through ``reconciler.sandbox.launcher``.
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import shlex
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,10 @@ def register(subparsers: Any) -> None:
     sub = parser.add_subparsers(dest="sandbox_command", metavar="ACTION", required=True,
                                 help="what to do with the sandbox")
 
+    parser.add_argument("--name", default=None, metavar="NAME",
+                        help="a named sandbox (an environment: staging, prod): its state is "
+                        "STATE/NAME and it listens on free ports, so several run side by "
+                        "side; also accepted after ACTION")
     state_help = "state directory (default: .sandbox; also accepted before ACTION)"
     up = sub.add_parser("up", help="start the sandbox",
                         description="Start a control plane and CLUSTERS clusters on loopback "
@@ -38,6 +45,8 @@ def register(subparsers: Any) -> None:
                         "`export` lines (everything else goes to stderr) and the sandbox "
                         "detaches, so `eval \"$(reconcile sandbox up --print-env)\"` works.")
     up.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
+    up.add_argument("--name", default=argparse.SUPPRESS, metavar="NAME",
+                    help="a named sandbox: STATE/NAME (see `reconcile sandbox --help`)")
     up.add_argument("--clusters", type=int, default=3, metavar="N",
                     help="how many clusters to start, 1 to 200 (default 3)")
     up.add_argument("--detach", action="store_true",
@@ -63,33 +72,41 @@ def register(subparsers: Any) -> None:
                     help="serve no [ext] batch reads (cluster batch status route, "
                     "getServicesReleases, etags), like the real upstream "
                     "(docs/extensions.md)")
-    up.set_defaults(handler=cmd_up)
+    up.set_defaults(handler=_named(cmd_up))
 
     env = sub.add_parser("env", help="print `export` lines for a running sandbox (for eval)",
                          description="Print only `export` lines for the sandbox in --state, "
                          "so `eval \"$(reconcile sandbox env)\"` points clients at it.")
     env.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
-    env.set_defaults(handler=cmd_env)
+    env.add_argument("--name", default=argparse.SUPPRESS, metavar="NAME",
+                    help="a named sandbox: STATE/NAME (see `reconcile sandbox --help`)")
+    env.set_defaults(handler=_named(cmd_env))
 
     down = sub.add_parser("down", help="stop a detached sandbox")
     down.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
-    down.set_defaults(handler=cmd_down)
+    down.add_argument("--name", default=argparse.SUPPRESS, metavar="NAME",
+                    help="a named sandbox: STATE/NAME (see `reconcile sandbox --help`)")
+    down.set_defaults(handler=_named(cmd_down))
 
     status = sub.add_parser("status", help="what each cluster runs, per app")
     status.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
-    status.set_defaults(handler=cmd_status)
+    status.add_argument("--name", default=argparse.SUPPRESS, metavar="NAME",
+                    help="a named sandbox: STATE/NAME (see `reconcile sandbox --help`)")
+    status.set_defaults(handler=_named(cmd_status))
 
     kinds = "; ".join(f"{k}: {v}" for k, v in faults.CLUSTER_KINDS.items())
     fault = sub.add_parser("fault", help="switch a fault on or off",
                            description=f"Cluster faults — {kinds}. Control plane "
                            "(target control-plane): " + ", ".join(faults.CONTROL_PLANE_KINDS))
     fault.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
+    fault.add_argument("--name", default=argparse.SUPPRESS, metavar="NAME",
+                    help="a named sandbox: STATE/NAME (see `reconcile sandbox --help`)")
     fault.add_argument("target", metavar="CLUSTER", help="a cluster id or control-plane")
     fault.add_argument("kind", metavar="KIND", help="the fault (listed above)")
     fault.add_argument("--off", action="store_true", help="switch the fault off")
     fault.add_argument("--param", action="append", default=[], metavar="K=V",
                        help="a fault parameter (e.g. ms=500 for latency), repeatable")
-    fault.set_defaults(handler=cmd_fault)
+    fault.set_defaults(handler=_named(cmd_fault))
 
     push = sub.add_parser(
         "push", help="the registry observes a new digest under a tag",
@@ -98,6 +115,8 @@ def register(subparsers: Any) -> None:
         "state. A service the control plane has observes it as a new release; for one it "
         "does not have yet (a greenfield service), name the repository.")
     push.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
+    push.add_argument("--name", default=argparse.SUPPRESS, metavar="NAME",
+                    help="a named sandbox: STATE/NAME (see `reconcile sandbox --help`)")
     push.add_argument("service", metavar="SERVICE", help="the service (its repository)")
     push.add_argument("tag", metavar="TAG", help="the tag the new digest is observed under")
     push.add_argument("--repository", metavar="REPO", default=None,
@@ -114,12 +133,14 @@ def register(subparsers: Any) -> None:
                       "release-authorization)")
     push.add_argument("--evidence-subject", default=None, metavar="DIGEST",
                       help="bind the published evidence to this other digest (sha256:...)")
-    push.set_defaults(handler=cmd_push)
+    push.set_defaults(handler=_named(cmd_push))
 
     seed = sub.add_parser("seed", help="replace services, releases and grants from a file")
     seed.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
+    seed.add_argument("--name", default=argparse.SUPPRESS, metavar="NAME",
+                    help="a named sandbox: STATE/NAME (see `reconcile sandbox --help`)")
     seed.add_argument("file", type=Path, metavar="FILE", help="the seed file (YAML or JSON)")
-    seed.set_defaults(handler=cmd_seed)
+    seed.set_defaults(handler=_named(cmd_seed))
 
 
 def describe(sb: launcher.Sandbox) -> str:
@@ -154,8 +175,44 @@ def export_lines(sb: launcher.Sandbox) -> list[str]:
     return lines
 
 
+def _named(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``--name NAME``: the sandbox in STATE/NAME (issue 19: one per environment)."""
+
+    def run(args: argparse.Namespace) -> int:
+        name = getattr(args, "name", None)
+        if name is not None:
+            if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,30}", name):
+                print(f"reconcile sandbox: --name {name!r}: a-z, 0-9 and '-'", file=sys.stderr)
+                return Exit.USAGE
+            args.state = Path(args.state) / name
+        return handler(args)
+
+    return run
+
+
+def named_settings(sb: launcher.Sandbox, name: str) -> str:
+    """A Settings document for the named sandbox: its own token and signer-key variables
+    (``RECONCILE_TOKEN_<NAME>``), so two environments' sandboxes are used side by side
+    with no connection override (which would apply to both)."""
+    doc = json.loads(sb.settings_yaml())
+    suffix = "_" + name.upper().replace("-", "_")
+    doc["controlPlane"]["tokenEnv"] = "RECONCILE_TOKEN" + suffix
+    doc["mesh"]["signer"]["keyFileEnv"] = "RECONCILE_SIGNER_KEY" + suffix
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def named_exports(sb: launcher.Sandbox, name: str) -> list[str]:
+    suffix = "_" + name.upper().replace("-", "_")
+    return [f"export RECONCILE_TOKEN{suffix}=\"$(cat {shlex.quote(str(sb.token_file))})\"",
+            f"export RECONCILE_SIGNER_KEY{suffix}={shlex.quote(str(sb.signer_key_file))}"]
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     detach = args.detach or args.print_env
+    name = getattr(args, "name", None)
+    if name is not None:  # side by side: free ports unless given
+        args.port = 0 if args.port == launcher.DEFAULT_PORT else args.port
+        args.mesh_port = 0 if args.mesh_port == launcher.DEFAULT_MESH_PORT else args.mesh_port
     try:
         existing = launcher.attach(args.state)
         if any(launcher.alive(pid) for pid in existing._pids.values()):
@@ -174,6 +231,14 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"reconcile sandbox up: {safe(exc, 2000)}", file=sys.stderr)
         return Exit.ERROR
     stop_hint = f"stop it with: reconcile sandbox down --state {shlex.quote(str(args.state))}"
+    if name is not None:
+        settings = Path(args.state) / "settings.yaml"
+        settings.write_text(named_settings(sb, name), encoding="utf-8")
+        print(f"{name}: a Settings document for it is in {settings}", file=sys.stderr)
+        if args.print_env:
+            print(stop_hint, file=sys.stderr)
+            print("\n".join(named_exports(sb, name)), flush=True)
+            return Exit.OK
     if args.print_env:
         print("\n".join(human_lines(sb)), file=sys.stderr)
         print(stop_hint, file=sys.stderr)

@@ -38,10 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from reconciler import __version__
+from reconciler.commands import stages
+from reconciler.core.diagnostics import Diagnostic
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.render.diagnostics_formats import escape_data, github_annotations, sarif_log
-from reconciler.shell import discovery
+from reconciler.shell import discovery, environments
 from reconciler.shell.validating import LoadResult, load_repo
 
 FORMAT_VERSION = "1.0"
@@ -62,6 +64,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--format", choices=FORMATS, default="text",
                         help="output format (default: text); github: Actions workflow-command "
                         "annotations; sarif: a SARIF 2.1.0 log")
+    stages.add_env_flag(parser)
     parser.set_defaults(handler=run)
 
 
@@ -70,6 +73,13 @@ def run(args: argparse.Namespace) -> int:
     if given.exists() and not given.is_dir():
         return run_file(args, given)
     root = given
+    top = environments.find_pipeline_root(given) if given.is_dir() else None
+    if top is not None:
+        return run_pipeline(args, top, given)
+    if getattr(args, "env_name", None):
+        print(f"reconcile validate: --env {args.env_name}: no pipeline.yaml at or above "
+              f"{args.path}", file=sys.stderr)
+        return Exit.USAGE
     if given.is_dir():
         found = discovery.find_root(given)
         nothing = discovery.absent(found, command="validate")
@@ -196,3 +206,63 @@ def _as_json(result: LoadResult) -> dict[str, object]:
         },
         "diagnostics": [d.to_json() for d in result.diagnostics],
     }
+
+
+def run_pipeline(args: argparse.Namespace, top: Path, given: Path) -> int:
+    """A repo with environments: ``pipeline.yaml``, ``freezes/`` and ``policies/`` (a CEL
+    rule that does not compile is a problem at its file:line), and each environment's
+    desired state (``--env``, or the one PATH lies in: that one only), every path
+    relative to the pipeline root."""
+    rules = environments.read_rules(top)
+    problems: list[Diagnostic] = list(rules.diagnostics)
+    chosen = []
+    if rules.pipeline is not None:
+        name = getattr(args, "env_name", None)
+        here = given.resolve()
+        everything = list(rules.pipeline.environments)
+        chosen = [e for e in everything if e.name == name] if name else [
+            e for e in everything if (top / e.path).resolve() in (here, *here.parents)] \
+            or everything
+        if name and not chosen:
+            print(f"reconcile validate: --env {name}: no such environment (the pipeline has: "
+                  f"{', '.join(e.name for e in everything)})", file=sys.stderr)
+            return Exit.USAGE
+    services = files = 0
+    for environment in chosen:
+        root = top / environment.path
+        if not root.is_dir():
+            problems.append(Diagnostic("pipeline.yaml", 0, 0, "", f"environment "
+                                       f"{environment.name}: {environment.path} is not a "
+                                       "directory"))
+            continue
+        result = load_repo(root)
+        files += len(result.files)
+        services += len(result.state.services) if result.state else 0
+        problems.extend(dataclasses.replace(d, path=f"{environment.path}/{d.path}")
+                        for d in result.diagnostics)
+    problems.sort()
+    valid = not problems
+    said = (f"valid: {_plural(len(chosen), 'environment')} "
+            f"({', '.join(e.name for e in chosen)}), {_plural(services, 'service')}, "
+            f"{_plural(len(rules.freezes), 'freeze')}, {_plural(len(rules.policies), 'policy')}"
+            if valid else f"invalid: {_plural(len(problems), 'problem')}")
+    if args.format == "json":
+        print(json.dumps({"format_version": FORMAT_VERSION, "valid": valid, "summary": said,
+                          "files": files, "environments": [e.name for e in chosen],
+                          "diagnostics": [d.to_json() for d in problems]}, indent=2,
+                         ensure_ascii=False))
+    elif args.format in ("github", "sarif"):
+        base = workspace_base(top, os.environ.get("GITHUB_WORKSPACE"))
+        if args.format == "sarif":
+            print(json.dumps(sarif_log(tuple(problems), version=__version__,
+                                       root=top.as_posix(), base=base), indent=2,
+                             ensure_ascii=False))
+        else:
+            for line in github_annotations(tuple(problems), root=top.as_posix(), base=base):
+                print(line)
+            print(said, file=sys.stdout if valid else sys.stderr)
+    else:
+        for diagnostic in problems:
+            print(diagnostic.render())
+        print(said, file=sys.stdout if valid else sys.stderr)
+    return Exit.OK if valid else Exit.ERROR

@@ -27,6 +27,7 @@ from reconciler.commands import (
     output,
     revert,
     selection,
+    stages,
     watchcontrol,
 )
 from reconciler.core.plans import Plan
@@ -85,6 +86,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--control-remote", action="store_true",
                         help="accept control requests from beyond loopback too (the port is "
                         "plain HTTP: put TLS in front of it)")
+    stages.add_env_flag(parser, override=True)
     options.add_connection_flags(parser)
     coordinate.add_flags(parser)
     options.add_tracing_flag(parser)
@@ -112,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         return int(Exit.USAGE)
     # Usage first: a wrong command line is said before anything is searched or read.
     try:
-        root = selection.desired_root(args.path, command="watch")
+        root, stage = stages.select(args, args.path, command="watch")
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(exc.code)
@@ -125,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     steps = WatchSteps(root, overrides=overrides, env=env, only=only, timeout=args.timeout,
                        applying=args.apply, on_gate_failure=args.on_gate_failure,
                        pull=revert.pull_target(args) if args.on_gate_failure == "revert"
-                       else None)
+                       else None, stage=stage)
     if only:
         loaded = steps.load()  # its blobs are cached: the watcher's first read is cheap
         if loaded.state is not None:

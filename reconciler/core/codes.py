@@ -42,6 +42,12 @@ class BlockerCode(StrEnum):
     APP_ID_IN_USE = "app_id_in_use"
     RELEASE_EVIDENCE_REQUIRED = "release_evidence_required"
     HELD = "held"
+    # environments and promotion (core.promotion): each says when it can go
+    NOT_SOAKED = "not_soaked"
+    NOT_PROVEN_UPSTREAM = "not_proven_upstream"
+    WINDOW_CLOSED = "window_closed"
+    FROZEN = "frozen"
+    POLICY_DENIED = "policy_denied"
 
 
 class DriftCode(StrEnum):
@@ -181,6 +187,21 @@ DOCS: dict[StrEnum, str] = {
     "`reconcile revert` when that release failed on a cluster); the message says why. "
     "Remove the hold by a commit (`reconcile release-hold SERVICE DIGEST`) or pin another "
     "digest.",
+    BlockerCode.NOT_SOAKED: "A promotion into this environment: the previous environment "
+    "proves the digest (its control plane's rollout to it succeeded, is still the current "
+    "one, and the judge proves it on every expected cluster now), but for less than the "
+    "pipeline's `soak`; the message says for how long and when it is eligible.",
+    BlockerCode.NOT_PROVEN_UPSTREAM: "A promotion into this environment: the previous "
+    "environment does not prove the digest now (never deployed there, rolled back, a newer "
+    "rollout, a cluster on another digest or silent, the rollout not succeeded); names the "
+    "cluster or the rollout at fault. A control plane saying `succeeded` is not enough.",
+    BlockerCode.WINDOW_CLOSED: "A promotion outside the environment's windows: a deny window "
+    "is open, or no allow window is; says until when (`--override-window REASON` for an "
+    "emergency, recorded).",
+    BlockerCode.FROZEN: "A `kind: Freeze` document covers this environment until a time "
+    "(`reconcile unfreeze` ends it; `--override-window REASON` for an emergency, recorded).",
+    BlockerCode.POLICY_DENIED: "A CEL rule of a `kind: Policy` document is false for this "
+    "promotion; names the policy, the rule and its message.",
     DriftCode.CLUSTER_DIVERGED: "A cluster runs another digest than the current rollout.",
     DriftCode.CLUSTER_LAGGING: "Mid-rollout, a cluster still runs another digest.",
     DriftCode.CLUSTER_MISSING_RUNTIME: "A cluster has no runtime record for the app.",

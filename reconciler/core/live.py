@@ -97,6 +97,9 @@ class RolloutStatus(_Model):
     healthy: int = 0
     verified: int = 0
     failed: int = 0
+    #: when the control plane last changed this status (seed 003 ``updatedAt``, ms): for a
+    #: succeeded rollout, when it succeeded -- where a promotion's soak is counted from
+    updated_at: int | None = None
 
 
 IN_PROGRESS_STATUSES = frozenset({"pending", "deploying", "verifying", "rolling-back"})

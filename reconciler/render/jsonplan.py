@@ -43,6 +43,9 @@ from reconciler.render import common
 #: --worktree; edits a plan left out). A 2.2 plan still loads and stays bound to its commit.
 #: 2.3 also adds ``preflights[].configuration_digest`` (the control plane's, learnt from
 #: the probe preflight, that the release evidence is bound to).
+#: 2.4 adds the promotion blocker codes of a repo with environments (``not_soaked``,
+#: ``not_proven_upstream``, ``window_closed``, ``frozen``, ``policy_denied``: each message
+#: says when it can go) and an emergency override's ``notes`` line (``override-window:``).
 #: docs/json-plan.md describes every field.
 FORMAT_VERSION = "2.4"
 MAJOR = FORMAT_VERSION.split(".")[0]

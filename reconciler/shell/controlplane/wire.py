@@ -222,6 +222,8 @@ def _status(raw: dict[str, Any]) -> RolloutStatus:
         healthy=_int(raw.get("healthyReplicaCount", 0), "healthyReplicaCount"),
         verified=_int(raw.get("verifiedReplicaCount", 0), "verifiedReplicaCount"),
         failed=_int(raw.get("failedReplicaCount", 0), "failedReplicaCount"),
+        updated_at=None if raw.get("updatedAt") is None else _int(raw["updatedAt"],
+                                                                  "updatedAt"),
     )
 
 

@@ -1,0 +1,149 @@
+"""``reconcile promote SERVICE[,…] --to ENV`` (or ``--all``): move what the previous
+environment proves into ENV's pins.
+
+Owns the command's flags and its report. The sequence is ``engine.promote``'s: read the
+previous environment (commit, control plane, clusters), take the digest its current
+rollout is to, gate it (the judge proves it there now, for the soak; no window closed;
+no freeze), splice the pin into ENV's service file with ``pin``'s byte-preserving
+rewrite, and show ENV's plan for it (policies included). ``--commit`` commits the files
+with the evidence (clusters, digest, proven since); ``--pr`` also pushes a branch and
+opens a pull request whose body is that plan (``shell.pullrequests``, githubkit).
+
+Exit codes: 0 written (or already pinned); 10 a promotion was refused (its blockers are
+named, with when it becomes eligible; nothing is written for it); 1 error; 64 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import sys
+from pathlib import Path
+
+from reconciler.commands import options, output, selection, stages
+from reconciler.core.sanitize import safe
+from reconciler.exitcodes import Exit
+from reconciler.failures import EngineError
+from reconciler.render import markdown
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "promote", help="pin in ENV the digests the previous environment proves (soak, "
+        "windows, freezes, policies checked)",
+        description="For each SERVICE (or --all), take the digest the previous environment "
+        "of the pipeline proves now, check its soak, ENV's windows and freezes, write the "
+        "pin into ENV's service file in place (every other byte kept) and show ENV's plan.")
+    parser.add_argument("services", nargs="?", metavar="SERVICE[,SERVICE…]",
+                        help="the services to promote (comma-separated)")
+    parser.add_argument("--to", required=True, metavar="ENV", dest="env_name",
+                        help="the environment to promote into (its previous one is the source)")
+    parser.add_argument("--all", action="store_true",
+                        help="every service ENV declares that the previous environment has")
+    parser.add_argument("-C", "--path", default=".", metavar="PATH",
+                        help="inside the repo (default: the current directory)")
+    parser.add_argument("--dry-run", action="store_true", help="show, write nothing")
+    parser.add_argument("--commit", action="store_true",
+                        help="commit the written files, the evidence in the message")
+    parser.add_argument("--pr", action="store_true",
+                        help="commit, push a branch and open a pull request whose body is the "
+                        "plan (--repo/GITHUB_REPOSITORY, --api-url/GITHUB_API_URL, the token "
+                        "from GITHUB_TOKEN or --token-env)")
+    parser.add_argument("--base", default="main", help="the pull request's base (default main)")
+    parser.add_argument("--remote", default="origin", help="where to push (default origin)")
+    parser.add_argument("--repo", metavar="OWNER/NAME", help="default: GITHUB_REPOSITORY")
+    parser.add_argument("--api-url", metavar="URL", help="default: GITHUB_API_URL, else "
+                        "https://api.github.com")
+    parser.add_argument("--token-env", metavar="NAME", default="GITHUB_TOKEN",
+                        help="environment variable holding the GitHub token")
+    parser.add_argument("--override-window", metavar="REASON",
+                        help="emergency: promote although a window is closed or ENV is "
+                        "frozen; recorded in the commit and the plan's notes")
+    options.add_connection_flags(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from reconciler import engine  # the HTTP stack loads only when the command runs
+
+    if bool(args.services) == bool(args.all):
+        print("reconcile promote: name the services (SERVICE[,SERVICE…]) or --all",
+              file=sys.stderr)
+        return int(Exit.USAGE)
+    if (args.commit or args.pr) and args.dry_run:
+        print("reconcile promote: --dry-run writes nothing, so it cannot --commit or --pr",
+              file=sys.stderr)
+        return int(Exit.USAGE)
+    names = None if args.all else list(selection.names(args.services))
+    try:
+        _, stage = stages.select(args, args.path, command="promote")
+        if stage is None:
+            raise EngineError("promote needs environments: no pipeline.yaml at or above "
+                              f"{args.path}", Exit.USAGE)
+        result = engine.promote(stage, names, write=not args.dry_run,
+                                commit=args.commit or args.pr,
+                                overrides=options.overrides_from(args),
+                                progress=output.progress_for_stderr())
+    except EngineError as exc:
+        return output.report_error(exc)
+    refused = [p for p in result.promotions if p.refused]
+    for item in result.promotions:
+        if item.refused:
+            print(f"✗ {item.service}: not promoted to {result.environment}: "
+                  f"{safe(item.refused, 2000)}", file=sys.stderr)
+            continue
+        verb = "would promote" if args.dry_run else "promoted"
+        if not item.changes:
+            print(f"{item.service}: {result.environment} already pins {item.digest}")
+            continue
+        print(f"{verb} {item.service} to {result.environment}: {item.evidence}")
+        diff = difflib.unified_diff(
+            item.before.decode("utf-8", "replace").splitlines(keepends=True),
+            item.after.decode("utf-8", "replace").splitlines(keepends=True),
+            fromfile=f"a/{item.path}", tofile=f"b/{item.path}")
+        sys.stdout.write("".join(diff))
+    if result.commit:
+        print(f"committed {result.commit[:12]}")
+    if result.preview is not None:
+        print(f"\nplan for {result.environment} with these pins:")
+        output.write(output.render(result.preview, "text", sys.stdout))
+    elif result.preview_error:
+        print(f"(no plan: {safe(result.preview_error, 2000)})", file=sys.stderr)
+    if args.pr and result.commit:
+        code = _open_pr(args, result)
+        if code:
+            return code
+    return int(Exit.REFUSED_NO_GO) if refused else int(Exit.OK)
+
+
+def _open_pr(args: argparse.Namespace, result: object) -> int:
+    from reconciler.engine import PromoteRun
+    from reconciler.shell import pullrequests
+
+    assert isinstance(result, PromoteRun) and result.commit is not None
+    repo = args.repo or os.environ.get("GITHUB_REPOSITORY")
+    if not repo:
+        print("reconcile promote: --pr needs --repo OWNER/NAME (or GITHUB_REPOSITORY)",
+              file=sys.stderr)
+        return int(Exit.USAGE)
+    api_url = args.api_url or os.environ.get("GITHUB_API_URL") or "https://api.github.com"
+    moved = [p for p in result.promotions if p.written]
+    branch = (f"reconcile/promote-{result.environment}-"
+              + "-".join(p.service for p in moved)[:80] + f"-{result.commit[:12]}")
+    title = (f"Promote {', '.join(p.service for p in moved)} to {result.environment} "
+             f"from {result.upstream}")
+    body = "\n".join(f"- {p.evidence}" for p in moved)
+    if result.preview is not None:
+        body += "\n\n" + markdown.render(result.preview)
+    try:
+        _, pull = pullrequests.open_pull_request(
+            Path(args.path), api_url=api_url, repo=repo, token=os.environ.get(args.token_env),
+            branch=branch, base=args.base, title=title, body=body, commit=result.commit,
+            remote=args.remote)
+    except pullrequests.PullRequestError as exc:
+        return output.report_error(EngineError(f"--pr: {exc}; the commit "
+                                               f"{result.commit[:12]} is made"))
+    said = "opened" if pull.created else "already open"
+    print(f"pull request #{pull.number} {said}: {pull.url}")
+    return 0

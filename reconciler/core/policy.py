@@ -1,0 +1,154 @@
+"""Policies as code: CEL rules evaluated against each promotion of a plan.
+
+Owns the context a rule sees and what a rule's answer means. For each promotion (a
+``promote`` or ``create`` change) into an environment a ``Policy`` covers, every rule's
+``expression`` is evaluated with these variables::
+
+    environment  "prod"
+    service      "checkout"
+    change       {action, digest, registryHost, repository, reference, tag}
+    release      {evidence: [kinds], evidenceComplete: bool, version}
+    upstream     {name, proven: bool, provenSeconds: int (-1 unknown)}
+    soak         {requiredSeconds: int}
+    now          timestamp (the snapshot's time, UTC)
+    local        {weekday (0 = Sunday), hour, minute, date "YYYY-MM-DD"} in the
+                 policy's ``timezone``
+
+``true`` lets the promotion go; ``false`` is a ``policy_denied`` blocker naming the
+policy, the rule and its message; an error while evaluating (a missing key, a type
+error, a non-bool answer) is the same blocker saying so: a rule that cannot answer never
+lets a promotion through. A rule that does not compile is a validation error with
+file:line (``shell.environments``), found before any plan.
+
+The CEL engine is ``common-expression-language`` (Rust ``cel`` crate bindings), measured
+against ``cel-python`` here: compiling a three-clause rule 2 ms vs 810 ms, evaluating it
+0.12 ms vs 5 ms. Its package ``__init__`` also imports its command-line tool (typer, rich,
+prompt_toolkit: ~1-2 s here), so the compiled extension is loaded on its own (50 ms).
+
+Pure: no I/O (the engine is loaded from the installed package like any import).
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.machinery
+import importlib.util
+import os
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any
+
+from reconciler.core.codes import BlockerCode
+from reconciler.core.desired import DesiredState, EvidenceKind
+from reconciler.core.pipeline import Policy, zone
+from reconciler.core.plans import Blocker, Plan
+from reconciler.core.promotion import PROMOTING, Upstream, proven_since
+from reconciler.core.sanitize import safe
+
+
+@cache
+def _engine() -> Any:
+    """The ``cel`` extension module, without the package's CLI imports."""
+    spec = importlib.util.find_spec("cel")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the CEL engine (common-expression-language) is not installed")
+    found = glob.glob(os.path.join(next(iter(spec.submodule_search_locations)), "cel.*.so"))
+    if not found:  # pragma: no cover - another packaging: fall back to the package
+        import cel
+        return cel
+    loader = importlib.machinery.ExtensionFileLoader("cel.cel", found[0])
+    module_spec = importlib.util.spec_from_loader("cel.cel", loader)
+    assert module_spec is not None
+    module = importlib.util.module_from_spec(module_spec)
+    loader.exec_module(module)
+    return module
+
+
+def compile_error(expression: str) -> str | None:
+    """Why ``expression`` does not compile as CEL, or None."""
+    try:
+        _engine().compile(expression)
+    except Exception as exc:  # the engine raises ValueError and kin
+        return safe(" ".join(str(exc).split()), 600)
+    return None
+
+
+@cache
+def _program(expression: str) -> Any:
+    return _engine().compile(expression)
+
+
+def _local(now: datetime, timezone: str) -> dict[str, Any]:
+    at = now.astimezone(zone(timezone))
+    return {"weekday": (at.isoweekday() % 7), "hour": at.hour, "minute": at.minute,
+            "date": f"{at:%Y-%m-%d}"}
+
+
+def context(plan: Plan, desired: DesiredState, environment: str, service: str,
+            upstream: Upstream | None, soak_seconds: int, now_ms: int,
+            timezone: str) -> dict[str, Any]:
+    """The variables a rule sees for ``service``'s promotion in ``plan``."""
+    change = next(c for c in plan.changes if c.service == service and c.action in PROMOTING)
+    declared = desired.service_by_name(service)
+    release = declared.release if declared else None
+    kinds = sorted({a.kind.value for a in release.evidence}) if release else []
+    digest = change.release_after.digest if change.release_after else None
+    proven = -1
+    if upstream is not None and digest and service in upstream.services:
+        since = proven_since(upstream.services[service].live, digest)
+        proven = -1 if since is None else max(0, (now_ms - since) // 1000)
+    now = datetime.fromtimestamp(now_ms / 1000, UTC)
+    return {
+        "environment": environment,
+        "service": service,
+        "change": {"action": change.action.value, "digest": digest or "",
+                   "registryHost": release.registry_host if release else "",
+                   "repository": release.repository if release else "",
+                   "reference": release.reference if release else "",
+                   "tag": (release.tag or "") if release else ""},
+        "release": {"evidence": kinds,
+                    "evidenceComplete": set(kinds) >= {k.value for k in EvidenceKind},
+                    "version": (release.version or "") if release else ""},
+        "upstream": {"name": upstream.name if upstream else "", "proven": proven >= 0,
+                     "provenSeconds": proven},
+        "soak": {"requiredSeconds": soak_seconds},
+        "now": now,
+        "local": _local(now, timezone),
+    }
+
+
+def evaluate(expression: str, variables: Mapping[str, Any]) -> tuple[bool, str | None]:
+    """(passed, why not): an error or a non-bool answer never passes."""
+    try:
+        answer = _program(expression).execute(dict(variables))
+    except Exception as exc:  # KeyError, RuntimeError, TypeError...
+        return False, f"could not be evaluated ({type(exc).__name__}: {safe(str(exc), 300)})"
+    if answer is True:
+        return True, None
+    if answer is False:
+        return False, None
+    return False, f"answered {safe(repr(answer), 100)}, not true or false"
+
+
+def policy_blockers(plan: Plan, desired: DesiredState, environment: str,
+                    policies: Sequence[tuple[Policy, str, int]], upstream: Upstream | None,
+                    soak_seconds: int, now_ms: int) -> tuple[Blocker, ...]:
+    """Every rule that is not true for a promotion of ``plan``, as a blocker."""
+    covering = [(p, path) for p, path, _line in policies if p.covers(environment)]
+    if not covering:
+        return ()
+    out: list[Blocker] = []
+    for name in sorted({c.service for c in plan.changes if c.action in PROMOTING}):
+        for policy, path in covering:
+            variables = context(plan, desired, environment, name, upstream, soak_seconds,
+                                now_ms, policy.timezone)
+            for rule in policy.rules:
+                passed, why = evaluate(rule.expression, variables)
+                if passed:
+                    continue
+                said = safe(rule.message) + (f" (the rule {why})" if why else "")
+                out.append(Blocker(code=BlockerCode.POLICY_DENIED, service=name,
+                                   message=f'{name}: policy "{policy.name}" rule '
+                                   f'"{rule.name}" ({safe(path)}): {said}'))
+    return tuple(out)

@@ -1,0 +1,245 @@
+"""Promotion between environments, as blockers with a time.
+
+Owns the rules that make a promotion into an environment NO-GO, and say *when* it can go:
+
+- ``not_proven_upstream``: the previous environment does not prove the digest **now**.
+  Proof is the one judge's (``core.evidence.judge``) on the previous environment's own
+  snapshot, against the digest being promoted: its control plane's current rollout is to
+  that digest and succeeded, and every expected cluster there proves it. A control plane
+  that says ``succeeded`` while a cluster runs the old digest proves nothing; the message
+  names the cluster.
+- ``not_soaked``: proven, but for less than the environment's ``soak``. The clock starts
+  when the previous environment's rollout to that digest succeeded (the rollout status's
+  ``updatedAt``; the release's ``lastPromotedAt`` when the control plane sends none) and
+  only while that rollout is still the current one: a rollback, or a newer rollout (even
+  of the same digest), starts it again.
+- ``window_closed`` (``core.windows``) and ``frozen`` (``Freeze`` documents), which an
+  emergency override (``--override-window REASON``) lifts, said in the plan's notes.
+
+Which changes are promotions: ``promote`` and ``create`` (a release arriving in this
+environment). A ``rollback`` goes back to a release this environment accepted before and
+is never held here: it is how an incident ends.
+
+Also owns ``Gate``: the same assessment for one service and a candidate digest, which
+``reconcile status`` and ``reconcile promote`` show without making a plan.
+
+Pure: no I/O, no clock (``now_ms`` is given).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from reconciler.core import windows
+from reconciler.core.codes import BlockerCode
+from reconciler.core.evidence import Proof, ServiceProof, Target, judge
+from reconciler.core.live import EgressRule, LiveService, Observation, ReadFailure
+from reconciler.core.pipeline import Environment, Freeze, show_duration
+from reconciler.core.plans import Action, Blocker, Plan
+from reconciler.core.sanitize import safe
+
+#: Changes that bring a release into the environment (held by soak, windows, freezes).
+PROMOTING = frozenset({Action.PROMOTE, Action.CREATE})
+
+
+@dataclass(frozen=True)
+class UpstreamService:
+    """What the previous environment holds for one service (matched by name): the
+    judge's inputs except the digest, which is the one being promoted."""
+
+    app_id: str
+    egress: tuple[EgressRule, ...] | None
+    live: LiveService | ReadFailure | None
+    expected: tuple[str, ...]
+    observations: tuple[Observation, ...]
+    pinned: str | None = None  # the digest the previous environment's repo pins
+    tag: str | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """The previous environment as read for this plan. ``error``: it could not be read
+    at all (every promotion is then not proven upstream, with that reason)."""
+
+    name: str
+    services: Mapping[str, UpstreamService] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One service's candidate digest against the environment's rules at ``now``."""
+
+    service: str
+    digest: str
+    proof: ServiceProof | None  # the judge on the previous environment, for this digest
+    since: int | None  # ms: when the previous environment's rollout to it succeeded
+    eligible_at: int | None  # ms: when soak, windows and freezes all allow it (None: unknown)
+    blockers: tuple[Blocker, ...]
+
+    @property
+    def ready(self) -> bool:
+        return not self.blockers
+
+
+def _at(ms: int) -> str:
+    return f"{datetime.fromtimestamp(ms / 1000, UTC):%Y-%m-%d %H:%M:%S}Z"
+
+
+def short(digest: str) -> str:
+    return digest[:19] + "…" if len(digest) > 20 else digest
+
+
+def proven_since(live: LiveService | ReadFailure | None, digest: str) -> int | None:
+    """When the current rollout to ``digest`` succeeded (ms), or None: its status's
+    ``updatedAt`` when that status is the current rollout's, else the release's
+    ``lastPromotedAt``. Only meaningful once the judge proves ``digest``."""
+    if not isinstance(live, LiveService) or live.current_digest != digest:
+        return None
+    status = live.rollout_status
+    rollout = live.deployment.rollout_id if live.deployment else None
+    if status is not None and status.rollout_id == rollout and status.updated_at:
+        return status.updated_at
+    release = live.release_by_digest(digest)
+    return release.last_promoted_at if release is not None else None
+
+
+def _upstream_proof(upstream: Upstream, service: str, digest: str,
+                    ) -> tuple[ServiceProof | None, Blocker | None]:
+    def blocked(message: str, cluster: str | None = None) -> Blocker:
+        return Blocker(code=BlockerCode.NOT_PROVEN_UPSTREAM, service=service, cluster=cluster,
+                       message=f"{service}: {upstream.name} does not prove {short(digest)}: "
+                       f"{message}")
+
+    if upstream.error is not None:
+        return None, blocked(f"{upstream.name} could not be read ({safe(upstream.error)})")
+    facts = upstream.services.get(service)
+    if facts is None:
+        return None, blocked(f"{upstream.name} declares no service {service!r}")
+    proof = judge(Target(service=service, app_id=facts.app_id, digest=digest,
+                         egress=facts.egress), facts.live, facts.expected, facts.observations)
+    if proof.proof is Proof.CONVERGED:
+        return proof, None
+    pending = proof.pending()
+    reasons = proof.reasons()
+    shown = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3
+                                       else "")
+    if isinstance(facts.live, LiveService) and facts.live.current_digest not in (None, digest):
+        shown = (f"its current rollout is {short(facts.live.current_digest or '')} "
+                 f"(rolled back or moved on); " + shown)
+    return proof, blocked(shown, pending[0].cluster if pending else None)
+
+
+def gate(service: str, digest: str, environment: Environment, upstream: Upstream | None,
+         freezes: Sequence[tuple[Freeze, str]], now_ms: int, *,
+         with_holds: bool = True) -> Gate:
+    """Soak (with the upstream proof), windows and freezes (``with_holds``) for promoting
+    ``service`` to ``digest`` into ``environment`` at ``now_ms``; ``eligible_at`` is the
+    first instant all of them allow it, as far as the rules can know."""
+    blockers: list[Blocker] = []
+    proof: ServiceProof | None = None
+    since: int | None = None
+    eligible: int | None = now_ms
+    if upstream is not None:
+        proof, unproven = _upstream_proof(upstream, service, digest)
+        if unproven is not None:
+            blockers.append(unproven)
+            eligible = None
+        else:
+            since = proven_since(upstream.services[service].live, digest)
+            soak_ms = environment.soak_seconds * 1000
+            if soak_ms and since is None:
+                blockers.append(Blocker(
+                    code=BlockerCode.NOT_SOAKED, service=service,
+                    message=f"{service}: {upstream.name}'s control plane gives no time its "
+                    f"rollout to {short(digest)} succeeded (updatedAt, lastPromotedAt): the "
+                    f"soak of {environment.soak} cannot be measured"))
+                eligible = None
+            elif soak_ms and since is not None and now_ms - since < soak_ms:
+                ready = since + soak_ms
+                blockers.append(Blocker(
+                    code=BlockerCode.NOT_SOAKED, service=service,
+                    message=f"{service}: {short(digest)} proven on {upstream.name} "
+                    f"{show_duration((now_ms - since) / 1000)} of {environment.soak}; "
+                    f"eligible {_at(ready)}"))
+                eligible = ready
+    if with_holds:
+        blockers.extend(b.model_copy(update={"service": service, "services": (service,)})
+                        for b in environment_holds(environment, freezes, now_ms))
+        eligible = _eligible_after_holds(environment, freezes, eligible)
+    return Gate(service=service, digest=digest, proof=proof, since=since,
+                eligible_at=eligible, blockers=tuple(blockers))
+
+
+def _eligible_after_holds(environment: Environment, freezes: Sequence[tuple[Freeze, str]],
+                          start: int | None) -> int | None:
+    """The first instant at or after ``start`` when no freeze and no window holds."""
+    at = start
+    for _ in range(64):
+        if at is None:
+            return None
+        moved = False
+        for freeze, _path in freezes:
+            if freeze.covers(environment.name) and freeze.until_ms > at:
+                at, moved = freeze.until_ms, True
+        blocked = windows.closed(environment.windows, datetime.fromtimestamp(at / 1000, UTC))
+        if blocked is not None:
+            at = None if blocked.eligible is None else int(blocked.eligible.timestamp() * 1000)
+            moved = True
+        if not moved:
+            return at
+    return at
+
+
+def environment_holds(environment: Environment, freezes: Sequence[tuple[Freeze, str]],
+                      now_ms: int) -> tuple[Blocker, ...]:
+    """What holds every promotion into ``environment`` at ``now_ms``: open freezes and
+    closed windows (service-less blockers; ``promotion_blockers`` names the services)."""
+    out: list[Blocker] = []
+    for freeze, path in freezes:
+        if freeze.covers(environment.name) and freeze.until_ms > now_ms:
+            out.append(Blocker(code=BlockerCode.FROZEN,
+                               message=f'{environment.name} is frozen: "{safe(freeze.reason)}" '
+                               f"until {_at(freeze.until_ms)} ({safe(path)}; `reconcile "
+                               "unfreeze` ends it)"))
+    blocked = windows.closed(environment.windows, datetime.fromtimestamp(now_ms / 1000, UTC))
+    if blocked is not None:
+        out.append(Blocker(code=BlockerCode.WINDOW_CLOSED,
+                           message=f"{environment.name}: {windows.describe(blocked)}"))
+    return tuple(out)
+
+
+#: The blockers an emergency override (``--override-window REASON``) lifts.
+OVERRIDABLE = frozenset({BlockerCode.WINDOW_CLOSED, BlockerCode.FROZEN})
+
+
+def promotion_blockers(plan: Plan, environment: Environment, upstream: Upstream | None,
+                       freezes: Sequence[tuple[Freeze, str]], now_ms: int,
+                       override: str | None = None) -> tuple[tuple[Blocker, ...], tuple[str, ...]]:
+    """The blockers the environment's rules add to ``plan``'s promotions, and the notes
+    (an override, and what it lifted). Freezes and windows are said once, naming every
+    promotion they hold; soak and proof once per service."""
+    promoting = [c for c in plan.changes if c.action in PROMOTING and c.release_after
+                 and c.release_after.digest]
+    if not promoting:
+        return (), ()
+    per_service: list[Blocker] = []
+    for change in promoting:
+        assert change.release_after is not None and change.release_after.digest is not None
+        found = gate(change.service, change.release_after.digest, environment, upstream,
+                     (), now_ms, with_holds=False)
+        per_service.extend(found.blockers)
+    names = tuple(sorted({c.service for c in promoting}))
+    holds = [b.model_copy(update={"services": names})
+             for b in environment_holds(environment, freezes, now_ms)]
+    notes: list[str] = []
+    if override and holds:
+        lifted = "; ".join(f"{b.code.value}: {b.message}" for b in holds)
+        notes.append(f"override-window: {safe(override)} (lifted: {lifted})")
+        holds = []
+    elif override:
+        notes.append(f"override-window: {safe(override)} (nothing to lift)")
+    return tuple(per_service) + tuple(holds), tuple(notes)

@@ -1,0 +1,152 @@
+"""``reconcile status``: service × environment, and service × cluster, from one snapshot
+per environment.
+
+Owns the rows the on-call view shows: per service and environment, the pinned digest and
+tag, how many expected clusters the judge proves it on (and whether it is converged),
+since when (the current rollout's success, ``core.promotion.proven_since``), and what the
+next promotion into that environment waits for -- the digest the previous environment's
+current rollout is to, gated by ``core.promotion.gate`` (proof there, soak, windows,
+freezes) with the time it becomes eligible; per cluster: pinned, running, proven, why
+not, the cluster's last error.
+
+Cheap by construction: it reads only a snapshot per environment (the batch reads a plan
+reads) and asks the one judge per service; it makes no plan, asks no preflight, renders
+nothing.
+
+Pure: no I/O; ``now_ms`` is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from reconciler.core import evidence, promotion
+from reconciler.core.desired import DesiredState
+from reconciler.core.evidence import Proof, ServiceProof
+from reconciler.core.live import LiveService, LiveSnapshot, Observation
+from reconciler.core.pipeline import Environment, Freeze
+from reconciler.core.planning import target_of
+
+
+@dataclass(frozen=True)
+class ClusterRow:
+    service: str
+    cluster: str
+    pinned: str
+    running: str | None
+    proven: bool
+    why: str | None  # the judge's code when not proven
+    detail: str
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class NextPromotion:
+    """What promoting the previous environment's current digest here waits for."""
+
+    digest: str
+    tag: str | None
+    blockers: tuple[str, ...]  # "code: message"
+    eligible_at: int | None  # ms; None: not known (not proven upstream)
+
+    @property
+    def ready(self) -> bool:
+        return not self.blockers
+
+
+@dataclass(frozen=True)
+class ServiceRow:
+    environment: str
+    service: str
+    pinned: str
+    tag: str | None
+    proof: Proof
+    proven: int  # expected clusters that prove the pinned digest
+    expected: int
+    since: int | None  # ms: when the current rollout to the pinned digest succeeded
+    reasons: tuple[str, ...]
+    clusters: tuple[ClusterRow, ...]
+    next: NextPromotion | None = None  # None: first environment, or nothing to promote
+
+
+@dataclass(frozen=True)
+class Status:
+    taken_at: int
+    environments: tuple[str, ...]
+    rows: tuple[ServiceRow, ...]
+    errors: tuple[tuple[str, str], ...] = ()  # (environment, what could not be read)
+
+
+def upstream_facts(name: str, desired: DesiredState,
+                   snapshot: LiveSnapshot) -> promotion.Upstream:
+    """An environment's snapshot as the ``Upstream`` of the next one (no second read)."""
+    facts: dict[str, promotion.UpstreamService] = {}
+    for svc in desired.services:
+        live = snapshot.services.get(svc.service_id)
+        facts[svc.name] = promotion.UpstreamService(
+            app_id=svc.app_id, egress=target_of(svc, live).egress, live=live,
+            expected=_expected(snapshot, live), observations=snapshot.observations.get(
+                svc.app_id, ()), pinned=svc.release.digest, tag=svc.release.tag,
+            version=svc.release.version)
+    return promotion.Upstream(name=name, services=facts)
+
+
+def _expected(snapshot: LiveSnapshot, live: object) -> tuple[str, ...]:
+    targets = live.deployment.target_cluster_ids \
+        if isinstance(live, LiveService) and live.deployment else ()
+    return evidence.expected_clusters(snapshot.mesh.expected_clusters, targets)
+
+
+def _clusters(proof: ServiceProof, pinned: str) -> tuple[ClusterRow, ...]:
+    return tuple(ClusterRow(service=proof.service, cluster=c.cluster, pinned=pinned,
+                            running=c.running, proven=c.proof is Proof.CONVERGED,
+                            why=c.why.value if c.why else None, detail=c.detail,
+                            last_error=c.last_error) for c in proof.clusters)
+
+
+def rows(name: str, desired: DesiredState, snapshot: LiveSnapshot, *,
+         environment: Environment | None = None, upstream: promotion.Upstream | None = None,
+         freezes: Sequence[tuple[Freeze, str]] = (), now_ms: int) -> tuple[ServiceRow, ...]:
+    """One row per service of ``desired`` in environment ``name``."""
+    out: list[ServiceRow] = []
+    for svc in desired.services:
+        live = snapshot.services.get(svc.service_id)
+        observations: tuple[Observation, ...] = snapshot.observations.get(svc.app_id, ())
+        proof = evidence.judge(target_of(svc, live), live, _expected(snapshot, live),
+                               observations)
+        converged = proof.proof is Proof.CONVERGED
+        since = promotion.proven_since(live, svc.release.digest) if converged else None
+        out.append(ServiceRow(
+            environment=name, service=svc.name, pinned=svc.release.digest,
+            tag=svc.release.tag, proof=proof.proof,
+            proven=sum(1 for c in proof.clusters if c.proof is Proof.CONVERGED),
+            expected=len(proof.clusters), since=since, reasons=tuple(proof.reasons()),
+            clusters=_clusters(proof, svc.release.digest),
+            next=_next(svc.name, svc.release.digest, environment, upstream, freezes, now_ms)))
+    return tuple(out)
+
+
+def _next(service: str, pinned: str, environment: Environment | None,
+          upstream: promotion.Upstream | None, freezes: Sequence[tuple[Freeze, str]],
+          now_ms: int) -> NextPromotion | None:
+    if environment is None or upstream is None or upstream.error is not None:
+        return None
+    facts = upstream.services.get(service)
+    live = facts.live if facts else None
+    candidate = live.current_digest if isinstance(live, LiveService) else None
+    if facts is None or candidate is None or candidate == pinned:
+        return None
+    gate = promotion.gate(service, candidate, environment, upstream, freezes, now_ms)
+    tag = facts.tag if facts.pinned == candidate else None
+    return NextPromotion(digest=candidate, tag=tag,
+                         blockers=tuple(f"{b.code.value}: {b.message}" for b in gate.blockers),
+                         eligible_at=gate.eligible_at)
+
+
+def assemble(taken_at: int, environments: Sequence[str],
+             per_environment: Mapping[str, tuple[ServiceRow, ...]],
+             errors: Sequence[tuple[str, str]] = ()) -> Status:
+    ordered = tuple(row for env in environments for row in per_environment.get(env, ()))
+    return Status(taken_at=taken_at, environments=tuple(environments), rows=ordered,
+                  errors=tuple(errors))
