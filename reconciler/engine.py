@@ -57,14 +57,14 @@ from reconciler.core.planning import (
     creation_requests,
     target_of,
 )
-from reconciler.core.planning import plan as make_plan
+from reconciler.core.planning import plan as _plan
 from reconciler.core.plans import Plan, Verdict, restrict
 from reconciler.core.preflight import Greenfield
 from reconciler.core.results import PlanResult, ResultKind
 from reconciler.core.sanitize import redact, safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.shell import applying, committed, gitrepo, greenfield, observing, validating
+from reconciler.shell import applying, committed, gitrepo, greenfield, heap, observing, validating
 from reconciler.shell import pinning as pin_files
 from reconciler.shell.controlplane import (
     ControlPlaneClient,
@@ -80,6 +80,16 @@ from reconciler.shell.progress import NullProgress, Progress
 
 if TYPE_CHECKING:  # the GitHub client (githubkit) loads only when a comment is written
     from reconciler.shell.github import CommentsClient
+
+
+
+def make_plan(desired: DesiredState, live: LiveSnapshot,
+              provenance: Provenance,
+              greenfield_answers: Greenfield | None = None) -> Plan:
+    """``core.planning.plan`` with the cyclic collector paused (``shell.heap``: a
+    10,000-service plan allocates hundreds of thousands of models, none of them garbage)."""
+    with heap.bulk():
+        return _plan(desired, live, provenance, greenfield_answers)
 
 
 def read_commit(root: Path, cache: validating.BlobCache | None = None, *,
