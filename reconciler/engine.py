@@ -72,7 +72,7 @@ from reconciler.core.planning import (
     creation_requests,
     target_of,
 )
-from reconciler.core.planning import plan as make_plan
+from reconciler.core.planning import plan as _plan
 from reconciler.core.plans import Change, Plan, Verdict, restrict
 from reconciler.core.preflight import Greenfield
 from reconciler.core.results import PlanResult, ResultKind
@@ -86,6 +86,7 @@ from reconciler.shell import (
     environments,
     gitrepo,
     greenfield,
+    heap,
     loading,
     observing,
     tracing,
@@ -110,6 +111,16 @@ if TYPE_CHECKING:  # the GitHub client (githubkit) loads only when a comment is 
     from reconciler.shell.github import CommentsClient
     from reconciler.shell.notifying import Counter, Notifier
     from reconciler.shell.pullrequests import PullRequest
+
+
+
+def make_plan(desired: DesiredState, live: LiveSnapshot,
+              provenance: Provenance,
+              greenfield_answers: Greenfield | None = None) -> Plan:
+    """``core.planning.plan`` with the cyclic collector paused (``shell.heap``: a
+    10,000-service plan allocates hundreds of thousands of models, none of them garbage)."""
+    with heap.bulk():
+        return _plan(desired, live, provenance, greenfield_answers)
 
 
 def read_commit(root: Path, cache: validating.BlobCache | None = None, *,

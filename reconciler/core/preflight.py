@@ -4,7 +4,8 @@ Owns the model of one ``IDeploymentPreflightReport`` (seed 002, schemaVersion 2)
 a plan needs it (decision, upstream blockers, authorization checks, source revision and
 dirty state, intent and configuration digests, the requested image and its platforms,
 the proposed namespace and its state), ``parse_report`` that turns the control plane's
-raw reply into it or says why it cannot, ``Answer`` (what the shell read for one request)
+raw reply into it (its shape checked by narrow strict wire models, ``core.wireshape``)
+or says why it cannot, ``Answer`` (what the shell read for one request)
 and ``ServicePreflight`` (what the plan says about one service's preflight).
 
 Fail closed (seed 002, 12.0.0): a reply whose shape is not the report's, whose
@@ -31,13 +32,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from reconciler.core.codes import BlockerCode, UpstreamBlockerCode
 from reconciler.core.desired import Service
 from reconciler.core.greenfield import PreflightBlocker
 from reconciler.core.names import is_digest
 from reconciler.core.sanitize import safe
+from reconciler.core.wireshape import WireModel, decode_value, problem
 
 #: The seed's capability a creation needs on the new service's id.
 CREATE_CAPABILITY = "deployment:create-greenfield"
@@ -193,89 +195,122 @@ class InvalidReport(ValueError):
 
 
 # -- parsing ----------------------------------------------------------------------------
-
-def _obj(value: object, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise InvalidReport(f"{where} is not an object")
-    return value
-
-
-def _list(value: object, where: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise InvalidReport(f"{where} is not a list")
-    return value
+#
+# The report's wire shape, as narrow strict models (``core.wireshape``): every part a
+# plan keeps, and the parts it only checks for shape (``currentImage``, ``runtimeTasks``,
+# ``runtimeAttestation``, ``platformBindings``, ``corestoreResources``). Fields are in the
+# order they are checked, so the first one at fault is the one named.
 
 
-def _str(value: object, where: str, limit: int = 300) -> str:
-    if not isinstance(value, str):
-        raise InvalidReport(f"{where} is not a string")
-    return safe(value, limit)
+class _ServiceWire(WireModel):
+    service_id: str
+    service_name: str
+    registry_host: str
+    registry_repository: str
 
 
-def _opt_str(value: object, where: str, limit: int = 300) -> str | None:
-    return None if value is None else _str(value, where, limit)
+class _SourceWire(WireModel):
+    revision: str
+    dirty: bool
+    version: str
+    intent_digest: str
+    configuration_digest: str
 
 
-def _bool(value: object, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidReport(f"{where} is not a boolean")
-    return value
+class _PlatformWire(WireModel):
+    os: str
+    architecture: str
+    digest: str | None = None
+    media_type: str | None = None
+    runnable: bool
+    manifest_present: bool
 
 
-def _tristate(value: object, where: str) -> Tristate:
-    if value == "unknown":
-        return "unknown"
-    return _bool(value, where)
+class _RequestedWire(WireModel):
+    digest: str | None = None
+    release_tag: str | None = None
+    tag_reserved: bool
+    media_type: str | None = None
+    platforms: tuple[_PlatformWire, ...]
 
 
-def _int(value: object, where: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidReport(f"{where} is not an integer")
-    return value
+class _ResourceWire(WireModel):
+    capability: str
+    resource_name: str
 
 
-def _digest(value: object, where: str) -> str:
-    text = _str(value, where, 80)
+class _ProposedWire(WireModel):
+    namespace: str
+    corestore_resources: tuple[_ResourceWire, ...]
+    namespace_reserved: bool
+    namespace_blank: bool | Literal["unknown"]
+    inventory_complete: bool
+    version_reserved: bool
+    would_replace_existing_state: bool | Literal["unknown"]
+
+
+class _CurrentWire(WireModel):
+    platforms: tuple[_PlatformWire, ...]
+    mutable_reference: bool
+
+
+class _CheckWire(WireModel):
+    capability: str
+    granted: bool
+
+
+class _BlockerWire(WireModel):
+    code: str
+    message: str
+
+
+class _ReportWire(WireModel):
+    """``IDeploymentPreflightReport`` (schemaVersion 2) as far as a plan reads it."""
+
+    service: _ServiceWire
+    source: _SourceWire
+    requested_image: _RequestedWire
+    proposed: _ProposedWire
+    current_image: _CurrentWire
+    runtime_tasks: tuple[JsonValue, ...]
+    runtime_attestation: dict[str, JsonValue]
+    platform_bindings: tuple[JsonValue, ...]
+    corestore_resources: tuple[JsonValue, ...]
+    authorization_checks: tuple[_CheckWire, ...]
+    compatibility_blockers: tuple[_BlockerWire, ...]
+    generated_at: int
+
+
+def _digest(value: str, where: str) -> str:
+    text = safe(value, 80)
     if not is_digest(text):
         raise InvalidReport(f"{where} is not a canonical sha256 digest ({text})")
     return text
 
 
-def _opt_digest(value: object, where: str) -> str | None:
+def _opt_digest(value: str | None, where: str) -> str | None:
     return None if value is None else _digest(value, where)
 
 
-def _platforms(value: object, where: str) -> tuple[Platform, ...]:
-    out = []
-    for index, raw in enumerate(_list(value, where)):
-        at = f"{where}[{index}]"
-        item = _obj(raw, at)
-        out.append(Platform(
-            os=_str(item.get("os"), f"{at}.os", 60),
-            architecture=_str(item.get("architecture"), f"{at}.architecture", 60),
-            digest=_opt_digest(item.get("digest"), f"{at}.digest"),
-            media_type=_opt_str(item.get("mediaType"), f"{at}.mediaType", 120),
-            runnable=_bool(item.get("runnable"), f"{at}.runnable"),
-            manifest_present=_bool(item.get("manifestPresent"), f"{at}.manifestPresent")))
-    return tuple(out)
+def _opt(value: str | None, limit: int) -> str | None:
+    return None if value is None else safe(value, limit)
 
 
-def _resources(value: object, where: str) -> tuple[ProposedResource, ...]:
-    out = []
-    for index, raw in enumerate(_list(value, where)):
-        item = _obj(raw, f"{where}[{index}]")
-        out.append(ProposedResource(
-            capability=_str(item.get("capability"), f"{where}[{index}].capability", 40),
-            resource_name=_str(item.get("resourceName"), f"{where}[{index}].resourceName",
-                               80)))
-    return tuple(out)
+def _platforms(wire: tuple[_PlatformWire, ...], where: str) -> tuple[Platform, ...]:
+    return tuple(Platform(os=safe(p.os, 60), architecture=safe(p.architecture, 60),
+                          digest=_opt_digest(p.digest, f"{where}[{index}].digest"),
+                          media_type=_opt(p.media_type, 120), runnable=p.runnable,
+                          manifest_present=p.manifest_present)
+                 for index, p in enumerate(wire))
 
 
 def parse_report(raw: object) -> Report:
     """The control plane's ``report`` value as a ``Report``; ``InvalidReport`` naming the
     first field at fault when it is not a schemaVersion-2 report with
     ``mutationPerformed: false`` and a decision its blockers agree with."""
-    report = _obj(raw, "report")
+    if not isinstance(raw, dict):
+        raise InvalidReport("report is not an object")
+    report = raw
     if report.get("schemaVersion") != 2:
         raise InvalidReport(f"report.schemaVersion is {safe(report.get('schemaVersion'), 40)},"
                             " not 2")
@@ -288,75 +323,55 @@ def parse_report(raw: object) -> Report:
     if decision not in ("GO", "NO-GO"):
         raise InvalidReport(f"report.decision is {safe(json_repr(decision), 40)}, not GO or "
                             "NO-GO")
-    service = _obj(report.get("service"), "report.service")
-    source = _obj(report.get("source"), "report.source")
-    requested = _obj(report.get("requestedImage"), "report.requestedImage")
-    proposed = _obj(report.get("proposed"), "report.proposed")
-    current = _obj(report.get("currentImage"), "report.currentImage")
-    _platforms(current.get("platforms"), "report.currentImage.platforms")
-    _bool(current.get("mutableReference"), "report.currentImage.mutableReference")
-    _list(report.get("runtimeTasks"), "report.runtimeTasks")
-    _obj(report.get("runtimeAttestation"), "report.runtimeAttestation")
-    _list(report.get("platformBindings"), "report.platformBindings")
-    _list(report.get("corestoreResources"), "report.corestoreResources")
-    checks = []
-    for index, raw_check in enumerate(_list(report.get("authorizationChecks"),
-                                            "report.authorizationChecks")):
-        at = f"report.authorizationChecks[{index}]"
-        item = _obj(raw_check, at)
-        checks.append(AuthorizationCheck(capability=_str(item.get("capability"),
-                                                         f"{at}.capability", 60),
-                                         granted=_bool(item.get("granted"), f"{at}.granted")))
+    try:
+        wire = decode_value(_ReportWire, report)
+    except ValidationError as exc:
+        raise InvalidReport(problem(exc, "report", limit=300, model=_ReportWire)) from exc
+    _platforms(wire.current_image.platforms, "report.currentImage.platforms")
+    checks = tuple(AuthorizationCheck(capability=safe(c.capability, 60), granted=c.granted)
+                   for c in wire.authorization_checks)
     blockers = []
-    for index, raw_blocker in enumerate(_list(report.get("compatibilityBlockers"),
-                                              "report.compatibilityBlockers")):
-        at = f"report.compatibilityBlockers[{index}]"
-        item = _obj(raw_blocker, at)
-        code = _str(item.get("code"), f"{at}.code", 60)
+    for index, item in enumerate(wire.compatibility_blockers):
+        code = safe(item.code, 60)
         if not code:
-            raise InvalidReport(f"{at}.code is empty")
-        message = _str(item.get("message"), f"{at}.message")
-        blockers.append(PreflightBlocker.from_upstream(code, message))
+            raise InvalidReport(f"report.compatibilityBlockers[{index}].code is empty")
+        blockers.append(PreflightBlocker.from_upstream(code, safe(item.message, 300)))
     if decision == "GO" and blockers:
         raise InvalidReport(f"report.decision is GO but it lists {len(blockers)} blocker(s) "
                             f"({', '.join(b.code for b in blockers)})")
     if decision == "NO-GO" and not blockers:
         raise InvalidReport("report.decision is NO-GO but it names no blocker: the reason is "
                             "unknown")
+    service, source, requested, proposed = (wire.service, wire.source, wire.requested_image,
+                                            wire.proposed)
     return Report(
         decision=Decision(decision),
-        generated_at=_int(report.get("generatedAt"), "report.generatedAt"),
-        service_id=_str(service.get("serviceId"), "report.service.serviceId", 200),
-        service_name=_str(service.get("serviceName"), "report.service.serviceName", 200),
-        registry_host=_str(service.get("registryHost"), "report.service.registryHost", 255),
-        registry_repository=_str(service.get("registryRepository"),
-                                 "report.service.registryRepository", 255),
-        source_revision=_str(source.get("revision"), "report.source.revision", 80),
-        source_dirty=_bool(source.get("dirty"), "report.source.dirty"),
-        version=_str(source.get("version"), "report.source.version", 120),
-        intent_digest=_digest(source.get("intentDigest"), "report.source.intentDigest"),
-        configuration_digest=_digest(source.get("configurationDigest"),
+        generated_at=wire.generated_at,
+        service_id=safe(service.service_id, 200),
+        service_name=safe(service.service_name, 200),
+        registry_host=safe(service.registry_host, 255),
+        registry_repository=safe(service.registry_repository, 255),
+        source_revision=safe(source.revision, 80),
+        source_dirty=source.dirty,
+        version=safe(source.version, 120),
+        intent_digest=_digest(source.intent_digest, "report.source.intentDigest"),
+        configuration_digest=_digest(source.configuration_digest,
                                      "report.source.configurationDigest"),
-        requested_digest=_opt_digest(requested.get("digest"), "report.requestedImage.digest"),
-        release_tag=_opt_str(requested.get("releaseTag"), "report.requestedImage.releaseTag",
-                             128),
-        tag_reserved=_bool(requested.get("tagReserved"), "report.requestedImage.tagReserved"),
-        media_type=_opt_str(requested.get("mediaType"), "report.requestedImage.mediaType", 120),
-        platforms=_platforms(requested.get("platforms"), "report.requestedImage.platforms"),
-        namespace=_str(proposed.get("namespace"), "report.proposed.namespace", 80),
-        proposed_corestore=_resources(proposed.get("corestoreResources"),
-                                      "report.proposed.corestoreResources"),
-        namespace_reserved=_bool(proposed.get("namespaceReserved"),
-                                 "report.proposed.namespaceReserved"),
-        namespace_blank=_tristate(proposed.get("namespaceBlank"),
-                                  "report.proposed.namespaceBlank"),
-        inventory_complete=_bool(proposed.get("inventoryComplete"),
-                                 "report.proposed.inventoryComplete"),
-        version_reserved=_bool(proposed.get("versionReserved"),
-                               "report.proposed.versionReserved"),
-        would_replace_existing_state=_tristate(proposed.get("wouldReplaceExistingState"),
-                                               "report.proposed.wouldReplaceExistingState"),
-        authorization_checks=tuple(checks),
+        requested_digest=_opt_digest(requested.digest, "report.requestedImage.digest"),
+        release_tag=_opt(requested.release_tag, 128),
+        tag_reserved=requested.tag_reserved,
+        media_type=_opt(requested.media_type, 120),
+        platforms=_platforms(requested.platforms, "report.requestedImage.platforms"),
+        namespace=safe(proposed.namespace, 80),
+        proposed_corestore=tuple(ProposedResource(capability=safe(r.capability, 40),
+                                                  resource_name=safe(r.resource_name, 80))
+                                 for r in proposed.corestore_resources),
+        namespace_reserved=proposed.namespace_reserved,
+        namespace_blank=proposed.namespace_blank,
+        inventory_complete=proposed.inventory_complete,
+        version_reserved=proposed.version_reserved,
+        would_replace_existing_state=proposed.would_replace_existing_state,
+        authorization_checks=checks,
         blockers=tuple(blockers),
     )
 

@@ -70,10 +70,12 @@ def load(root: Path, *, cache: validating.BlobCache | None = None) -> CommittedL
     if refused is not None:
         return CommittedLoad(refused, Provenance(path=str(root.resolve())), (), in_git=False)
     provenance = gitrepo.provenance(root)
-    on_disk, _ = loading.discover(root)
+    on_disk, refused_on_disk = loading.discover(root)
     if provenance.commit is None:
         if not _in_git(root):
-            return CommittedLoad(validating.load_repo(root), provenance, (), in_git=False)
+            # The walk just made is the one the files are read from: no second walk.
+            return CommittedLoad(validating.load_files(root, on_disk, refused_on_disk),
+                                 provenance, (), in_git=False)
         problem = Diagnostic(root.as_posix(), 0, 0, "", (
             "the git repository has no commit yet: plan and apply read the desired state "
             "from the commit HEAD is at, so commit the files first (`reconcile validate` "
@@ -107,11 +109,11 @@ def load_worktree(root: Path) -> CommittedLoad:
                              dataclasses.replace(provenance, worktree=True), (), in_git=False)
     ignored = gitrepo.ignored_files(root)
     result = validating.load_repo(root, exclude=ignored)
-    on_disk, _ = loading.discover(root)
     committed: set[str] = set()
     if provenance.commit is not None:
         committed = {e.path for e in gitrepo.tree(root, provenance.commit)}
-    untracked = tuple(rel for rel in on_disk if rel not in committed and rel not in ignored)
+    # ``result.files``: what the one walk found on disk, minus what git ignores.
+    untracked = tuple(rel for rel in result.files if rel not in committed)
     edited = gitrepo.uncommitted(root) if provenance.commit is not None else ()
     provenance = dataclasses.replace(provenance, worktree=True, uncommitted=edited,
                                      dirty=bool(edited or untracked or provenance.dirty))

@@ -246,17 +246,10 @@ def check_file(path: Path) -> FileCheck:
 
 
 def _alone(path: Path) -> FileCheck:
-    loaded = loading.load_file(path.parent, path.name)
-    documents: list[crosscheck.Located] = []
-    diagnostics: list[Diagnostic] = list(loaded.diagnostics)
-    for document in loaded.documents:
-        model, problems = validating.validate_document(document)
-        diagnostics.extend(problems)
-        if model is not None:
-            documents.append(crosscheck.Located(
-                model, document.path, document.line, document.column, document.positions))
-    diagnostics.extend(crosscheck.check(documents, complete=False, repo=path.name))
-    return FileCheck(tuple(sorted_diagnostics(diagnostics)), tuple(documents), None)
+    documents, found = validating.validate_file(loading.load_file(path.parent, path.name))
+    diagnostics: list[Diagnostic] = [*found, *crosscheck.check(documents, complete=False,
+                                                               repo=path.name)]
+    return FileCheck(tuple(sorted_diagnostics(diagnostics)), documents, None)
 
 
 def _renamed(diagnostics: Sequence[Diagnostic], name: str) -> tuple[Diagnostic, ...]:

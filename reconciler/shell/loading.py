@@ -5,8 +5,10 @@ Owns everything between the bytes on disk and plain Python values: finding the
 reading them without following symbolic links or leaving the repo root, decoding
 UTF-8, parsing YAML at the *event* level and building ``dict``/``list``/``str``/
 ``int``/``float``/``bool``/``None`` values iteratively, with a side map from each
-value's path to its 1-based (line, column). Callers: ``shell.validating`` (and through
-it ``reconcile validate`` and the watcher).
+value's path to its 1-based (line, column). Each file is read and parsed once per
+load; nothing is kept between loads (the watcher reuses validated files by blob id,
+``shell.validating.BlobCache``). Callers: ``shell.validating`` (and through it every
+command and the watcher), ``shell.discovery`` and ``shell.pinning``.
 
 It must not know the document kinds or any rule about their content: that is
 ``core.desired`` (models) and ``core.crosscheck``. It never raises for bad input:
@@ -41,9 +43,8 @@ import importlib
 import os
 import re
 import stat
-import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -55,16 +56,12 @@ from reconciler.core.diagnostics import NO_POSITION, Diagnostic, field_path
 MAX_FILE_BYTES: Final = 1 << 20
 MAX_DEPTH: Final = 64
 YAML_SUFFIXES: Final = (".yaml", ".yml")
-#: Files modified more recently than this before they were read are not cached.
-RACY_NS: Final = 2_000_000_000
 
 #: A path inside a document: mapping keys and sequence indexes, from the root.
 Key = str | int
 PathKey = tuple[Key, ...]
 #: 1-based (line, column).
 Position = tuple[int, int]
-#: What identifies one version of a file on disk: (device, inode, size, mtime_ns).
-FileStamp = tuple[int, int, int, int]
 
 try:  # The C parser: same events, same marks, much faster.
     _CParser: Callable[[str], Any] | None = importlib.import_module("_ruamel_yaml").CParser
@@ -117,42 +114,8 @@ class LoadedFile:
     """
 
     path: str
-    stamp: FileStamp | None
     documents: tuple[YamlDocument, ...]
     diagnostics: tuple[Diagnostic, ...]
-
-
-@dataclass(slots=True)
-class ParseCache:
-    """Parsed files by repo-relative path, reused while the file's stamp is unchanged.
-
-    A file modified less than ``RACY_NS`` before it was read is not cached: a second
-    write in the same mtime tick with the same size would otherwise go unnoticed (the
-    "racy git" problem). The watcher keeps one of these across runs.
-    """
-
-    entries: dict[str, LoadedFile] = field(default_factory=dict)
-    hits: int = 0
-    misses: int = 0
-
-    def get(self, path: str, stamp: FileStamp) -> LoadedFile | None:
-        found = self.entries.get(path)
-        if found is not None and found.stamp == stamp:
-            self.hits += 1
-            return found
-        self.misses += 1
-        return None
-
-    def put(self, loaded: LoadedFile) -> None:
-        if loaded.stamp is None or time.time_ns() - loaded.stamp[3] < RACY_NS:
-            self.entries.pop(loaded.path, None)
-            return
-        self.entries[loaded.path] = loaded
-
-    def retain(self, paths: set[str]) -> None:
-        """Forget files that are no longer part of the repo."""
-        for gone in set(self.entries) - paths:
-            del self.entries[gone]
 
 
 class _Refused(Exception):
@@ -227,36 +190,23 @@ def check_relative(rel: str) -> str | None:
     return None
 
 
-def stamp_of(root: Path, rel: str) -> FileStamp:
-    """The (device, inode, size, mtime_ns) of ``rel``, not following links (may raise OSError)."""
-    st = os.lstat(root / rel)
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def load_file(root: Path, rel: str, *, cache: ParseCache | None = None) -> LoadedFile:
+def load_file(root: Path, rel: str) -> LoadedFile:
     """Read and parse one repo-relative file; never raises for bad input or I/O errors."""
     reason = check_relative(rel)
     if reason is not None:
-        return LoadedFile(rel, None, (), (_file_problem(rel, reason),))
+        return LoadedFile(rel, (), (_file_problem(rel, reason),))
     try:
         link = _first_symlink(root, rel)
         if link is not None:
-            return LoadedFile(rel, None, (), (_file_problem(
+            return LoadedFile(rel, (), (_file_problem(
                 rel, f"{link!r} is a symbolic link; links are not followed"),))
-        if cache is not None:
-            hit = cache.get(rel, stamp_of(root, rel))
-            if hit is not None:
-                return hit
-        data, stamp = _read_regular(os.path.join(root, rel))
+        data = _read_regular(os.path.join(root, rel))
     except _Refused as exc:
-        return LoadedFile(rel, None, (), (_file_problem(rel, exc.message),))
+        return LoadedFile(rel, (), (_file_problem(rel, exc.message),))
     except OSError as exc:
-        return LoadedFile(rel, None, (), (_file_problem(rel, f"cannot read: {_os_reason(exc)}"),))
+        return LoadedFile(rel, (), (_file_problem(rel, f"cannot read: {_os_reason(exc)}"),))
     documents, problems = parse_bytes(data, rel)
-    loaded = LoadedFile(rel, stamp, () if problems else documents, problems)
-    if cache is not None:
-        cache.put(loaded)
-    return loaded
+    return LoadedFile(rel, () if problems else documents, problems)
 
 
 def load_bytes(rel: str, data: bytes | int) -> LoadedFile:
@@ -265,12 +215,12 @@ def load_bytes(rel: str, data: bytes | int) -> LoadedFile:
     name ``rel`` and the line, exactly as ``load_file`` does for a file on disk."""
     reason = check_relative(rel)
     if reason is not None:
-        return LoadedFile(rel, None, (), (_file_problem(rel, reason),))
+        return LoadedFile(rel, (), (_file_problem(rel, reason),))
     if isinstance(data, int):
-        return LoadedFile(rel, None, (), (_file_problem(
+        return LoadedFile(rel, (), (_file_problem(
             rel, f"is {data} bytes; the limit is {MAX_FILE_BYTES}"),))
     documents, problems = parse_bytes(data, rel)
-    return LoadedFile(rel, None, () if problems else documents, problems)
+    return LoadedFile(rel, () if problems else documents, problems)
 
 
 def _first_symlink(root: Path, rel: str) -> str | None:
@@ -282,7 +232,7 @@ def _first_symlink(root: Path, rel: str) -> str | None:
     return None
 
 
-def _read_regular(path: str) -> tuple[bytes, FileStamp]:
+def _read_regular(path: str) -> bytes:
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
     try:
@@ -302,7 +252,7 @@ def _read_regular(path: str) -> tuple[bytes, FileStamp]:
         data = b"".join(chunks)
         if len(data) > MAX_FILE_BYTES:
             raise _Refused(1, 1, "", f"is over the {MAX_FILE_BYTES}-byte limit")
-        return data, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        return data
     finally:
         os.close(fd)
 

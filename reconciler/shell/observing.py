@@ -36,6 +36,7 @@ from reconciler.core import attribution
 from reconciler.core.desired import DesiredState
 from reconciler.core.live import LiveService, LiveSnapshot
 from reconciler.core.sanitize import redact
+from reconciler.shell import heap
 from reconciler.shell.controlplane import ControlPlaneClient, fleet, token_from_env
 from reconciler.shell.controlplane.fleet import Memory as Memory
 from reconciler.shell.endpoints import ConfigError, Connection, ssl_context
@@ -110,6 +111,21 @@ async def observe_async(
     survive between snapshots); when omitted they are created and closed here.
     ``memory`` keeps the control plane's last clean read for a conditional re-read
     (the watcher keeps one across resyncs; a one-shot plan has none)."""
+    with heap.bulk():  # millions of live objects built, no garbage: see ``shell.heap``
+        return await _observe(desired, conn, env=env, progress=progress, prober=prober,
+                              client=client, memory=memory)
+
+
+async def _observe(
+    desired: DesiredState,
+    conn: Connection,
+    *,
+    env: Mapping[str, str],
+    progress: Progress | None,
+    prober: Prober | None,
+    client: ControlPlaneClient | None,
+    memory: Memory | None,
+) -> LiveSnapshot:
     progress = progress or NullProgress()
     taken_at = int(time.time() * 1000)
     own_client = client is None

@@ -4,8 +4,8 @@ Owns the sequence load (``shell.loading``) -> dispatch on ``kind`` -> model vali
 (``core.desired``) -> cross-document checks (``core.crosscheck``), and the translation
 of pydantic's errors into ``Diagnostic``s that name the file, line, column and field
 in plain English. Callers: ``reconcile validate``, the engine (plan/apply) and the
-watcher, which passes a ``RepoCache`` so that only changed files are parsed and
-validated again.
+watcher, which reads commits through ``load_blobs`` with a ``BlobCache`` so that only
+changed blobs are parsed and validated again. Each file is read and parsed once.
 
 It must not print, exit, or decide anything about plans. It never raises for bad
 input: a repo that cannot be read is a diagnostic too.
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import time
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -82,52 +81,12 @@ class _FileOutcome:
     diagnostics: tuple[Diagnostic, ...]
 
 
-@dataclass(slots=True)
-class RepoCache:
-    """Per-file load and validation results, reused while a file is unchanged.
-
-    Keep one per watched repo and pass it to every ``load_repo`` call: unchanged
-    files (same device, inode, size and mtime, see ``loading.FileStamp``) are neither
-    parsed nor validated again. Files modified in the last two seconds are not kept
-    (``loading.RACY_NS``). Cross-document checks always run over the whole
-    repo.
-    """
-
-    outcomes: dict[str, _FileOutcome] = field(default_factory=dict)
-    hits: int = 0
-    misses: int = 0
-
-    def lookup(self, root: Path, rel: str) -> _FileOutcome | None:
-        previous = self.outcomes.get(rel)
-        if previous is not None and previous.loaded.stamp is not None:
-            try:
-                if loading.stamp_of(root, rel) == previous.loaded.stamp:
-                    self.hits += 1
-                    return previous
-            except OSError:
-                pass
-        self.misses += 1
-        return None
-
-    def store(self, outcome: _FileOutcome) -> None:
-        stamp = outcome.loaded.stamp
-        if stamp is None or time.time_ns() - stamp[3] < loading.RACY_NS:
-            self.outcomes.pop(outcome.loaded.path, None)
-        else:
-            self.outcomes[outcome.loaded.path] = outcome
-
-    def retain(self, paths: set[str]) -> None:
-        for gone in set(self.outcomes) - paths:
-            del self.outcomes[gone]
-
-
-def load_repo(root: Path, *, cache: RepoCache | None = None,
-              exclude: frozenset[str] = frozenset()) -> LoadResult:
+def load_repo(root: Path, *, exclude: frozenset[str] = frozenset()) -> LoadResult:
     """Load and validate every YAML file under ``root``; never raises for bad input.
 
-    ``cache``: see ``RepoCache`` (the watcher keeps one; one-shot commands pass none).
     ``exclude``: root-relative paths that are not desired state (files git ignores, for
-    ``plan --worktree``); never read.
+    ``plan --worktree``); never read. ``LoadResult.files`` lists the files read, so a
+    caller needs no second walk of the directory.
     """
     refused = check_root(root)
     if refused is not None:
@@ -135,21 +94,18 @@ def load_repo(root: Path, *, cache: RepoCache | None = None,
     paths, problems = loading.discover(root)
     if exclude:
         paths = tuple(p for p in paths if p not in exclude)
-    outcomes: dict[str, _FileOutcome] = {}
-    todo: list[str] = []
-    for rel in paths:
-        hit = cache.lookup(root, rel) if cache is not None else None
-        if hit is not None:
-            outcomes[rel] = hit
-        else:
-            todo.append(rel)
-    for outcome in (_validate_loaded(loading.load_file(root, rel)) for rel in todo):
-        outcomes[outcome.loaded.path] = outcome
-        if cache is not None:
-            cache.store(outcome)
-    if cache is not None:
-        cache.retain(set(paths))
-    return _combine(root, paths, outcomes, problems)
+    return load_files(root, paths, problems)
+
+
+def load_files(root: Path, paths: Sequence[str],
+               problems: Sequence[Diagnostic] = ()) -> LoadResult:
+    """Validate the files ``paths`` (repo-relative, as ``loading.discover`` lists them)
+    under ``root``, each read and parsed once; ``problems`` are added (what the walk
+    refused)."""
+    outcomes = {outcome.loaded.path: outcome
+                for outcome in (_validate_loaded(loading.load_file(root, rel))
+                                for rel in paths)}
+    return _combine(root, tuple(paths), outcomes, problems)
 
 
 @dataclass(slots=True)
@@ -245,6 +201,14 @@ def check_root(root: Path) -> LoadResult | None:
 
 def _failed(repo: str, message: str) -> LoadResult:
     return LoadResult(None, (Diagnostic(repo, 0, 0, "", message),), ())
+
+
+def validate_file(loaded: LoadedFile) -> tuple[tuple[crosscheck.Located, ...],
+                                               tuple[Diagnostic, ...]]:
+    """One loaded file's documents, each validated against its kind's model: the
+    documents that passed, and every problem (the file's own first)."""
+    outcome = _validate_loaded(loaded)
+    return outcome.documents, outcome.diagnostics
 
 
 def _validate_loaded(loaded: LoadedFile) -> _FileOutcome:

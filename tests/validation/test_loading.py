@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reconciler.shell import loading
-from reconciler.shell.validating import RepoCache, load_repo
+from reconciler.shell.validating import BlobCache, load_blobs, load_repo
 
 
 def parse(text: str) -> object:
@@ -90,36 +93,52 @@ def test_dot_directories_are_skipped_and_order_is_deterministic(tmp_path: Path) 
     assert loading.discover(tmp_path) == (("a/b.yaml", "a/z.yml", "b.yaml"), ())
 
 
-def _age(path: Path, seconds: int = 60) -> None:
-    st = path.stat()
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - seconds * 1_000_000_000))
+def _blobs(repo: Path) -> dict[str, bytes]:
+    return {p.relative_to(repo).as_posix(): p.read_bytes() for p in sorted(repo.rglob("*.yaml"))}
 
 
-def test_cache_reparses_only_changed_files(repo: Path) -> None:
-    for path in repo.rglob("*.yaml"):
-        _age(path)
-    cache = RepoCache()
-    first = load_repo(repo, cache=cache)
-    assert first.valid and cache.misses == 7 and cache.hits == 0
-    second = load_repo(repo, cache=cache)
-    assert second.state == first.state and cache.hits == 7
+def test_blob_cache_reparses_only_changed_files(repo: Path) -> None:
+    """What the watcher keeps between commits: a file whose blob is unchanged is neither
+    read nor validated again; a changed one is, and its new content counts."""
+    contents = _blobs(repo)
+    asked: list[str] = []
 
-    changed = repo / "services" / "search.yaml"
-    changed.write_text(changed.read_text().replace("egress: []", "egress: [{host: x.example}]"))
-    _age(changed, 30)
-    third = load_repo(repo, cache=cache)
-    assert cache.misses == 8 and cache.hits == 13
+    def files() -> list[tuple[str, str]]:
+        return [(rel, hashlib.sha1(data).hexdigest()) for rel, data in contents.items()]
+
+    def read(oids: Sequence[str]) -> list[bytes | int]:
+        asked.extend(oids)
+        by_oid = {hashlib.sha1(data).hexdigest(): data for data in contents.values()}
+        return [by_oid[oid] for oid in oids]
+
+    cache = BlobCache()
+    first = load_blobs(repo, files(), read, cache=cache)
+    assert first.valid and cache.misses == 7 and cache.hits == 0 and len(asked) == 7
+    second = load_blobs(repo, files(), read, cache=cache)
+    assert second.state == first.state and cache.hits == 7 and len(asked) == 7
+
+    contents["services/search.yaml"] = contents["services/search.yaml"].replace(
+        b"egress: []", b"egress: [{host: x.example}]")
+    third = load_blobs(repo, files(), read, cache=cache)
+    assert cache.misses == 8 and cache.hits == 13 and len(asked) == 8
     assert third.state is not None
     search = third.state.service_by_name("search")
     assert search is not None and search.egress is not None and search.egress[0].host == "x.example"
 
 
-def test_recently_modified_files_are_not_cached(repo: Path) -> None:
-    for path in repo.rglob("*.yaml"):
-        os.utime(path)  # modified just now
-    cache = RepoCache()
-    assert load_repo(repo, cache=cache).valid
-    assert cache.outcomes == {}  # all were written just now: a same-tick rewrite is possible
+def test_each_file_is_read_once_per_load(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One walk, one read and one parse per file: nothing is read twice, nothing kept."""
+    reads: list[str] = []
+    real = loading.load_file
+
+    def counted(root: Path, rel: str) -> loading.LoadedFile:
+        reads.append(rel)
+        return real(root, rel)
+
+    monkeypatch.setattr(loading, "load_file", counted)
+    result = load_repo(repo)
+    assert result.valid and sorted(reads) == sorted(result.files) and len(reads) == 7
+    assert load_repo(repo).state == result.state and len(reads) == 14
 
 
 @given(st.binary(max_size=2000))

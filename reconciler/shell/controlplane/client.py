@@ -25,16 +25,24 @@ from reconciler.core.sanitize import safe
 from reconciler.shell.controlplane.errors import ProtocolError, UnknownMethod
 from reconciler.shell.controlplane.session import Session
 from reconciler.shell.controlplane.wire import (
+    AllServicesReply,
+    CapabilitiesReply,
     Grants,
+    GrantsReply,
+    RawObject,
     ReleasesPage,
+    ReleasesPageReply,
+    ReleasesReply,
+    ReleaseWire,
+    ServiceReply,
     Services,
+    ServicesReply,
     Written,
-    dict_field,
+    WrittenReply,
     etag_of,
-    list_field,
     not_modified,
     releases_page,
-    write_result,
+    written,
 )
 from reconciler.shell.endpoints import Connection
 
@@ -74,16 +82,11 @@ class ControlPlaneClient(Session):
         async with self._capabilities_lock:
             if self._capabilities is None:
                 try:
-                    response = await self.read("getCapabilities", {})
+                    reply = await self.read_as("getCapabilities", {}, CapabilitiesReply)
                 except UnknownMethod:
                     self._capabilities = frozenset()
                 else:
-                    methods = response.get("methods")
-                    if not isinstance(methods, list) or not all(
-                            isinstance(m, str) for m in methods):
-                        raise ProtocolError(
-                            "getCapabilities: response.methods is not a list of strings")
-                    self._capabilities = frozenset(safe(m, 120) for m in methods)
+                    self._capabilities = frozenset(safe(m, 120) for m in reply.methods)
             return self._capabilities
 
     def forget_capabilities(self) -> None:
@@ -94,28 +97,30 @@ class ControlPlaneClient(Session):
 
     # -- reads --------------------------------------------------------------------------
 
-    async def get_services(self) -> list[dict[str, Any]]:
-        services = (await self.read_services()).services
-        assert services is not None  # nothing was sent to be "not modified" since
-        return services
+    async def get_services(self) -> list[RawObject]:
+        """``getServices`` whole: every ``IService`` as the control plane sent it (the
+        fleet read uses ``read_services``, which keeps only what a plan reads)."""
+        return (await self.read_as("getServices", {}, AllServicesReply)).services
 
     async def read_services(self, *, if_none_match: str | None = None) -> Services:
         """``getServices``, conditionally when ``if_none_match`` is the [ext] etag of an
         earlier read: then ``services`` is None when nothing changed since."""
         method = "getServices"
-        response = await self.read(method, _conditional({}, if_none_match))
-        if not_modified(response, method, if_none_match):
+        reply = await self.read_as(method, _conditional({}, if_none_match), ServicesReply)
+        if not_modified(reply, method, if_none_match):
             return Services(services=None, etag=if_none_match)
-        return Services(services=list_field(response, "services", method),
-                        etag=etag_of(response, method))
+        if reply.services is None:
+            raise ProtocolError(f"{method}: response.services is not a list of objects")
+        return Services(services=reply.services, etag=etag_of(reply.etag, method))
 
-    async def get_service(self, service_id: str) -> dict[str, Any]:
-        response = await self.read("getServiceById", {"serviceId": service_id})
-        return dict_field(response, "service", "getServiceById")
+    async def get_service(self, service_id: str) -> RawObject:
+        reply = await self.read_as("getServiceById", {"serviceId": service_id}, ServiceReply)
+        return reply.service
 
-    async def get_releases(self, service_id: str) -> list[dict[str, Any]]:
-        response = await self.read("getServiceImageReleases", {"serviceId": service_id})
-        return list_field(response, "releases", "getServiceImageReleases")
+    async def get_releases(self, service_id: str) -> list[ReleaseWire | RawObject]:
+        reply = await self.read_as("getServiceImageReleases", {"serviceId": service_id},
+                                   ReleasesReply)
+        return reply.releases
 
     async def get_services_releases(
         self, service_ids: Sequence[str] | None, *, cursor: str | None = None,
@@ -130,18 +135,17 @@ class ControlPlaneClient(Session):
             request["cursor"] = cursor
         if limit is not None:
             request["limit"] = limit
-        response = await self.read(SERVICES_RELEASES, request)
-        return releases_page(response, SERVICES_RELEASES)
+        reply = await self.read_as(SERVICES_RELEASES, request, ReleasesPageReply)
+        return releases_page(reply, SERVICES_RELEASES)
 
-    async def get_grants(self) -> list[dict[str, Any]]:
+    async def get_grants(self) -> list[RawObject]:
         return (await self.read_grants()).grants
 
     async def read_grants(self) -> Grants:
         """``getServiceDeploymentGrants`` with the [ext] etag it was read at."""
         method = "getServiceDeploymentGrants"
-        response = await self.read(method, {})
-        return Grants(grants=list_field(response, "grants", method),
-                      etag=etag_of(response, method))
+        reply = await self.read_as(method, {}, GrantsReply)
+        return Grants(grants=reply.grants, etag=etag_of(reply.etag, method))
 
     # -- keyed writes -------------------------------------------------------------------
 
@@ -164,8 +168,7 @@ class ControlPlaneClient(Session):
         }
         if expected_rollout_id is not None:
             request["expectedCurrentRolloutId"] = expected_rollout_id
-        response = await self.read("promoteServiceImageRelease", request)
-        return write_result(response, "promoteServiceImageRelease")
+        return written(await self.read_as("promoteServiceImageRelease", request, WrittenReply))
 
     async def rollback(
         self,
@@ -184,8 +187,7 @@ class ControlPlaneClient(Session):
             "expectedCurrentRolloutId": expected_rollout_id,
             "expectedRolloutGeneration": expected_generation,
         }
-        response = await self.read("rollbackServiceImageRelease", request)
-        return write_result(response, "rollbackServiceImageRelease")
+        return written(await self.read_as("rollbackServiceImageRelease", request, WrittenReply))
 
     async def set_egress(
         self,
@@ -202,8 +204,7 @@ class ControlPlaneClient(Session):
             "idempotencyKey": idempotency_key,
             "expectedEgressRevision": expected_revision,
         }
-        response = await self.read("setServiceEgress", request)
-        return write_result(response, "setServiceEgress")
+        return written(await self.read_as("setServiceEgress", request, WrittenReply))
 
     async def configure_grant(
         self, user_id: str, service_id: str, capabilities: list[str]

@@ -3,7 +3,9 @@
 Owns the request envelope (a fresh ``uni_<24 hex>`` correlation id per envelope) and
 the reading of a reply envelope into one of three outcomes: an answer (``response``),
 a wait (``retry``, bounded by ``MAX_RETRY_WAIT_SECONDS``), or a raised exception
-(``error``, a null body, a null response -- never "empty").
+(``error``, a null body, a null response -- never "empty"). ``answer_as`` decodes an
+answer's ``response`` from the bytes straight into a wire model (``core.wireshape``);
+anything else is read whole by ``decode`` and the functions after it.
 
 Pure: no I/O; callers (``session``) send and receive the bytes.
 """
@@ -12,9 +14,16 @@ from __future__ import annotations
 
 import json
 import secrets
-from typing import Any, Final
+from functools import cache
+from typing import Any, Final, TypeVar
 
+from pydantic import BaseModel, JsonValue, ValidationError, create_model
+
+from reconciler.core.wireshape import WireModel, problem
+from reconciler.core.wireshape import decode as decode_into
 from reconciler.shell.controlplane.errors import ProtocolError, Redact, domain_error
+
+M = TypeVar("M", bound=BaseModel)
 
 #: Ceiling for a server's ``retry.waitForMs`` (the call deadline bounds it too).
 MAX_RETRY_WAIT_SECONDS: Final = 10.0
@@ -72,3 +81,36 @@ def response_of(method: str, reply: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(response, dict):
         raise ProtocolError(f"{method}: the response is not an object")
     return response
+
+
+@cache
+def _envelope_of(shape: type[BaseModel]) -> type[WireModel]:
+    """The reply envelope whose ``response`` is ``shape`` (one model per shape)."""
+    response: Any = shape | None
+    return create_model(f"{shape.__name__}Envelope", __base__=WireModel,
+                        response=(response, None), error=(JsonValue, None),
+                        retry=(JsonValue, None))
+
+
+def answer_as(method: str, content: bytes, shape: type[M]) -> M | None:
+    """The ``response`` of a plain answer decoded into ``shape``; None for anything else
+    (an error, a retry, a null response, a reply that does not fit): ``decode`` then
+    reads it whole and says what it is."""
+    try:
+        reply = decode_into(_envelope_of(shape), content)
+    except ValidationError:
+        return None
+    response = getattr(reply, "response", None)
+    if getattr(reply, "error", None) is not None or getattr(reply, "retry", None) is not None:
+        return None
+    return response if isinstance(response, shape) else None
+
+
+def misfit(method: str, content: bytes, shape: type[BaseModel]) -> None:
+    """Raise the ``ProtocolError`` of an answer whose response does not fit ``shape``,
+    naming the first field at fault (``getServices: response.services is not a list``)."""
+    try:
+        decode_into(_envelope_of(shape), content)
+    except ValidationError as exc:
+        raise ProtocolError(f"{method}: {problem(exc)}") from exc
+    raise ProtocolError(f"{method}: the response is not what it should be")

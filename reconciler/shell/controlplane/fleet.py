@@ -32,7 +32,15 @@ from reconciler.core.live import LiveGrant, LiveService, ReadFailure
 from reconciler.core.sanitize import safe
 from reconciler.shell.controlplane.client import SERVICES_RELEASES, ControlPlaneClient
 from reconciler.shell.controlplane.errors import ControlPlaneError, DomainError, UnknownMethod
-from reconciler.shell.controlplane.wire import Services, parse_grants, parse_service
+from reconciler.shell.controlplane.wire import (
+    RawObject,
+    ReleaseWire,
+    Services,
+    ServiceWire,
+    parse_grants,
+    parse_service,
+    service_id_of,
+)
 from reconciler.shell.progress import Progress
 
 #: Services asked per ``getServicesReleases`` page (a server may answer fewer).
@@ -67,11 +75,15 @@ def failure(service_id: str, exc: ControlPlaneError | None, reason: str | None =
     return ReadFailure(service_id=service_id, reason=reason or message, code=code)
 
 
-def _parsed(raw: dict[str, Any], releases: list[dict[str, Any]]) -> LiveService | ReadFailure:
+#: A service as ``getServices`` listed it: its wire model, or raw when it does not fit.
+Listed = ServiceWire | RawObject
+
+
+def _parsed(raw: Listed, releases: list[ReleaseWire | RawObject]) -> LiveService | ReadFailure:
     try:
         return parse_service(raw, releases)
     except ControlPlaneError as exc:
-        return failure(str(raw.get("id")), exc)
+        return failure(str(service_id_of(raw)), exc)
 
 
 @dataclass
@@ -143,7 +155,7 @@ async def read(client: ControlPlaneClient, managed: Sequence[str], progress: Pro
             task.cancel()
         await asyncio.gather(grants_task, offered, return_exceptions=True)
         raise
-    by_id = {s.get("id"): s for s in first.services or ()}
+    by_id = {service_id_of(s): s for s in first.services or ()}
     services: dict[str, LiveService | ReadFailure] = {}
     for service_id in ids:
         if service_id not in by_id:
@@ -168,17 +180,21 @@ async def read(client: ControlPlaneClient, managed: Sequence[str], progress: Pro
     return fleet
 
 
-def app_ids_of(listed: Sequence[dict[str, Any]]) -> dict[str, str]:
+def app_ids_of(listed: Sequence[Listed]) -> dict[str, str]:
     """appId -> service id of every listed ``IService`` (the first listed wins a tie);
     an entry without a usable id or name is skipped (its own read reports it)."""
     out: dict[str, str] = {}
     for raw in listed:
-        data = raw.get("data") if isinstance(raw, dict) else None
-        service_id = raw.get("id") if isinstance(raw, dict) else None
-        if not isinstance(data, dict) or not isinstance(service_id, str):
-            continue
-        app_id = data.get("appId") or data.get("name")
-        if isinstance(app_id, str) and app_id:
+        if isinstance(raw, ServiceWire):
+            service_id: object = raw.id
+            app_id: object = raw.data.app_id or raw.data.name
+        else:
+            data = raw.get("data")
+            service_id = raw.get("id")
+            if not isinstance(data, dict):
+                continue
+            app_id = data.get("appId") or data.get("name")
+        if isinstance(service_id, str) and isinstance(app_id, str) and app_id:
             out.setdefault(safe(app_id, 200), safe(service_id, 200))
     return out
 
@@ -193,7 +209,7 @@ async def _offered(client: ControlPlaneClient) -> frozenset[str]:
 
 
 async def _one_by_one(client: ControlPlaneClient, ids: Sequence[str],
-                      by_id: dict[Any, dict[str, Any]],
+                      by_id: dict[Any, Listed],
                       progress: Progress) -> dict[str, LiveService | ReadFailure]:
     """One ``getServiceImageReleases`` per service, at most ``client.concurrency`` in
     flight: a call's deadline must start when it is sent, not while it queues behind
@@ -214,7 +230,7 @@ async def _one_by_one(client: ControlPlaneClient, ids: Sequence[str],
 
 
 async def _in_pages(client: ControlPlaneClient, ids: Sequence[str],
-                    by_id: dict[Any, dict[str, Any]], progress: Progress,
+                    by_id: dict[Any, Listed], progress: Progress,
                     revisions: set[str | None]) -> dict[str, LiveService | ReadFailure]:
     """[ext] ``getServicesReleases`` for ``ids`` (each exists per ``getServices``); the
     etag of every page goes into ``revisions``."""

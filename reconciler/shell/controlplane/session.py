@@ -26,9 +26,10 @@ import contextvars
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Self, TypeVar
 
 import httpx
+from pydantic import BaseModel
 
 from reconciler.shell.controlplane import envelope
 from reconciler.shell.controlplane.errors import (
@@ -45,6 +46,10 @@ from reconciler.shell.endpoints import Connection, ssl_context
 
 #: ``retry`` replies honoured per call (on top of the first send).
 MAX_RETRY_REPLIES: Final = 5
+#: A reply's shape, decoded straight from the bytes (``read_as``).
+M = TypeVar("M", bound=BaseModel)
+#: What one call gives: the response as a JSON object, or as its wire model.
+R = TypeVar("R")
 #: Attempts for a call that failed transiently (connect error, 5xx, timeout).
 MAX_TRANSIENT_ATTEMPTS: Final = 3
 #: Pause before re-sending after a transient failure (doubled each time).
@@ -154,15 +159,24 @@ class Session:
         return await self._within_deadline(
             method, lambda: self._with_transient_retries(lambda: self._call(method, request)))
 
-    async def _call(self, method: str, request: dict[str, Any]) -> dict[str, Any]:
+    async def read_as(self, method: str, request: dict[str, Any], shape: type[M]) -> M:
+        """``read``, with the response decoded from the reply's bytes straight into
+        ``shape`` (a narrow wire model, ``core.wireshape``): fields it does not name are
+        never built. A response that does not fit is a ``ProtocolError`` naming the field."""
+        return await self._within_deadline(
+            method, lambda: self._with_transient_retries(
+                lambda: self._call(method, request, shape)))
+
+    async def _call(self, method: str, request: dict[str, Any],
+                    shape: type[M] | None = None) -> Any:
         identity = await self._identities.current()
         try:
-            return await self._exchange(method, {**request, "identity": identity})
+            return await self._exchange(method, {**request, "identity": identity}, shape)
         except Unauthorized:
             # The identity may have been revoked or expired early: exchange once more.
             await self._identities.drop(identity)
             identity = await self._identities.current()
-            return await self._exchange(method, {**request, "identity": identity})
+            return await self._exchange(method, {**request, "identity": identity}, shape)
 
     async def _ensure_identity(self) -> dict[str, Any]:
         """The identity the next call sends (exchanged now if there is none yet)."""
@@ -170,9 +184,7 @@ class Session:
 
     # -- the deadline -------------------------------------------------------------------
 
-    async def _within_deadline(
-        self, method: str, run: Callable[[], Awaitable[dict[str, Any]]]
-    ) -> dict[str, Any]:
+    async def _within_deadline(self, method: str, run: Callable[[], Awaitable[R]]) -> R:
         """Run ``run`` under the call deadline: a fresh one unless a call is in progress."""
         if _CALL_DEADLINE.get() is not None:
             return await run()  # nested: the outer call's budget applies
@@ -209,17 +221,29 @@ class Session:
 
     # -- the envelope on the wire -------------------------------------------------------
 
-    async def _exchange(self, method: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """Send one envelope until it gets an answer, within what is left of the deadline."""
+    async def _exchange(self, method: str, payload: dict[str, Any],
+                        shape: type[M] | None = None) -> Any:
+        """Send one envelope until it gets an answer, within what is left of the deadline
+        (``shape``: the answer's response decoded into it, see ``read_as``)."""
         budget = self._conn.call_timeout
         body = envelope.encode(method, payload)
         try:
             async with asyncio.timeout(self._remaining()):
                 for _ in range(MAX_RETRY_REPLIES + 1):
-                    reply = await self._post(method, body)
+                    content = await self._post(method, body)
+                    if shape is not None:
+                        answer = envelope.answer_as(method, content, shape)
+                        if answer is not None:
+                            return answer
+                    # Not a plain answer (an error, a retry, malformed): read it whole.
+                    reply = envelope.decode(method, content, status=200)
                     wait = envelope.wait_of(method, reply, self._redact)
                     if wait is None:
-                        return envelope.response_of(method, reply)
+                        response = envelope.response_of(method, reply)
+                        if shape is not None:
+                            # An answer that did not fit ``shape``: say where (raises).
+                            envelope.misfit(method, content, shape)
+                        return response
                     await asyncio.sleep(wait)
         except TimeoutError as exc:
             raise TransportError(
@@ -229,7 +253,8 @@ class Session:
             f"{method}: the server asked to retry more than {MAX_RETRY_REPLIES} times",
             transient=True)
 
-    async def _post(self, method: str, body: bytes) -> Any:
+    async def _post(self, method: str, body: bytes) -> bytes:
+        """One envelope sent; the reply's bytes (a status other than 200 raises)."""
         self.requests_sent += 1
         # This attempt may use what is left of the call's deadline, never more.
         left = min(self._conn.call_timeout, self._remaining())
@@ -256,7 +281,7 @@ class Session:
             raise
         if response.status_code != 200:
             raise http_status_error(method, response, self._redact)
-        return envelope.decode(method, response.content, status=200)
+        return response.content
 
     def _url_host_port(self) -> str:
         url = httpx.URL(self._url)
@@ -312,9 +337,7 @@ class Session:
 
     # -- retries of transient failures ------------------------------------------------
 
-    async def _with_transient_retries(
-        self, attempt: Callable[[], Awaitable[dict[str, Any]]]
-    ) -> dict[str, Any]:
+    async def _with_transient_retries(self, attempt: Callable[[], Awaitable[R]]) -> R:
         """Re-run ``attempt`` after a transient ``TransportError``, boundedly in count and
         within the current call's deadline (no back-off that would outlive it)."""
         delay = TRANSIENT_BACKOFF_SECONDS

@@ -3,21 +3,27 @@
 Owns the field names of ``IService``, ``IImageRelease``, ``imageDeployment``,
 ``imageRolloutStatus``, the grants and the egress lists (CONTRACT §1.2), the page of the
 [ext] ``getServicesReleases``, the [ext] ``etag`` / ``notModified`` of the fleet reads,
-and the shape checks of a typed method's response
-(``list_field``, ``dict_field``). Every string is sanitized (``core.sanitize.safe``) on
-the way in; a malformed reply is a ``ProtocolError`` naming the service and the field,
-never a partial model.
+and the response shape of each typed method -- all as narrow, strict wire models
+(``core.wireshape``) that the client decodes the reply's bytes into
+(``Session.read_as``): a field no model names is skipped by the parser, never built, so
+a 10,000-service ``getServices`` reply is not held whole. Every string kept is
+sanitized (``core.sanitize.safe``) on the way into ``core.live``; a malformed reply is a
+``ProtocolError`` naming the service and the field, never a partial model.
+
+Leniency where one bad entry must not sink the rest: a service (or a release) that
+does not fit its model is kept as its raw value, and ``parse_service`` then makes that
+one service a ``ProtocolError`` (the fleet read turns it into a ``ReadFailure``).
 
 Pure: parses values handed to it; no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import Field, JsonValue, ValidationError
 
 from reconciler.core.live import (
     EgressRule,
@@ -29,26 +35,162 @@ from reconciler.core.live import (
 )
 from reconciler.core.names import Capability
 from reconciler.core.sanitize import safe
+from reconciler.core.wireshape import WireModel, decode_value, problem
 from reconciler.shell.controlplane.errors import ProtocolError
 
-#: What a malformed value raises inside this module (mapped to ``ProtocolError``).
-_MALFORMED = (ValueError, TypeError, KeyError, ValidationError)
+W = TypeVar("W", bound=WireModel)
+
+#: The longest ``etag`` kept and sent back as ``ifNoneMatch``.
+MAX_ETAG = 512
 
 
-def list_field(response: Mapping[str, Any], name: str, method: str) -> list[dict[str, Any]]:
-    """``response[name]`` as a list of objects, else ``ProtocolError``."""
-    value = response.get(name)
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise ProtocolError(f"{method}: response.{name} is not a list of objects")
-    return value
+# -- the wire shapes ------------------------------------------------------------------------
 
 
-def dict_field(response: Mapping[str, Any], name: str, method: str) -> dict[str, Any]:
-    """``response[name]`` as an object, else ``ProtocolError``."""
-    value = response.get(name)
-    if not isinstance(value, dict):
-        raise ProtocolError(f"{method}: response.{name} is not an object")
-    return value
+class EgressWire(WireModel):
+    host: str
+    port: int
+
+
+class ScopeWire(WireModel):
+    target_cluster_ids: tuple[str, ...] = ()
+    required_replica_count: int = 0
+
+
+class PlanWire(WireModel):
+    """``imageDeployment`` (seed 003)."""
+
+    rollout_id: str
+    rollout_generation: int
+    release_id: str
+    requested_digest: str
+    mode: str
+    rollback_of_rollout_id: str | None = None
+    #: Raw when it is not a scope: an empty value ({}, [], null, "") reads as "no scope
+    #: given", as it always has; anything else is malformed (``_plan`` says so).
+    target_scope: Annotated[ScopeWire | JsonValue, Field(union_mode="left_to_right")] = None
+    created_at: int = 0
+
+
+class RolloutStatusWire(WireModel):
+    """``imageRolloutStatus`` (seed 003)."""
+
+    rollout_id: str
+    rollout_generation: int
+    expected_digest: str
+    status: str
+    mismatch_reason: str | None = None
+    required_replica_count: int = 0
+    observed_replica_count: int = 0
+    healthy_replica_count: int = 0
+    verified_replica_count: int = 0
+    failed_replica_count: int = 0
+    updated_at: int | None = None  # when the rollout reached its status (soak, issue 19)
+
+
+class ServiceDataWire(WireModel):
+    name: str
+    app_id: JsonValue = None  # read only by ``app_ids_of``, which checks it
+    immutable_image_required: JsonValue = False  # truthy: required (as always read)
+    image_deployment: PlanWire | None = None
+    image_rollout_status: RolloutStatusWire | None = None
+    egress: tuple[EgressWire, ...] | None = None
+    egress_revision: int = 0
+
+
+class ServiceWire(WireModel):
+    """``IService``, as far as a plan reads it."""
+
+    id: str
+    data: ServiceDataWire
+
+
+class ReleaseDataWire(WireModel):
+    registry_host: str
+    repository: str
+    registry_root_digest: str
+    manifest_media_type: str
+    observed_tags: tuple[str, ...] = ()
+    first_observed_at: int = 0
+    accepted_at: int | None = None
+    last_promoted_at: int | None = None
+    promotion_count: int = 0
+
+
+class ReleaseWire(WireModel):
+    """``IImageRelease``, as far as a plan reads it."""
+
+    id: str
+    data: ReleaseDataWire
+
+
+class GrantWire(WireModel):
+    user_id: str
+    service_id: str
+    capabilities: tuple[str, ...]
+
+
+#: A service or release that does not fit its model stays raw (see the module docstring).
+RawObject = dict[str, JsonValue]
+LenientService = Annotated[ServiceWire | RawObject, Field(union_mode="left_to_right")]
+LenientRelease = Annotated[ReleaseWire | RawObject, Field(union_mode="left_to_right")]
+
+
+class ServicesReply(WireModel):
+    """``getServices`` (with the [ext] ``etag`` / ``notModified``)."""
+
+    services: list[LenientService] | None = None
+    etag: JsonValue = None
+    not_modified: JsonValue = None
+
+
+class ServiceReply(WireModel):
+    """``getServiceById``: the whole ``IService`` (callers keep and show it)."""
+
+    service: RawObject
+
+
+class AllServicesReply(WireModel):
+    """``getServices`` whole, every ``IService`` as sent (``get_services``)."""
+
+    services: list[RawObject]
+
+
+class ReleasesReply(WireModel):
+    """``getServiceImageReleases``."""
+
+    releases: list[LenientRelease]
+
+
+class ReleasesPageReply(WireModel):
+    """One page of [ext] ``getServicesReleases``."""
+
+    releases: dict[str, list[LenientRelease]]
+    next_cursor: Annotated[str, Field(min_length=1)] | None = None
+    etag: JsonValue = None
+
+
+class GrantsReply(WireModel):
+    """``getServiceDeploymentGrants`` (with the [ext] ``etag``)."""
+
+    grants: list[RawObject]
+    etag: JsonValue = None
+
+
+class WrittenReply(WireModel):
+    """A keyed write's ``{service, idempotentReplay?}``."""
+
+    service: RawObject
+    idempotent_replay: JsonValue = None
+
+
+class CapabilitiesReply(WireModel):
+    """[ext] ``getCapabilities``."""
+
+    methods: list[str]
+
+
+# -- what the client hands on ---------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -57,39 +199,32 @@ class Written:
     says it replayed an earlier call with the same key and changed nothing now
     (``idempotentReplay`` [ext]; an upstream without the extension never says so)."""
 
-    service: dict[str, Any]
+    service: RawObject
     replayed: bool
 
 
-def write_result(response: Any, method: str) -> Written:
-    """A keyed write's ``{service, idempotentReplay?}`` as ``Written``."""
-    return Written(service=dict_field(response, "service", method),
-                   replayed=isinstance(response, dict)
-                   and response.get("idempotentReplay") is True)
+def written(reply: WrittenReply) -> Written:
+    return Written(service=reply.service, replayed=reply.idempotent_replay is True)
 
 
-#: The longest ``etag`` kept and sent back as ``ifNoneMatch``.
-MAX_ETAG = 512
-
-
-def etag_of(response: Mapping[str, Any], method: str) -> str | None:
+def etag_of(value: JsonValue, method: str) -> str | None:
     """[ext] ``etag``: the control plane's one state revision this reply was read at
     (None: it sent none -- the real upstream -- so nothing can be reused later)."""
-    etag = response.get("etag")
-    if etag is None:
+    if value is None:
         return None
-    if not isinstance(etag, str) or not etag or len(etag) > MAX_ETAG or not etag.isprintable():
+    if not isinstance(value, str) or not value or len(value) > MAX_ETAG \
+            or not value.isprintable():
         raise ProtocolError(f"{method}: response.etag is not a short string")
-    return etag
+    return value
 
 
-def not_modified(response: Mapping[str, Any], method: str, sent: str | None) -> bool:
+def not_modified(reply: ServicesReply, method: str, sent: str | None) -> bool:
     """Whether the reply is [ext] ``{notModified: true, etag}`` for the ``ifNoneMatch``
     sent. One that was not asked for, or names another etag, is malformed: reusing an
     earlier read on its word would be trusting an answer to another question."""
-    if response.get("notModified") is not True:
+    if reply.not_modified is not True:
         return False
-    if sent is None or etag_of(response, method) != sent:
+    if sent is None or etag_of(reply.etag, method) != sent:
         raise ProtocolError(f"{method}: notModified for a revision that was not asked about")
     return True
 
@@ -98,7 +233,7 @@ def not_modified(response: Mapping[str, Any], method: str, sent: str | None) -> 
 class Services:
     """``getServices``: every ``IService`` (None: not modified since the etag sent)."""
 
-    services: list[dict[str, Any]] | None
+    services: list[ServiceWire | RawObject] | None
     etag: str | None
 
 
@@ -106,172 +241,154 @@ class Services:
 class Grants:
     """``getServiceDeploymentGrants``: every grant, and the revision it was read at."""
 
-    grants: list[dict[str, Any]]
+    grants: list[RawObject]
     etag: str | None
 
 
 @dataclass(frozen=True)
 class ReleasesPage:
-    """One page of [ext] ``getServicesReleases``: each carried service's raw
+    """One page of [ext] ``getServicesReleases``: each carried service's
     ``IImageRelease[]``, and the cursor of the next page (None: the listing is complete)."""
 
-    releases: dict[str, list[dict[str, Any]]]
+    releases: dict[str, list[ReleaseWire | RawObject]]
     next_cursor: str | None
     etag: str | None = None
 
 
-def releases_page(response: Mapping[str, Any], method: str) -> ReleasesPage:
-    """``{releases: {serviceId: IImageRelease[]}, nextCursor}``, else ``ProtocolError``."""
-    releases = response.get("releases")
-    if not isinstance(releases, dict) or not all(
-            isinstance(k, str) and isinstance(v, list) and all(isinstance(r, dict) for r in v)
-            for k, v in releases.items()):
-        raise ProtocolError(f"{method}: response.releases is not a map of release lists")
-    cursor = response.get("nextCursor")
-    if cursor is not None and (not isinstance(cursor, str) or not cursor):
-        raise ProtocolError(f"{method}: response.nextCursor is not a string")
-    return ReleasesPage(releases=releases, next_cursor=cursor, etag=etag_of(response, method))
+def releases_page(reply: ReleasesPageReply, method: str) -> ReleasesPage:
+    return ReleasesPage(releases=reply.releases, next_cursor=reply.next_cursor,
+                        etag=etag_of(reply.etag, method))
 
 
-def parse_service(raw: dict[str, Any], releases: list[dict[str, Any]]) -> LiveService:
+def service_id_of(raw: ServiceWire | Mapping[str, Any]) -> object:
+    """The ``id`` a listed service gives itself (whatever it is, for a raw one)."""
+    return raw.id if isinstance(raw, ServiceWire) else raw.get("id")
+
+
+# -- into core.live ---------------------------------------------------------------------------
+
+
+def parse_service(raw: ServiceWire | Mapping[str, Any],
+                  releases: Sequence[ReleaseWire | Mapping[str, Any]]) -> LiveService:
     """An ``IService`` and its ``IImageRelease[]`` as a validated ``LiveService``.
 
     Raises ``ProtocolError`` naming the service and the field when the reply is malformed.
     """
-    service_id = raw.get("id")
+    service_id = service_id_of(raw)
     label = safe(service_id, 80) if isinstance(service_id, str) else "<no id>"
     try:
-        data = _obj(raw.get("data"), "data")
-        plan = data.get("imageDeployment")
-        status = data.get("imageRolloutStatus")
-        egress = data.get("egress")
+        wire = raw if isinstance(raw, ServiceWire) else _decode(ServiceWire, raw, "")
+        data = wire.data
+        plan, status = data.image_deployment, data.image_rollout_status
         return LiveService(
-            service_id=_text(service_id, "id"),
-            name=_text(data.get("name"), "data.name"),
-            immutable_required=bool(data.get("immutableImageRequired", False)),
-            deployment=None if plan is None else _plan(_obj(plan, "imageDeployment")),
-            rollout_status=None if status is None else _status(
-                _obj(status, "imageRolloutStatus")),
-            egress=None if egress is None else parse_egress(egress),
-            egress_revision=_int(data.get("egressRevision", 0), "data.egressRevision"),
-            releases=tuple(_release(r) for r in releases),
+            service_id=_text(wire.id),
+            name=_text(data.name),
+            immutable_required=bool(data.immutable_image_required),
+            deployment=None if plan is None else _plan(plan),
+            rollout_status=None if status is None else _status(status),
+            egress=None if data.egress is None else egress_rules(data.egress),
+            egress_revision=data.egress_revision,
+            releases=tuple(_release(r if isinstance(r, ReleaseWire)
+                                    else _decode(ReleaseWire, r, "release"))
+                           for r in releases),
         )
-    except _MALFORMED as exc:
-        raise ProtocolError(
-            f"service {label}: malformed reply: {safe(_first_line(exc), 200)}") from exc
+    except _Malformed as exc:
+        raise ProtocolError(f"service {label}: malformed reply: {exc}") from exc
 
 
-def parse_grants(raw: list[dict[str, Any]]) -> tuple[LiveGrant, ...]:
+def parse_grants(raw: Sequence[Mapping[str, Any]]) -> tuple[LiveGrant, ...]:
     """``getServiceDeploymentGrants`` entries as ``LiveGrant``s (unknown capability: error)."""
     try:
-        return tuple(
-            LiveGrant(
-                user_id=_text(g.get("userId"), "userId"),
-                service_id=_text(g.get("serviceId"), "serviceId"),
-                capabilities=tuple(Capability(_text(c, "capabilities[]"))
-                                   for c in _seq(g.get("capabilities"), "capabilities")),
-            )
-            for g in raw
-        )
-    except _MALFORMED as exc:
-        raise ProtocolError(f"grants: malformed reply: {safe(_first_line(exc), 200)}") from exc
+        out = []
+        for index, entry in enumerate(raw):
+            grant = _decode(GrantWire, entry, f"grants[{index}]")
+            try:
+                capabilities = tuple(Capability(safe(c, 1000)) for c in grant.capabilities)
+            except ValueError as exc:
+                raise _Malformed(safe(str(exc), 200)) from exc
+            out.append(LiveGrant(user_id=_text(grant.user_id),
+                                 service_id=_text(grant.service_id),
+                                 capabilities=capabilities))
+        return tuple(out)
+    except _Malformed as exc:
+        raise ProtocolError(f"grants: malformed reply: {exc}") from exc
 
 
 def parse_egress(raw: Any) -> tuple[EgressRule, ...]:
-    """``[{host, port}]`` -> ``EgressRule``s; used for control-plane and cluster replies."""
-    rules = []
-    for entry in _seq(raw, "egress"):
-        item = _obj(entry, "egress[]")
-        rules.append(EgressRule(host=_text(item.get("host"), "egress[].host"),
-                                port=_int(item.get("port"), "egress[].port")))
-    return tuple(rules)
+    """``[{host, port}]`` -> ``EgressRule``s (``ValueError`` naming the field otherwise)."""
+    if not isinstance(raw, list | tuple):
+        raise _Malformed("egress is not a list")
+    return egress_rules(tuple(_decode(EgressWire, e, "egress[]") for e in raw))
 
 
-def _plan(raw: dict[str, Any]) -> RolloutPlan:
-    scope = raw.get("targetScope") or {}
-    scope = _obj(scope, "imageDeployment.targetScope")
-    rollback_of = raw.get("rollbackOfRolloutId")
+def egress_rules(raw: Sequence[EgressWire]) -> tuple[EgressRule, ...]:
+    """Wire egress entries as sanitized ``EgressRule``s; used for control-plane and
+    cluster replies."""
+    return tuple(EgressRule(host=_text(e.host), port=e.port) for e in raw)
+
+
+class _Malformed(ValueError):
+    """A value that does not fit its wire model; the message names the field."""
+
+
+def _decode(model: type[W], raw: object, prefix: str) -> W:
+    if not isinstance(raw, Mapping):
+        raise _Malformed(f"{prefix or 'the reply'} is not an object")
+    try:
+        return decode_value(model, dict(raw))
+    except ValidationError as exc:
+        raise _Malformed(problem(exc, prefix, model=model)) from exc
+
+
+def _plan(raw: PlanWire) -> RolloutPlan:
+    given = raw.target_scope
+    scope = given if isinstance(given, ScopeWire) else (
+        _decode(ScopeWire, given, "imageDeployment.targetScope") if given else ScopeWire())
     return RolloutPlan(
-        rollout_id=_text(raw.get("rolloutId"), "imageDeployment.rolloutId"),
-        rollout_generation=_int(raw.get("rolloutGeneration"), "imageDeployment.rolloutGeneration"),
-        release_id=_text(raw.get("releaseId"), "imageDeployment.releaseId"),
-        requested_digest=_text(raw.get("requestedDigest"), "imageDeployment.requestedDigest"),
-        mode=_text(raw.get("mode"), "imageDeployment.mode"),
-        rollback_of_rollout_id=None if rollback_of is None else _text(
-            rollback_of, "imageDeployment.rollbackOfRolloutId"),
-        target_cluster_ids=tuple(_text(c, "targetScope.targetClusterIds[]")
-                                 for c in _seq(scope.get("targetClusterIds", []),
-                                               "targetScope.targetClusterIds")),
-        required_replica_count=_int(scope.get("requiredReplicaCount", 0),
-                                    "targetScope.requiredReplicaCount"),
-        created_at=_int(raw.get("createdAt", 0), "imageDeployment.createdAt"),
+        rollout_id=_text(raw.rollout_id),
+        rollout_generation=raw.rollout_generation,
+        release_id=_text(raw.release_id),
+        requested_digest=_text(raw.requested_digest),
+        mode=_text(raw.mode),
+        rollback_of_rollout_id=None if raw.rollback_of_rollout_id is None
+        else _text(raw.rollback_of_rollout_id),
+        target_cluster_ids=tuple(_text(c) for c in scope.target_cluster_ids),
+        required_replica_count=scope.required_replica_count,
+        created_at=raw.created_at,
     )
 
 
-def _status(raw: dict[str, Any]) -> RolloutStatus:
-    reason = raw.get("mismatchReason")
+def _status(raw: RolloutStatusWire) -> RolloutStatus:
     return RolloutStatus(
-        rollout_id=_text(raw.get("rolloutId"), "imageRolloutStatus.rolloutId"),
-        rollout_generation=_int(raw.get("rolloutGeneration"),
-                                "imageRolloutStatus.rolloutGeneration"),
-        expected_digest=_text(raw.get("expectedDigest"), "imageRolloutStatus.expectedDigest"),
-        status=_text(raw.get("status"), "imageRolloutStatus.status"),
-        mismatch_reason=None if reason is None else _text(reason, "mismatchReason"),
-        required=_int(raw.get("requiredReplicaCount", 0), "requiredReplicaCount"),
-        observed=_int(raw.get("observedReplicaCount", 0), "observedReplicaCount"),
-        healthy=_int(raw.get("healthyReplicaCount", 0), "healthyReplicaCount"),
-        verified=_int(raw.get("verifiedReplicaCount", 0), "verifiedReplicaCount"),
-        failed=_int(raw.get("failedReplicaCount", 0), "failedReplicaCount"),
-        updated_at=None if raw.get("updatedAt") is None else _int(raw["updatedAt"],
-                                                                  "updatedAt"),
+        rollout_id=_text(raw.rollout_id),
+        rollout_generation=raw.rollout_generation,
+        expected_digest=_text(raw.expected_digest),
+        status=_text(raw.status),
+        mismatch_reason=None if raw.mismatch_reason is None else _text(raw.mismatch_reason),
+        required=raw.required_replica_count,
+        observed=raw.observed_replica_count,
+        healthy=raw.healthy_replica_count,
+        verified=raw.verified_replica_count,
+        failed=raw.failed_replica_count,
+        updated_at=raw.updated_at,
     )
 
 
-def _release(raw: dict[str, Any]) -> ImageRelease:
-    data = _obj(raw.get("data"), "release.data")
-
-    def optional_int(name: str) -> int | None:
-        value = data.get(name)
-        return None if value is None else _int(value, f"release.data.{name}")
-
+def _release(raw: ReleaseWire) -> ImageRelease:
+    data = raw.data
     return ImageRelease(
-        id=_text(raw.get("id"), "release.id"),
-        registry_host=_text(data.get("registryHost"), "release.data.registryHost"),
-        repository=_text(data.get("repository"), "release.data.repository"),
-        digest=_text(data.get("registryRootDigest"), "release.data.registryRootDigest"),
-        media_type=_text(data.get("manifestMediaType"), "release.data.manifestMediaType"),
-        tags=tuple(_text(t, "release.data.observedTags[]")
-                   for t in _seq(data.get("observedTags", []), "release.data.observedTags")),
-        first_observed_at=_int(data.get("firstObservedAt", 0), "release.data.firstObservedAt"),
-        accepted_at=optional_int("acceptedAt"),
-        last_promoted_at=optional_int("lastPromotedAt"),
-        promotion_count=_int(data.get("promotionCount", 0), "release.data.promotionCount"),
+        id=_text(raw.id),
+        registry_host=_text(data.registry_host),
+        repository=_text(data.repository),
+        digest=_text(data.registry_root_digest),
+        media_type=_text(data.manifest_media_type),
+        tags=tuple(_text(t) for t in data.observed_tags),
+        first_observed_at=data.first_observed_at,
+        accepted_at=data.accepted_at,
+        last_promoted_at=data.last_promoted_at,
+        promotion_count=data.promotion_count,
     )
 
 
-def _obj(value: Any, field: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise TypeError(f"{field} is not an object")
-    return value
-
-
-def _seq(value: Any, field: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise TypeError(f"{field} is not a list")
-    return value
-
-
-def _text(value: Any, field: str) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{field} is not a string")
+def _text(value: str) -> str:
     return safe(value, 1000)
-
-
-def _int(value: Any, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{field} is not an integer")
-    return value
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -45,7 +45,6 @@ from reconciler.shell.probing.dialing import Dialer, Silent, now_ms
 from reconciler.shell.probing.parsing import (
     Malformed,
     Shared,
-    body_of,
     parse_batch_page,
     parse_status,
 )
@@ -207,7 +206,7 @@ class BatchReader:
             if response.status_code != 200:
                 raise _PageFailed(self._where(number, f"HTTP {response.status_code}"))
             try:
-                page = parse_batch_page(body_of(response.content))
+                page = parse_batch_page(response.content)
             except Malformed as exc:
                 raise _PageFailed(self._where(number, exc.reason)) from exc
             if number == 1:

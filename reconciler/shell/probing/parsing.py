@@ -3,16 +3,20 @@
 Owns the field names of the health reply (``clusterId``; the [ext] ``extensions``
 advertising the batch status route) and of an app's status (CONTRACT §2 step 3), the
 batch status page [ext] (``{apps: [{appId, status}], nextCursor}``, each ``status``
-exactly an app's status body), and the wording of what is malformed: a ``Malformed``
-carries the reason a silent observation will say. Every server string passes
+exactly an app's status body) -- as narrow, strict wire models (``core.wireshape``):
+the bytes are decoded straight into them by pydantic-core, fields never read are never
+built -- and the wording of what is malformed: a ``Malformed`` carries the reason a
+silent observation will say (``core.wireshape.problem``). Every server string passes
 ``core.sanitize.safe``; ``resolvedDigest`` is taken only as sent, never inferred from
 the image reference (a cluster that sends none has not proven what it runs).
 
 ``Shared``: within one pass, equal status bodies make one value. Ten clusters running
 the same app send the same body, and most apps share their replica counts and egress:
-parsing each once and sharing the (frozen) result keeps a 10,000 × 10 snapshot from
-holding 100,000 copies of the same few values. Parsing is a pure function of the body,
-so a body seen before yields exactly what parsing it again would.
+converting each once and sharing the (frozen) result keeps a 10,000 × 10 snapshot from
+holding 100,000 copies of the same few values. The key is the wire model itself (frozen,
+so hashable; strict, so ``1``, ``1.0`` and ``true`` never decode to equal models), and
+the conversion is a pure function of it, so a body seen before yields exactly what
+converting it again would.
 
 Pure: parses bytes and values handed to it; no I/O.
 """
@@ -20,15 +24,16 @@ Pure: parses bytes and values handed to it; no I/O.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import Field, JsonValue, ValidationError
 
 from reconciler.core.live import ClusterRuntime, ReplicaCounts
 from reconciler.core.sanitize import safe
-from reconciler.shell.controlplane import parse_egress
+from reconciler.core.wireshape import WireModel, decode, decode_value, problem
+from reconciler.shell.controlplane.wire import EgressWire, egress_rules
 
 T = TypeVar("T")
 
@@ -49,6 +54,58 @@ def body_of(content: bytes) -> Any:
         return None
 
 
+# -- the wire shapes ----------------------------------------------------------------------
+
+
+class CountsWire(WireModel):
+    required: int | None = None
+    observed: int | None = None
+    healthy: int | None = None
+    verified: int | None = None
+    failed: int | None = None
+
+
+class RuntimeWire(WireModel):
+    image: str | None = None
+    runtime_state: str | None = None
+    replicas: int | None = None
+    last_error: str | None = None
+    resolved_digest: str | None = None
+    rollout_id: str | None = None
+    rollout_generation: int | None = None
+    replica_counts: CountsWire | None = None
+    egress: tuple[EgressWire, ...] | None = None
+    egress_dropped: tuple[EgressWire, ...] | None = None
+
+
+class StatusWire(WireModel):
+    """An app's status body (CONTRACT §2 step 3), as far as it is read."""
+
+    app_id: str | None = None
+    state: str | None = None
+    runtime: RuntimeWire | None = None
+
+
+class _EntryWire(WireModel):
+    app_id: str
+    #: An entry whose status is not a status body stays raw: that app alone is silent,
+    #: with what ``parse_status`` says about it; the rest of the page stands.
+    status: Annotated[StatusWire | JsonValue, Field(union_mode="left_to_right")] = None
+
+
+class _PageWire(WireModel):
+    apps: list[_EntryWire]
+    next_cursor: Annotated[str, Field(min_length=1, max_length=1000)] | None = None
+
+
+class _HealthWire(WireModel):
+    cluster_id: str
+    extensions: JsonValue = None
+
+
+# -- health ---------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class Health:
     """What a health reply says: the cluster's name, and the batch route it offers."""
@@ -57,159 +114,189 @@ class Health:
     batch_path: str | None = None
 
 
-def parse_health(body: Any) -> Health:
-    """The health reply (CONTRACT §2 step 1); ``Malformed`` says why it names nobody.
+def parse_health(body: bytes | Any) -> Health:
+    """The health reply (CONTRACT §2 step 1), its bytes or its decoded value; ``Malformed``
+    says why it names nobody.
 
     ``extensions.batchStatus`` [ext] is kept only when it is an absolute path on this
     host (no scheme, no ``//``, no query, bounded): it is dialled at the same address."""
-    if not isinstance(body, dict):
+    try:
+        health = decode(_HealthWire, body) if isinstance(body, bytes) else (
+            decode_value(_HealthWire, body) if isinstance(body, dict) else None)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[:1]
+        if not first or first[0]["type"] == "json_invalid" or first[0]["loc"] == ():
+            raise Malformed("malformed JSON") from exc
+        raise Malformed("the reply names no clusterId") from exc
+    if health is None:
         raise Malformed("malformed JSON")
-    cluster_id = body.get("clusterId")
-    if not isinstance(cluster_id, str) or not cluster_id.strip():
+    cluster_id = health.cluster_id.strip()
+    if not cluster_id:
         raise Malformed("the reply names no clusterId")
-    extensions = body.get("extensions")
+    extensions = health.extensions
     batch = extensions.get("batchStatus") if isinstance(extensions, dict) else None
     usable = (isinstance(batch, str) and batch.startswith("/") and not batch.startswith("//")
               and len(batch) <= 200 and safe(batch, 200) == batch
               and not any(c in batch for c in "?#\\ "))
-    return Health(cluster_id=safe(cluster_id.strip(), 100),
+    return Health(cluster_id=safe(cluster_id, 100),
                   batch_path=batch if usable and isinstance(batch, str) else None)
 
 
-def _frozen(value: Any) -> Hashable:
-    """A hashable stand-in for a JSON value, equal only for equal values of equal types
-    (``1``, ``1.0`` and ``True`` stay apart: a parser tells them apart)."""
-    if isinstance(value, dict):
-        return (dict, tuple((k, _frozen(v)) for k, v in value.items()))
-    if isinstance(value, list):
-        return (list, tuple(_frozen(v) for v in value))
-    return (type(value), value)
+# -- sharing ----------------------------------------------------------------------------------
 
 
 class Shared:
-    """The values parsed in one pass, by the body they were parsed from (see the module
-    docstring). Lives for one pass: what it holds is what the snapshot holds anyway."""
+    """The values converted in one pass, by the wire model they were converted from (see
+    the module docstring). Lives for one pass: what it holds is what the snapshot holds
+    anyway."""
 
     def __init__(self) -> None:
         self._values: dict[Hashable, Any] = {}
 
-    def get(self, kind: str, raw: Any, parse: Callable[[Any], T]) -> T:
-        """``parse(raw)``, or the value an equal ``raw`` of this ``kind`` already made."""
-        key = (kind, _frozen(raw))
+    def get(self, kind: str, raw: Hashable, make: Callable[[Any], T]) -> T:
+        """``make(raw)``, or the value an equal ``raw`` of this ``kind`` already made."""
+        key = (kind, raw)
         if key in self._values:
             known: T = self._values[key]
             return known
-        value = self._values[key] = parse(raw)
+        value = self._values[key] = make(raw)
         return value
 
 
+# -- an app's status --------------------------------------------------------------------------
+
+
 def parse_status(app_id: str, body: Any, shared: Shared | None = None) -> ClusterRuntime:
-    """One app's status body; ``Malformed`` when it is not one, or is another app's.
-    With ``shared``, an equal body parsed before in this pass gives the same value."""
-    if not isinstance(body, dict):
-        raise Malformed("malformed JSON")
-    answered_for = body.get("appId")
-    if answered_for is not None and answered_for != app_id:
-        raise Malformed(f"answered for another app ({safe(answered_for, 80)})")
+    """One app's status body (a decoded JSON value, or a ``StatusWire`` already decoded);
+    ``Malformed`` when it is not one, or is another app's. With ``shared``, an equal body
+    converted before in this pass gives the same value."""
+    status = body if isinstance(body, StatusWire) else _status_wire(body)
+    return _runtime_of(app_id, status, shared)
+
+
+def parse_status_json(app_id: str, content: bytes, shared: Shared | None = None,
+                      ) -> ClusterRuntime:
+    """One app's status reply, decoded from its bytes straight into the wire model."""
     try:
-        if shared is not None:
-            return shared.get("status", body, lambda raw: parse_runtime(raw, shared))
-        return parse_runtime(body)
-    except (TypeError, ValueError, ValidationError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise Malformed(f"malformed status: {safe(first, 160)}") from exc
+        status = decode(StatusWire, content)
+    except ValidationError as exc:
+        raise _malformed_status(exc, content) from exc
+    return _runtime_of(app_id, status, shared)
 
 
-@dataclass(frozen=True)
-class BatchPage:
-    """One page of the batch status route: raw status bodies by app, and what follows."""
-
-    statuses: dict[str, Any]
-    next_cursor: str | None
-
-
-def parse_batch_page(body: Any) -> BatchPage:
-    """``{apps: [{appId, status}], nextCursor}``; ``Malformed`` for anything else.
-
-    An app listed twice on a page is malformed (which answer would count?). The status
-    bodies are left raw: each is parsed by ``parse_status`` like a per-app reply."""
+def _status_wire(body: Any) -> StatusWire:
     if not isinstance(body, dict):
         raise Malformed("malformed JSON")
-    apps = body.get("apps")
-    if not isinstance(apps, list):
-        raise Malformed("batch page: apps is not a list")
-    statuses: dict[str, Any] = {}
-    for entry in apps:
-        if not isinstance(entry, dict) or not isinstance(entry.get("appId"), str):
-            raise Malformed("batch page: an entry has no appId")
-        app_id = entry["appId"]
-        if app_id in statuses:
-            raise Malformed(f"batch page: app {safe(app_id, 80)} is listed twice")
-        statuses[app_id] = entry.get("status")
-    cursor = body.get("nextCursor")
-    if cursor is not None and (not isinstance(cursor, str) or not cursor
-                               or len(cursor) > 1000):
-        raise Malformed("batch page: nextCursor is not a string")
-    return BatchPage(statuses=statuses, next_cursor=cursor)
+    try:
+        # The JSON reading of the value: the same strict rules as a body decoded from bytes.
+        return decode_value(StatusWire, body)
+    except ValidationError as exc:
+        raise _malformed_status(exc, None) from exc
 
 
-def parse_runtime(body: Mapping[str, Any], shared: Shared | None = None) -> ClusterRuntime:
-    """A cluster's status reply as a sanitized ``ClusterRuntime`` (CONTRACT §2 step 3).
+def _malformed_status(exc: ValidationError, content: bytes | None) -> Malformed:
+    errors = exc.errors(include_url=False)
+    if content is not None and (not errors or errors[0]["type"] == "json_invalid"
+                                or errors[0]["loc"] == ()):
+        return Malformed("malformed JSON")  # not JSON, or not an object
+    if errors and errors[0]["loc"] == ("appId",):
+        shown = errors[0].get("input")
+        return Malformed(f"answered for another app ({safe(shown, 80)})")
+    return Malformed(f"malformed status: {problem(exc, limit=160, model=StatusWire)}")
 
-    ``resolvedDigest`` is taken only as sent: a runtime without it has not proven what
+
+def _runtime_of(app_id: str, status: StatusWire, shared: Shared | None) -> ClusterRuntime:
+    if status.app_id is not None and status.app_id != app_id:
+        raise Malformed(f"answered for another app ({safe(status.app_id, 80)})")
+    if shared is None:
+        return _convert(status, None)
+    return shared.get("status", status, lambda wire: _convert(wire, shared))
+
+
+def parse_runtime(body: Any, shared: Shared | None = None) -> ClusterRuntime:
+    """A cluster's status reply as a sanitized ``ClusterRuntime`` (CONTRACT §2 step 3);
+    ``Malformed`` when it is not one. The app it names is not checked (``parse_status``
+    does that)."""
+    return _convert(body if isinstance(body, StatusWire) else _status_wire(body), shared)
+
+
+def _convert(status: StatusWire, shared: Shared | None) -> ClusterRuntime:
+    """``resolvedDigest`` is taken only as sent: a runtime without it has not proven what
     it runs, so it is never inferred from the image reference. ``shared``: replica counts
-    and egress lists equal to ones parsed before in this pass are that same value.
-    """
-    runtime = body.get("runtime")
-    if runtime is None:
-        runtime = {}
-    if not isinstance(runtime, dict):
-        raise TypeError("runtime is not an object")
-    counts = runtime.get("replicaCounts")
-    egress = runtime.get("egress")
-    dropped = runtime.get("egressDropped")
+    and egress lists equal to ones converted before in this pass are that same value."""
+    runtime = status.runtime or RuntimeWire()
+    counts, egress, dropped = runtime.replica_counts, runtime.egress, runtime.egress_dropped
     return ClusterRuntime(
-        state=_opt_text(body.get("state"), "state"),
-        image=_opt_text(runtime.get("image"), "runtime.image"),
-        runtime_state=_opt_text(runtime.get("runtimeState"), "runtime.runtimeState"),
-        replicas=_opt_int(runtime.get("replicas"), "runtime.replicas"),
-        last_error=_opt_text(runtime.get("lastError"), "runtime.lastError"),
-        resolved_digest=_opt_text(runtime.get("resolvedDigest"), "runtime.resolvedDigest"),
-        rollout_id=_opt_text(runtime.get("rolloutId"), "runtime.rolloutId"),
-        rollout_generation=_opt_int(runtime.get("rolloutGeneration"),
-                                    "runtime.rolloutGeneration"),
+        state=_text(status.state),
+        image=_text(runtime.image),
+        runtime_state=_text(runtime.runtime_state),
+        replicas=runtime.replicas,
+        last_error=_text(runtime.last_error),
+        resolved_digest=_text(runtime.resolved_digest),
+        rollout_id=_text(runtime.rollout_id),
+        rollout_generation=runtime.rollout_generation,
         replica_counts=None if counts is None else _part("counts", counts, _counts, shared),
-        egress=None if egress is None else _part("egress", egress, parse_egress, shared),
-        egress_dropped=() if dropped is None else _part("egress", dropped, parse_egress,
+        egress=None if egress is None else _part("egress", egress, egress_rules, shared),
+        egress_dropped=() if dropped is None else _part("egress", dropped, egress_rules,
                                                         shared),
     )
 
 
-def _part(kind: str, raw: Any, parse: Callable[[Any], T], shared: Shared | None) -> T:
-    return parse(raw) if shared is None else shared.get(kind, raw, parse)
+def _part(kind: str, raw: Hashable, make: Callable[[Any], T], shared: Shared | None) -> T:
+    return make(raw) if shared is None else shared.get(kind, raw, make)
 
 
-def _counts(raw: Any) -> ReplicaCounts:
-    if not isinstance(raw, dict):
-        raise TypeError("runtime.replicaCounts is not an object")
-    values = {}
-    for name in ("required", "observed", "healthy", "verified", "failed"):
-        value = _opt_int(raw.get(name), f"runtime.replicaCounts.{name}")
-        values[name] = 0 if value is None else value
-    return ReplicaCounts(**values)
+def _counts(raw: CountsWire) -> ReplicaCounts:
+    return ReplicaCounts(required=raw.required or 0, observed=raw.observed or 0,
+                         healthy=raw.healthy or 0, verified=raw.verified or 0,
+                         failed=raw.failed or 0)
 
 
-def _opt_text(value: Any, field: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise TypeError(f"{field} is not a string")
-    return safe(value)
+def _text(value: str | None) -> str | None:
+    return None if value is None else safe(value)
 
 
-def _opt_int(value: Any, field: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{field} is not an integer")
-    return value
+# -- the batch page ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchPage:
+    """One page of the batch status route: each app's status body (a ``StatusWire``, or
+    the raw value when it is not a status body), and what follows."""
+
+    statuses: dict[str, StatusWire | JsonValue]
+    next_cursor: str | None
+
+
+def parse_batch_page(content: bytes) -> BatchPage:
+    """``{apps: [{appId, status}], nextCursor}`` decoded from the page's bytes;
+    ``Malformed`` for anything else.
+
+    An app listed twice on a page is malformed (which answer would count?). Each status
+    is parsed by ``parse_status`` like a per-app reply; one that is not a status body
+    makes that app silent, not the page."""
+    try:
+        page = decode(_PageWire, content)
+    except ValidationError as exc:
+        raise _malformed_page(exc) from exc
+    statuses: dict[str, StatusWire | JsonValue] = {}
+    for entry in page.apps:
+        if entry.app_id in statuses:
+            raise Malformed(f"batch page: app {safe(entry.app_id, 80)} is listed twice")
+        statuses[entry.app_id] = entry.status
+    return BatchPage(statuses=statuses, next_cursor=page.next_cursor)
+
+
+def _malformed_page(exc: ValidationError) -> Malformed:
+    errors = exc.errors(include_url=False)
+    first = errors[0] if errors else None
+    if first is None or first["type"] == "json_invalid" or first["loc"] == ():
+        return Malformed("malformed JSON")
+    loc = tuple(first["loc"])
+    if loc == ("apps",):
+        return Malformed("batch page: apps is not a list")
+    if loc[:1] == ("apps",) and (len(loc) == 2 or loc[2:] == ("appId",)):
+        return Malformed("batch page: an entry has no appId")
+    if loc[:1] == ("nextCursor",):
+        return Malformed("batch page: nextCursor is not a string")
+    return Malformed(f"batch page: {problem(exc)}")

@@ -16,7 +16,7 @@ from urllib.parse import quote
 from reconciler.core.live import ClusterRuntime, Observation, ObservationKind
 from reconciler.shell.probing.authenticating import Authenticator
 from reconciler.shell.probing.dialing import Dialer, Silent, now_ms
-from reconciler.shell.probing.parsing import Malformed, Shared, body_of, parse_status
+from reconciler.shell.probing.parsing import Malformed, Shared, parse_status_json
 
 STATUS_PATH: Final = "/host/api/v3/baas/deployment/apps/{app_id}/status"
 
@@ -57,7 +57,7 @@ class Reader:
         if response.status_code != 200:
             raise Silent(f"status read HTTP {response.status_code}")
         try:
-            return ObservationKind.ANSWERED, parse_status(app_id, body_of(response.content),
-                                                        shared)
+            return ObservationKind.ANSWERED, parse_status_json(app_id, response.content,
+                                                             shared)
         except Malformed as exc:
             raise Silent(exc.reason) from exc

@@ -23,7 +23,7 @@ from reconciler.core.live import Endpoint, MeshView
 from reconciler.core.sanitize import safe
 from reconciler.shell.endpoints import Connection
 from reconciler.shell.probing.dialing import Dialer, Silent
-from reconciler.shell.probing.parsing import Malformed, body_of, parse_health
+from reconciler.shell.probing.parsing import Malformed, parse_health
 
 HEALTH_PATH: Final = "/api/v3/cluster/health"
 
@@ -69,7 +69,7 @@ async def health(dialer: Dialer, address: str) -> Endpoint:
     if response.status_code != 200:
         return Endpoint(address=address, error=f"health: HTTP {response.status_code}")
     try:
-        named = parse_health(body_of(response.content))
+        named = parse_health(response.content)
     except Malformed as exc:
         return Endpoint(address=address, error=f"health: {exc.reason}")
     return Endpoint(address=address, cluster_id=named.cluster_id, batch_status=named.batch_path)

@@ -1,0 +1,120 @@
+"""The wire models (``core.wireshape``) and what decoding straight from bytes keeps: only
+the fields read, the same refusals as before, the same reading of odd but valid JSON,
+and a misfit named by its field."""
+
+from __future__ import annotations
+
+import gc
+import json
+
+import pytest
+
+from reconciler.core.wireshape import decode
+from reconciler.shell import heap
+from reconciler.shell.controlplane import ProtocolError, envelope
+from reconciler.shell.controlplane.wire import ServicesReply, ServiceWire, parse_service
+from reconciler.shell.probing.parsing import (
+    Malformed,
+    StatusWire,
+    parse_batch_page,
+    parse_status,
+    parse_status_json,
+)
+
+
+def page(*entries: object, cursor: object = None) -> bytes:
+    body: dict[str, object] = {"apps": list(entries)}
+    if cursor is not None:
+        body["nextCursor"] = cursor
+    return json.dumps(body).encode()
+
+
+def status(app: str, **runtime: object) -> dict[str, object]:
+    return {"appId": app, "state": "ACTIVE", "runtime": {"runtimeState": "RUNNING", **runtime},
+            "unreadField": {"deep": ["x" * 100]}}
+
+
+def test_fields_never_read_are_not_kept() -> None:
+    wire = decode(StatusWire, json.dumps(status("a", replicas=2)).encode())
+    assert "unreadField" not in wire.model_dump(by_alias=True)
+    reply = decode(ServicesReply, json.dumps({"services": [
+        {"id": "s", "data": {"name": "n", "huge": "y" * 1000, "egressRevision": 3}}]}).encode())
+    assert reply.services is not None and isinstance(reply.services[0], ServiceWire)
+    assert not hasattr(reply.services[0].data, "huge")
+    assert parse_service(reply.services[0], []).egress_revision == 3
+
+
+@pytest.mark.parametrize("runtime,field", [
+    ({"replicas": True}, "runtime.replicas is not an integer"),
+    ({"replicas": 2.0}, "runtime.replicas is not an integer"),
+    ({"replicaCounts": {"required": "2"}}, "runtime.replicaCounts.required is not an integer"),
+    ({"egress": [{"host": "h"}]}, "runtime.egress[0].port is not an integer"),
+])
+def test_a_malformed_entry_silences_its_app_alone_and_names_the_field(
+        runtime: dict[str, object], field: str) -> None:
+    parsed = parse_batch_page(page({"appId": "bad", "status": status("bad", **runtime)},
+                                   {"appId": "good", "status": status("good", replicas=2)}))
+    with pytest.raises(Malformed, match="malformed status: " + field.replace("[", r"\[")):
+        parse_status("bad", parsed.statuses["bad"])
+    assert parse_status("good", parsed.statuses["good"]).replicas == 2
+
+
+@pytest.mark.parametrize("content,reason", [
+    (page({"appId": "a", "status": status("a")})[:-5], "malformed JSON"),  # truncated
+    (b"[1, 2]", "malformed JSON"),
+    (b'{"apps": {}}', "batch page: apps is not a list"),
+    (b'{"apps": [{"status": {}}]}', "batch page: an entry has no appId"),
+    (page({"appId": "a"}, {"appId": "a"}), "batch page: app a is listed twice"),
+    (page(cursor=""), "batch page: nextCursor is not a string"),
+    (page(cursor=7), "batch page: nextCursor is not a string"),
+])
+def test_a_page_that_is_not_one_fails_whole(content: bytes, reason: str) -> None:
+    with pytest.raises(Malformed) as caught:
+        parse_batch_page(content)
+    assert caught.value.reason == reason
+
+
+def test_a_lone_surrogate_is_read_as_before_and_kept_visible() -> None:
+    content = b'{"appId": "a", "runtime": {"lastError": "bad \\ud800 byte"}}'
+    runtime = parse_status_json("a", content)
+    assert runtime.last_error == "bad \\ud800 byte"
+    assert parse_status("a", json.loads(content)).last_error == runtime.last_error
+
+
+def test_another_apps_answer_is_refused() -> None:
+    with pytest.raises(Malformed, match="another app"):
+        parse_status_json("a", b'{"appId": "b"}')
+    with pytest.raises(Malformed, match="another app"):
+        parse_status_json("a", b'{"appId": 5}')
+
+
+def test_a_control_plane_answer_that_does_not_fit_names_the_method_and_field() -> None:
+    bad = b'{"response": {"services": [{"id": "s", "data": {"name": "n"}}, 7]}}'
+    assert envelope.answer_as("getServices", bad, ServicesReply) is None
+    with pytest.raises(ProtocolError, match=r"getServices: response.services\[1\] is not an "
+                                            "object"):
+        envelope.misfit("getServices", bad, ServicesReply)
+    # One service that does not fit its model stays raw, and fails alone.
+    odd = b'{"response": {"services": [{"id": "s", "data": {"name": 3}}]}}'
+    reply = envelope.answer_as("getServices", odd, ServicesReply)
+    assert reply is not None and reply.services == [{"id": "s", "data": {"name": 3}}]
+    with pytest.raises(ProtocolError, match=r"service s: malformed reply: data\.name is not a "
+                                            r"string"):
+        parse_service(reply.services[0], [])
+
+
+def test_bulk_pauses_the_collector_and_restores_it() -> None:
+    assert gc.isenabled()
+    with heap.bulk():
+        assert not gc.isenabled()
+        with heap.bulk():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # nested: still the outer pass
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with heap.bulk():
+            pass
+        assert not gc.isenabled()  # left as it was found
+    finally:
+        gc.enable()
