@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reconciler.commands import durations, options, output, selection
+from reconciler.core.cpcodes import is_conflict
 from reconciler.core.events import Event
 from reconciler.core.outcomes import ApplyReport, Outcome
 from reconciler.core.plans import Plan
@@ -134,8 +135,7 @@ def _report(run_: ApplyRun, fmt: str) -> int:
     if not report.results and report.gate is None:
         return int(Exit.OK)
     code = Exit.OK
-    if any(r.outcome is Outcome.REFUSED and r.code and r.code.endswith("_MISMATCH")
-           for r in report.results):
+    if any(r.outcome is Outcome.REFUSED and is_conflict(r.code) for r in report.results):
         code = Exit.CONFLICT
     elif report.failures():
         code = Exit.APPLY_FAILED  # refused, failed, or in doubt (the text says which)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.commands import selection
+from reconciler.core.outcomes import WORDS, gate_word
 from reconciler.core.sanitize import safe, safe_json_text
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -104,18 +105,8 @@ def rfc3339(ms: int | None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
 
 
-STATUS_WORDS = {
-    "converged": "converged",
-    "not_converged": "NOT converged",
-    "failed": "FAILED (a change did not go through)",
-    "in_doubt": "IN DOUBT (a change was sent and not answered; a rerun replays its key)",
-    "unproven": "sent, convergence not proven",
-    "refused": "refused (NO-GO), nothing sent",
-    "nothing_to_do": "nothing to do",
-    "interrupted": "interrupted before it finished",
-    "not_finished": "ended without sending (refused, declined) or still running",
-    "legacy": "journal lines written before run records",
-}
+#: A run's status in words (``core.outcomes.WORDS``: written once, there).
+STATUS_WORDS: dict[str, str] = {o.value: words for o, words in WORDS.items()}
 
 
 def render_run(run_json: dict[str, Any]) -> list[str]:
@@ -150,7 +141,7 @@ def render_run(run_json: dict[str, Any]) -> list[str]:
                      "lists them all)")
     gate = run_json.get("gate")
     if gate:
-        word = "converged" if gate.get("converged") else "NOT converged"
+        word = WORDS[gate_word(bool(gate.get("converged")))]
         lines.append(f"  gate: {word} after {gate.get('attempts')} poll(s), "
                      f"{float(gate.get('waited_seconds') or 0):.1f}s")
         for pending in (gate.get("pending") or [])[:5]:

@@ -70,6 +70,13 @@ from dataclasses import dataclass, field
 from reconciler.core import greenfield
 from reconciler.core.codes import BlockerCode, ReasonCode
 from reconciler.core.evidence import ServiceProof
+from reconciler.core.kinds import (
+    CreateChange,
+    EgressChange,
+    GrantChange,
+    PromoteChange,
+    RollbackChange,
+)
 from reconciler.core.live import EgressRule
 from reconciler.core.plans import (
     VERBS,
@@ -189,14 +196,15 @@ def _reason(reason: str) -> str:
 def destructive(change: Change) -> str | None:
     """What a change takes away, in words, or None: an egress revoke-all or any egress
     destination revoked, a capability removed, a rollback."""
-    if change.reason == ReasonCode.EGRESS_REVOKE_ALL:
-        return "revokes every egress destination" + (
-            f" ({_rules(change.egress_removed)})" if change.egress_removed else "")
-    if change.egress_removed:
-        return f"revokes egress to {_rules(change.egress_removed)}"
-    if change.capabilities_removed:
+    if isinstance(change, EgressChange):
+        if change.reason == ReasonCode.EGRESS_REVOKE_ALL:
+            return "revokes every egress destination" + (
+                f" ({_rules(change.egress_removed)})" if change.egress_removed else "")
+        if change.egress_removed:
+            return f"revokes egress to {_rules(change.egress_removed)}"
+    if isinstance(change, GrantChange) and change.capabilities_removed:
         return f"{code(change.user_id or '?', 64)} loses {_caps(change.capabilities_removed)}"
-    if change.action is Action.ROLLBACK:
+    if isinstance(change, RollbackChange):
         return (f"rolls back {_version(change.release_before)} → "
                 f"{_version(change.release_after)}")
     return None
@@ -206,16 +214,16 @@ def _phrase(change: Change, clusters: Sequence[str]) -> str:
     """One change as the first line says it."""
     svc = code(change.service, 64)
     warn = " ⚠️" if destructive(change) else ""
-    if change.action is Action.CREATE:
+    if isinstance(change, CreateChange):
         return (f"creates {svc} at {_version(change.release_after)} on "
                 f"{_clusters(clusters)}")
-    if change.action is Action.PROMOTE:
+    if isinstance(change, PromoteChange):
         return (f"promotes {svc} {_version(change.release_before)} → "
                 f"{_version(change.release_after)} on {_clusters(clusters)}")
-    if change.action is Action.ROLLBACK:
+    if isinstance(change, RollbackChange):
         return (f"rolls {svc} back {_version(change.release_before)} → "
                 f"{_version(change.release_after)} on {_clusters(clusters)}{warn}")
-    if change.action is Action.SET_EGRESS:
+    if isinstance(change, EgressChange):
         added, removed = len(change.egress_added), len(change.egress_removed)
         if change.reason == ReasonCode.EGRESS_REVOKE_ALL:
             return (f"revokes all {_n(removed, 'egress destination')} of {svc}{warn}"
@@ -544,7 +552,7 @@ def _change_item(change: Change, review: Review | None) -> str:
     if review is not None:
         origin = _ORIGIN_WORDS[review.origin(change.idempotency_key)]
         modified = review.modification(change.idempotency_key)
-    if change.action is Action.CREATE:
+    if isinstance(change, CreateChange):
         lines = [f"- ➕ **{VERBS[change.action]}** — {common.create_target(change, _code64)}"
                  f"{origin}"]
     else:
@@ -558,7 +566,7 @@ def _change_item(change: Change, review: Review | None) -> str:
     if taken:
         lines.append(f"  ⚠️ **destructive:** {taken}")
     lines.append(f"  _reason:_ {_reason(change.reason)}")
-    if change.action is Action.CREATE:
+    if isinstance(change, CreateChange):
         lines.extend(f"  {detail}" for detail in common.creation_detail(change, _code64))
     else:
         lines.extend(f"  {code(detail.strip())}" for detail in common.change_detail(change))

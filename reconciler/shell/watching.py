@@ -27,7 +27,7 @@ from typing import Protocol, TextIO
 
 from watchfiles import Change, awatch
 
-from reconciler.core import plandiff
+from reconciler.core import outcomes, plandiff
 from reconciler.core.desired import DesiredState
 from reconciler.core.events import Event, Finished, GatePolled, GateStarted, Hook, PostApply
 from reconciler.core.live import LiveSnapshot
@@ -215,8 +215,8 @@ class Metrics:
                                        registry=registry)
         for kind in ERROR_KINDS:
             self.errors.labels(kind)
-        for result in ("converged", "not_converged", "unproven"):
-            self.gate.labels(result)
+        for result in outcomes.GATE_RESULTS:
+            self.gate.labels(result.value)
         for outcome in APPLY_OUTCOMES:
             self.applies.labels(outcome)
         for change_outcome in Outcome:
@@ -249,8 +249,7 @@ class Metrics:
                 self.changes.labels(action).set(count)
         self.blockers.set(len(plan.blockers))
         self.drift.set(len(plan.drift))
-        self.silent.set(len({b.cluster for b in plan.blockers if b.cluster is not None and
-                             b.code in ("cluster_silent", "cluster_unreachable")}))
+        self.silent.set(len(plan.silent_clusters()))
         self.unproven.set(len(plan.unconverged()))
         self.cycles.inc()
         if fresh:
@@ -290,25 +289,19 @@ class Metrics:
         self.endpoint.close()
 
 
-#: ``reconcile_applies_total`` outcomes.
-APPLY_OUTCOMES = ("converged", "not_converged", "unproven", "failed", "refused", "error",
-                  "nothing_to_do")
+#: ``reconcile_applies_total`` outcomes (``core.outcomes``: the words are written there).
+APPLY_OUTCOMES = tuple(o.value for o in outcomes.APPLY_OUTCOMES)
 
 
 def gate_result(report: ApplyReport) -> str | None:
     """converged | not_converged | unproven (changes sent, no judge's word); None when
     nothing was sent and no gate ran."""
-    if report.gate is not None:
-        if not report.gate.proofs:
-            return "unproven"
-        return "converged" if report.gate.converged else "not_converged"
-    return "unproven" if report.results else None
+    result = report.gate_result()
+    return result.value if result is not None else None
 
 
 def apply_outcome(report: ApplyReport) -> str:
-    if not report.writes_ok:
-        return "failed"
-    return gate_result(report) or "nothing_to_do"
+    return report.outcome().value
 
 
 def config_file_filter(root: Path) -> Callable[[Change, str], bool]:
