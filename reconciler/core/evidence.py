@@ -20,6 +20,11 @@ else is a bug, so the rules live here and nowhere else:
   control plane reports failed or mismatched is **terminal** (``ServiceProof.terminal``):
   waiting cannot prove it, so the convergence gate stops polling it.
 
+Each change kind owns its part of a cluster's proof (``core.kinds``: ``release.assess``,
+the digest, runtime state and replicas; ``egress.assess``, the egress in effect); the
+judge asks them in turn and owns the rest (silence, the runtime record, the rollout).
+Its vocabulary (``Why``) is ``core.whys``', re-exported here.
+
 Also owns ``expected_clusters`` (settings ∪ DNS ∪ rollout targets, CONTRACT §3).
 
 Must not: do I/O, look at the clock, or render; reasons are plain sentences built from

@@ -1,20 +1,17 @@
 """Planning: ``plan(desired, live) -> Plan``, a pure function.
 
-Owns every decision about what to change: the classification of a release change
-(promote vs rollback), egress and grant differences, creations (a declared service the
-control plane does not have), blockers (why not to apply), drift (what differs without
-being an intended change) and the evidence attached to each service. Apply executes
-what this decides and never decides again (STYLE §1).
+Owns the plan as a whole: which kind of change each declared service is up for (absent
+on the control plane: a creation; present: its release and its egress), the kinds
+planned from the whole desired state (``Kind.diff_all``: grants), the mesh's blockers
+(why not to apply), drift (what differs without being an intended change), the evidence
+attached to each service and the judge's word on it, the execution order and the
+fingerprint. What one kind changes -- its diff, preconditions, idempotency key and
+summary -- is that kind's module's (``core.kinds``). Apply executes what this decides and
+never decides again (STYLE §1).
 
 A creation is judged from what the engine read for it (``core.preflight.Greenfield``):
-the repo's own checks first (``core.greenfield.local_blockers``, and an appId a live
-service uses; when any fails nothing was sent, fail closed), then two preflight reports
--- the probe's (no evidence: it gives the control plane's configuration digest) and the
-report for the request whose evidence is bound to that digest (``bind``; GO/NO-GO with its
-codes verbatim; an invalid report is itself a blocker; the two must agree on all but the
-evidence; a GO report's own fields must not contradict it), whether the control plane
-executes creations at all (``GREENFIELD_EXECUTION_UNAVAILABLE``) and whether its
-authorization checks grant ``deployment:create-greenfield``.
+``core.kinds.create`` (its preflight requests, ``creation_requests``/``bound_requests``,
+are re-exported here for the engine).
 
 Risks (``risks_of``) come from the judge's findings against what the control plane
 intends now, for every service apply will gate: a cluster that *states* why it does not
@@ -35,7 +32,7 @@ from reconciler.core import preflight as pf
 from reconciler.core.codes import BlockerCode, DriftCode, ReasonCode, RiskCode
 from reconciler.core.cpcodes import ControlPlaneCode
 from reconciler.core.desired import DesiredState, Service
-from reconciler.core.kinds import ACTION_ORDER, ChangeBase, Diff, create, grant, release
+from reconciler.core.kinds import ACTION_ORDER, KINDS, ChangeBase, Diff, create, release
 from reconciler.core.kinds.base import idempotency_key
 from reconciler.core.kinds.create import (
     Bound,
@@ -346,15 +343,18 @@ class _Planner:
                 f"unknown for {len(blocked)} service(s)"
                 + (f" ({', '.join(blocked)})" if blocked else "")))
 
-    # -- grants ------------------------------------------------------------------------
-    def grants(self) -> None:
-        self.take(grant.diff(self.desired, self.live))
+    # -- kinds planned from the whole desired state (grants) -------------------------
+    def plan_wide(self) -> None:
+        for kind in KINDS:
+            found = kind.diff_all(self.desired, self.live)
+            if found is not None:
+                self.take(found)
 
     def build(self, provenance: Provenance) -> Plan:
         self.mesh()
         for svc in sorted(self.desired.services, key=lambda s: s.name):
             self.service(svc)
-        self.grants()
+        self.plan_wide()
         self.causes()
         if provenance.dirty and not provenance.worktree:
             # A worktree preview reads the edits; it is never applied (apply refuses it).

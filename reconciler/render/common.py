@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from reconciler.core.kinds import (
     CreateChange,
     EgressChange,
+    GrantChange,
     PromoteChange,
     RollbackChange,
 )
@@ -216,6 +217,8 @@ def change_detail(change: Change) -> list[str]:
         if change.egress_removed:
             lines.append(f"  removed: {rules_text(change.egress_removed)}")
         return lines
+    if not isinstance(change, GrantChange):  # a kind with no detail of its own here
+        return [safe(change.summary)]
     lines = [f"grant for {safe(change.user_id)}: {caps_text(change.capabilities_before)} → "
              f"{caps_text(change.capabilities_after)}"]
     if change.capabilities_added:

@@ -237,6 +237,8 @@ def _phrase(change: Change, clusters: Sequence[str]) -> str:
         if added:
             return f"opens {_n(added, 'egress destination')} for {svc}"
         return f"sets the egress of {svc}"
+    if not isinstance(change, GrantChange):  # a kind with no words of its own here
+        return code(change.summary)
     user = code(change.user_id or "?", 64)
     gained, lost = change.capabilities_added, change.capabilities_removed
     if gained and lost:
@@ -265,18 +267,24 @@ def _aggregate(action: Action, changes: Sequence[Change], named: bool) -> str:
         return f"rolls back {who} ⚠️"
     if action is Action.SET_EGRESS:
         return f"changes the egress of {who}" + (f" ({taking:,} revoking ⚠️)" if taking else "")
+    if action is not Action.SET_GRANT:  # a kind with no words of its own here
+        return f"{VERBS[action]} {who}" + (f" ({taking:,} ⚠️)" if taking else "")
     grants = who if named else _n(len(changes), "grant")
     return f"changes {'the grants on ' if named else ''}{grants}" + (
         f" ({taking:,} removing capabilities ⚠️)" if taking else "")
+
+
+#: The order the first line names kinds in; a kind not listed comes last.
+_NAMED_FIRST = (Action.CREATE, Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS,
+                Action.SET_GRANT)
+_TITLE_ORDER = _NAMED_FIRST + tuple(a for a in Action if a not in _NAMED_FIRST)
 
 
 def _does(plan: Plan, changes: Sequence[Change], room: int = _TITLE_WORDS) -> str:
     """What ``changes`` do, in words: each one with its versions and clusters while that
     fits ``room`` characters, else the services named by kind, else counted by kind."""
     clusters = {e.service: e.expected_clusters for e in plan.evidence}
-    kinds = [[c for c in changes if c.action is action] for action in
-             (Action.CREATE, Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS,
-              Action.SET_GRANT)]
+    kinds = [[c for c in changes if c.action is action] for action in _TITLE_ORDER]
     if len(changes) <= 6:
         detailed = "; ".join(_phrase(c, clusters.get(c.service, plan.expected_clusters))
                              for items in kinds for c in items)

@@ -22,6 +22,7 @@ from typing import ClassVar, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from reconciler.core.codes import ReasonCode
+from reconciler.core.desired import DesiredState
 from reconciler.core.findings import Blocker, Drift
 from reconciler.core.live import LiveService, LiveSnapshot
 from reconciler.core.preflight import ServicePreflight
@@ -153,6 +154,13 @@ class Kind(Generic[C]):
     @property
     def actions(self) -> tuple[Action, ...]:
         return tuple(self.verbs)
+
+    def diff_all(self, desired: DesiredState, live: LiveSnapshot) -> Diff | None:
+        """The kind's changes planned from the whole desired state (a kind with documents
+        of its own, such as grants): ``core.planning`` asks every kind once per plan.
+        None: the kind is planned per service (its module's ``diff``, called by the
+        planner for each declared service)."""
+        return None
 
     def shows(self, change: C, svc: LiveService) -> bool:
         """Does the service's own state already hold what the change wants? (False for

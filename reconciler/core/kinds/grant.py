@@ -115,6 +115,9 @@ class _Grant(Kind[GrantChange]):
     verbs: ClassVar[dict[Action, str]] = {Action.SET_GRANT: "set grant"}
     waits_for_convergence = False
 
+    def diff_all(self, desired: DesiredState, live: LiveSnapshot) -> Diff:
+        return diff(desired, live)
+
     def already_live(self, change: GrantChange, svc: LiveService, live: LiveSnapshot) -> bool:
         caps = _live_caps(change, live)
         return caps is not None and caps == tuple(sorted(change.capabilities_after))
