@@ -58,18 +58,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 class _View:
-    """Prints apply's events: text lines, or one JSON object per line (``--format json``)."""
+    """Prints apply's events as ``render.applyview`` words them: text lines, or one JSON
+    object per line (``--format json``)."""
 
     def __init__(self, fmt: str) -> None:
         self.fmt = fmt
 
     def __call__(self, event: Event) -> None:
-        if self.fmt == "json":
-            print(applyview.json_line(event), flush=True)
-            return
-        for line in applyview.warnings(event):
+        out, err = applyview.lines(event, self.fmt)
+        for line in err:
             print(line, file=sys.stderr, flush=True)
-        for line in applyview.text(event):
+        for line in out:
             print(line, flush=True)
 
 

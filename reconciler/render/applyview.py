@@ -241,3 +241,11 @@ def json_line(event: Event) -> str:
                 "stopped": [p.service for p in gate.stopped()] if gate else []}
     # Redacted and control-free like every other view (``common.terminal_json``).
     return common.terminal_json(json.dumps(data, sort_keys=True, ensure_ascii=False))
+
+
+def lines(event: Event, fmt: str) -> tuple[list[str], list[str]]:
+    """One event as ``apply --format FMT`` shows it: (stdout lines, stderr lines) -- one
+    JSON object per event, or its text with its warnings on stderr."""
+    if fmt == "json":
+        return [json_line(event)], []
+    return text(event), warnings(event)
