@@ -30,7 +30,7 @@ from reconciler.core.evidence import Proof, ServiceProof
 from reconciler.core.outcomes import EXPIRED, ApplyReport, Outcome
 from reconciler.core.plans import Action, Change
 from reconciler.core.sanitize import safe
-from reconciler.render import common
+from reconciler.render import common, jsonplan
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _MARK = {Outcome.APPLIED: "✓", Outcome.ALREADY_APPLIED: "=", Outcome.REFUSED: "✗",
@@ -236,7 +236,10 @@ def json_line(event: Event) -> str:
     else:
         assert isinstance(event, Finished)
         gate = event.report.gate
-        data = {"event": "finished", "report": event.report.model_dump(mode="json"),
+        report = event.report.model_dump(mode="json")
+        for dumped, result in zip(report["results"], event.report.results, strict=True):
+            dumped["change"] = jsonplan.change_fields(result.change)  # the plan's shape
+        data = {"event": "finished", "report": report,
                 "converged": gate.converged and event.report.writes_ok if gate else None,
                 "stopped": [p.service for p in gate.stopped()] if gate else []}
     # Redacted and control-free like every other view (``common.terminal_json``).

@@ -111,9 +111,14 @@ _ABSENT_JSON: dict[str, Any] = json.loads(json.dumps(
     {k: list(v) if isinstance(v, tuple) else v for k, v in _ABSENT.items()}))
 
 
+def change_fields(change: Change) -> dict[str, Any]:
+    """A change as one flat JSON object, every kind's fields present (those of other
+    kinds at their defaults): the shape every JSON view of a change has."""
+    return {**_ABSENT_JSON, **change.model_dump(mode="json")}
+
+
 def _change_to_wire(change: Change) -> dict[str, Any]:
-    data = {**{k: v for k, v in _ABSENT_JSON.items() if k != "action"},
-            **change.model_dump(mode="json")}
+    data = change_fields(change)
     action = data.pop("action")
     return {"actions": [action], **data}
 
