@@ -40,8 +40,9 @@ from reconciler.core import (
 from reconciler.core import pinning as pin_rules
 from reconciler.core import policy as policies
 from reconciler.core import status as service_status
-from reconciler.core.codes import BlockerCode
+from reconciler.core.codes import SILENT_CLUSTER_CODES, BlockerCode
 from reconciler.core.comments import Comment, Owned
+from reconciler.core.cpcodes import ControlPlaneCode
 from reconciler.core.desired import DesiredState, Service, Settings
 from reconciler.core.diagnostics import Diagnostic
 from reconciler.core.events import (
@@ -255,11 +256,9 @@ def failed_result(root: Path | None, exc: EngineError) -> PlanResult:
 
 # -- apply ------------------------------------------------------------------------------
 
-#: Blocker codes that mean "an expected cluster gave no evidence".
-EVIDENCE_BLOCKERS = frozenset({
-    BlockerCode.CLUSTER_SILENT, BlockerCode.CLUSTER_UNREACHABLE, BlockerCode.GATEWAY_UNRESOLVED,
-    BlockerCode.GATEWAY_SHORT_ANSWER, BlockerCode.CLUSTER_CLAIMED_TWICE,
-    BlockerCode.CLUSTER_UNNAMED})
+#: Blocker codes that mean "an expected cluster gave no evidence" (core.codes: one list,
+#: the watcher's silent-cluster metric reads the same).
+EVIDENCE_BLOCKERS = SILENT_CLUSTER_CODES
 
 
 def state_dir(desired: DesiredState, root: Path, env: Mapping[str, str]) -> Path:
@@ -1493,7 +1492,7 @@ async def _releases(desired: DesiredState, root: Path, overrides: Overrides,
     out: dict[str, tuple[ImageRelease, ...] | ReadFailure] = {}
     for svc in services:
         state = found.services[svc.service_id]
-        if isinstance(state, ReadFailure) and state.code != "SERVICE_NOT_FOUND":
+        if isinstance(state, ReadFailure) and state.code != ControlPlaneCode.SERVICE_NOT_FOUND:
             raise EngineError(f"control plane {connection.control_plane_url}: "
                               f"{svc.service_id}: {safe(state.reason)}")
         out[svc.name] = state.releases if isinstance(state, LiveService) else state

@@ -2,8 +2,9 @@
 
 Newest first, bounded (``--limit``): when each apply began, from which commit, the plan's
 digest (what it said: commit, verdict, changes, blockers) and its change count, the
-control plane it ran against, each change's outcome, the convergence gate's word and
-the duration. A
+control plane it ran against, each change's outcome, the convergence gate's word, the
+duration, and the reverts between them (the words and layout are
+``render.historyview``'s). A
 journal that cannot be trusted is named with its path and line (exit 1), never skipped
 or shortened. Reading only: the journal is never written here.
 """
@@ -11,22 +12,16 @@ or shortened. Reading only: the journal is never written here.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from reconciler.commands import selection
-from reconciler.core.sanitize import safe, safe_json_text
+from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-
-#: Changes listed per run in the text view (JSON lists them all).
-TEXT_CHANGES = 20
-FORMAT_VERSION = 1
+from reconciler.render import historyview
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -84,114 +79,13 @@ def run(args: argparse.Namespace) -> int:
         return int(Exit.ERROR)
     shown = runs[:args.limit]
     if args.format == "json":
-        print(safe_json_text(json.dumps({
-            "format_version": FORMAT_VERSION, "journal": str(path), "total": len(runs),
-            "shown": len(shown), "runs": [r.to_json() for r in shown],
-            "reverts": [revert_json(r) for r in reverted]},
-            indent=2, sort_keys=True)))
+        print(historyview.document(str(path), [r.to_json() for r in shown], len(runs),
+                                   reverted))
         return int(Exit.OK)
-    if not runs:
-        print(f"no applies recorded in {path}")
-        return int(Exit.OK)
-    print(f"{path}: {len(shown)} of {len(runs)} apply run(s), newest first")
-    # Issue 20: a revert is told between the failed apply and the rollback's apply, so
-    # the failed release, the revert commit and the rollback's proof read as one story.
-    oldest = shown[-1].started_ms if len(runs) > len(shown) else 0
-    told = [(item.started_ms, render_run(item.to_json())) for item in shown]
-    told += [(int(r.get("ts") or 0), render_revert(revert_json(r))) for r in reverted
-             if int(r.get("ts") or 0) >= oldest]
-    for _at, lines in sorted(told, key=lambda t: t[0], reverse=True):
-        print()
-        for line in lines:
-            print(line)
-    if len(runs) > len(shown):
-        print(f"\n… {len(runs) - len(shown)} older run(s); raise --limit to see them")
+    for line in historyview.text(str(path), [r.to_json() for r in shown], len(runs),
+                                 reverted):
+        print(line)
     return int(Exit.OK)
-
-
-def rfc3339(ms: int | None) -> str:
-    if not ms:
-        return "-"
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
-
-
-STATUS_WORDS = {
-    "converged": "converged",
-    "not_converged": "NOT converged",
-    "failed": "FAILED (a change did not go through)",
-    "in_doubt": "IN DOUBT (a change was sent and not answered; a rerun replays its key)",
-    "unproven": "sent, convergence not proven",
-    "refused": "refused (NO-GO), nothing sent",
-    "nothing_to_do": "nothing to do",
-    "interrupted": "interrupted before it finished",
-    "not_finished": "ended without sending (refused, declined) or still running",
-    "legacy": "journal lines written before run records",
-}
-
-
-def render_run(run_json: dict[str, Any]) -> list[str]:
-    """The text of one run: a heading, its blockers or changes (bounded), the gate."""
-    head = [rfc3339(run_json["started_ms"]), STATUS_WORDS.get(run_json["status"],
-                                                             run_json["status"])]
-    if run_json.get("commit"):
-        head.append(f"commit {safe(run_json['commit'], 40)[:12]}")
-    if run_json.get("plan_digest"):
-        count = int(run_json.get("change_count") or 0)
-        head.append(f"plan {safe(run_json['plan_digest'], 80)[:19]} "
-                    f"({count} change{'' if count == 1 else 's'})")
-    if run_json.get("control_plane_url"):
-        head.append(f"→ {safe(run_json['control_plane_url'], 200)}")
-    if run_json.get("saved_plan"):
-        reviewed = run_json.get("reviewed_commit")
-        head.append(f"(saved plan, reviewed at {safe(reviewed, 40)[:12]})"
-                    if reviewed and reviewed != run_json.get("commit") else "(saved plan)")
-    if run_json.get("duration_seconds") is not None:
-        head.append(f"{run_json['duration_seconds']:.1f}s")
-    lines = ["  ".join(head)]
-    blockers = run_json.get("blockers") or []
-    for blocker in blockers[:10]:
-        lines.append(f"  ✗ {safe(str(blocker.get('code')), 60)}: "
-                     f"{safe(str(blocker.get('message')), 200)}")
-    if len(blockers) > 10:
-        lines.append(f"  … {len(blockers) - 10} more blocker(s)")
-    changes = run_json.get("changes") or []
-    for change in changes[:TEXT_CHANGES]:
-        detail = safe(str(change.get("detail") or ""), 120)
-        lines.append(f"  {change.get('outcome')!s:<16} {safe(str(change.get('action')), 20)} "
-                     f"{safe(str(change.get('service')), 80)}" + (f" — {detail}" if detail
-                                                                 else ""))
-    if len(changes) > TEXT_CHANGES:
-        lines.append(f"  … {len(changes) - TEXT_CHANGES} more change(s) (--format json "
-                     "lists them all)")
-    gate = run_json.get("gate")
-    if gate:
-        word = "converged" if gate.get("converged") else "NOT converged"
-        lines.append(f"  gate: {word} after {gate.get('attempts')} poll(s), "
-                     f"{float(gate.get('waited_seconds') or 0):.1f}s")
-        for pending in (gate.get("pending") or [])[:5]:
-            for reason in (pending.get("reasons") or [])[:3]:
-                lines.append(f"    {safe(str(pending.get('service')), 80)}: "
-                             f"{safe(str(reason), 200)}")
-    return lines
-
-
-def revert_json(record: dict[str, Any]) -> dict[str, Any]:
-    return {"key": record.get("key"), "at_ms": record.get("ts"), "commit": record.get("commit"),
-            "services": list(record.get("services") or [])}
-
-
-def render_revert(revert: dict[str, Any]) -> list[str]:
-    """A revert (``apply --on-gate-failure revert``, ``reconcile revert``): which release
-    failed, what it went back to, the commit and the key."""
-    lines = [f"{rfc3339(revert.get('at_ms'))}  REVERTED in git  commit "
-             f"{safe(str(revert.get('commit')), 40)[:12]}  key {safe(str(revert.get('key')), 40)}"]
-    for item in revert.get("services") or []:
-        lines.append(f"  {safe(str(item.get('service')), 80)}: release "
-                     f"{safe(str(item.get('failed')), 80)} failed, held; pinned back to "
-                     f"{safe(str(item.get('to_tag')), 130)} ({safe(str(item.get('to')), 80)})")
-        for said in (item.get("evidence") or [])[:3]:
-            lines.append(f"    {safe(str(said), 200)}")
-    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:

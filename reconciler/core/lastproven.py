@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from reconciler.core import evidence
 from reconciler.core.desired import DesiredState
 from reconciler.core.evidence import ServiceProof
+from reconciler.core.kinds.release import PromoteChange, RollbackChange
 from reconciler.core.live import ImageRelease, LiveService, LiveSnapshot, ReadFailure
 from reconciler.core.pinning import when
-from reconciler.core.plans import Action, Plan
+from reconciler.core.plans import Plan
 from reconciler.core.sanitize import safe
 
 
@@ -107,8 +108,10 @@ def running_before(desired: DesiredState, plan: Plan,
     expected = {e.service: e.expected_clusters for e in plan.evidence}
     out: list[ServiceProof] = []
     for change in plan.changes:
+        if not isinstance(change, PromoteChange | RollbackChange):
+            continue
         before = change.release_before
-        if change.action not in (Action.PROMOTE, Action.ROLLBACK) or before is None \
+        if before is None \
                 or not before.digest:
             continue
         svc = desired.service_by_name(change.service)

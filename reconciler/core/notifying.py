@@ -31,6 +31,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from reconciler.core.kinds.create import CreateChange
+from reconciler.core.kinds.release import PromoteChange, RollbackChange
 from reconciler.core.outcomes import ApplyReport
 from reconciler.core.plans import Action, Plan, Verdict
 
@@ -219,8 +221,10 @@ def _lines(plan: Plan, report: ApplyReport | None = None) -> tuple[ServiceLine, 
     for name in names:
         change = changes.get(name)
         proof = proofs.get(name)
-        release = change.release_after if change is not None else None
-        before = change.release_before if change is not None else None
+        release = change.release_after if isinstance(
+            change, PromoteChange | RollbackChange | CreateChange) else None
+        before = change.release_before if isinstance(
+            change, PromoteChange | RollbackChange) else None
         pending = tuple(c.cluster for c in proof.pending()) if proof is not None else ()
         reasons: list[str] = []
         if name in failed:

@@ -41,6 +41,7 @@ from typing import Any
 
 from reconciler.core.codes import BlockerCode
 from reconciler.core.desired import DesiredState, EvidenceKind
+from reconciler.core.kinds.release import PromoteChange, RollbackChange
 from reconciler.core.pipeline import Policy, zone
 from reconciler.core.plans import Blocker, Plan
 from reconciler.core.promotion import PROMOTING, Upstream, proven_since
@@ -93,7 +94,8 @@ def context(plan: Plan, desired: DesiredState, environment: str, service: str,
     declared = desired.service_by_name(service)
     release = declared.release if declared else None
     kinds = sorted({a.kind.value for a in release.evidence}) if release else []
-    digest = change.release_after.digest if change.release_after else None
+    digest = change.release_after.digest if isinstance(
+        change, PromoteChange | RollbackChange) else None
     proven = -1
     if upstream is not None and digest and service in upstream.services:
         since = proven_since(upstream.services[service].live, digest)

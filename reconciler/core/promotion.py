@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from reconciler.core import windows
 from reconciler.core.codes import BlockerCode
 from reconciler.core.evidence import Proof, ServiceProof, Target, judge
+from reconciler.core.kinds.release import PromoteChange, RollbackChange
 from reconciler.core.live import EgressRule, LiveService, Observation, ReadFailure
 from reconciler.core.pipeline import Environment, Freeze, show_duration
 from reconciler.core.plans import Action, Blocker, Plan
@@ -222,8 +223,8 @@ def promotion_blockers(plan: Plan, environment: Environment, upstream: Upstream 
     """The blockers the environment's rules add to ``plan``'s promotions, and the notes
     (an override, and what it lifted). Freezes and windows are said once, naming every
     promotion they hold; soak and proof once per service."""
-    promoting = [c for c in plan.changes if c.action in PROMOTING and c.release_after
-                 and c.release_after.digest]
+    promoting = [c for c in plan.changes if isinstance(c, PromoteChange | RollbackChange)
+                 and c.action in PROMOTING and c.release_after.digest]
     if not promoting:
         return (), ()
     per_service: list[Blocker] = []

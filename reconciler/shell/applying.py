@@ -22,8 +22,15 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from reconciler.core import staleness
 from reconciler.core.events import Hook, PostApply, PreApply
+from reconciler.core.kinds import (
+    CreateChange,
+    EgressChange,
+    GrantChange,
+    PromoteChange,
+    kind_of,
+)
 from reconciler.core.outcomes import EXPIRED, ChangeResult, Outcome
-from reconciler.core.plans import Action, Change
+from reconciler.core.plans import Change
 from reconciler.core.sanitize import safe
 from reconciler.core.staleness import Check, Freshness
 from reconciler.shell import greenfield
@@ -71,48 +78,44 @@ def pause_point(point: str) -> None:
 
 
 async def _send(client: ControlPlaneClient, change: Change) -> tuple[bool, str]:
-    """Send one change; True when the control plane says it replayed an earlier call
-    with the same key and changed nothing now ([ext] ``idempotentReplay``), and what it
-    said worth reporting (a creation's operation)."""
-    if change.action is Action.CREATE:
+    """Send one change, the request its kind is written with; True when the control
+    plane says it replayed an earlier call with the same key and changed nothing now
+    ([ext] ``idempotentReplay``), and what it said worth reporting (a creation's
+    operation)."""
+    pre = change.preconditions
+    if isinstance(change, CreateChange):
         created = await greenfield.create(client, change)
         return created.replayed, f"operation {created.operation_id} {created.state}"
-    return await _send_write(client, change), ""
-
-
-async def _send_write(client: ControlPlaneClient, change: Change) -> bool:
-    pre = change.preconditions
-    if change.action is Action.SET_GRANT:
-        assert change.user_id is not None and change.capabilities_after is not None
+    if isinstance(change, GrantChange):
         await client.configure_grant(change.user_id, change.service_id,
                                      list(change.capabilities_after))
-        return False
-    if change.action is Action.SET_EGRESS:
+        return False, ""
+    if isinstance(change, EgressChange):
         assert pre.egress_revision is not None
         reply = await client.set_egress(
-            change.service_id, [r.model_dump() for r in change.egress_after or ()],
+            change.service_id, [r.model_dump() for r in change.egress_after],
             idempotency_key=change.idempotency_key, expected_revision=pre.egress_revision)
-    else:
-        assert change.release_after is not None and change.release_after.release_id
-        assert pre.rollout_generation is not None
-        if change.action is Action.PROMOTE:
-            reply = await client.promote(
-                change.service_id, change.release_after.release_id,
-                idempotency_key=change.idempotency_key,
-                expected_generation=pre.rollout_generation, expected_rollout_id=pre.rollout_id)
-        else:
-            assert pre.rollout_id is not None
-            reply = await client.rollback(
-                change.service_id, change.release_after.release_id,
-                idempotency_key=change.idempotency_key,
-                expected_generation=pre.rollout_generation, expected_rollout_id=pre.rollout_id)
-    return reply.replayed
+        return reply.replayed, ""
+    assert change.release_after.release_id
+    assert pre.rollout_generation is not None
+    if isinstance(change, PromoteChange):
+        reply = await client.promote(
+            change.service_id, change.release_after.release_id,
+            idempotency_key=change.idempotency_key,
+            expected_generation=pre.rollout_generation, expected_rollout_id=pre.rollout_id)
+        return reply.replayed, ""
+    assert pre.rollout_id is not None
+    reply = await client.rollback(
+        change.service_id, change.release_after.release_id,
+        idempotency_key=change.idempotency_key,
+        expected_generation=pre.rollout_generation, expected_rollout_id=pre.rollout_id)
+    return reply.replayed, ""
 
 
 async def _landed(client: ControlPlaneClient, change: Change) -> bool:
-    """After a CAS refusal of a change we sent before: is its result what is live now?"""
-    if change.action not in (Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS,
-                             Action.CREATE):
+    """After a CAS refusal of a change we sent before: is its result what is live now?
+    (Only what the service's own state shows: ``Kind.shows``.)"""
+    if not kind_of(change).waits_for_convergence:
         return False
     try:
         svc = parse_service(await client.get_service(change.service_id), [])
@@ -121,7 +124,7 @@ async def _landed(client: ControlPlaneClient, change: Change) -> bool:
     return staleness.service_shows(change, svc)
 
 
-async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
+async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check[Change],
                      hook: Hook, fence: Fence | None = None) -> ChangeResult:
     change = check.change
     if check.freshness is Freshness.ALREADY_LIVE:
@@ -155,7 +158,7 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
         journal.result(change, Outcome.REFUSED.value, detail)
         return ChangeResult(change=change, outcome=Outcome.REFUSED, detail=detail, code=exc.code)
     except DomainError as exc:
-        if change.action is Action.CREATE and exc.code in greenfield.CREATED_ELSEWHERE \
+        if isinstance(change, CreateChange) and exc.code in greenfield.CREATED_ELSEWHERE \
                 and await _landed(client, change):
             # Another apply (another commit: same key, other payload; or another key)
             # created the very service first, rolled out to this digest: nothing is left
@@ -164,7 +167,7 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
                 f"({exc.code})"
             journal.result(change, Outcome.ALREADY_APPLIED.value, detail)
             return ChangeResult(change=change, outcome=Outcome.ALREADY_APPLIED, detail=detail)
-        detail = greenfield.refusal_detail(exc) if change.action is Action.CREATE else str(exc)
+        detail = greenfield.refusal_detail(exc) if isinstance(change, CreateChange) else str(exc)
         journal.result(change, Outcome.REFUSED.value, detail)
         return ChangeResult(change=change, outcome=Outcome.REFUSED, detail=detail,
                             code=exc.code)
@@ -198,7 +201,7 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
     return ChangeResult(change=change, outcome=Outcome.APPLIED, detail=detail)
 
 
-async def execute(checks: Sequence[Check], *, client: ControlPlaneClient, journal: Journal,
+async def execute(checks: Sequence[Check[Change]], *, client: ControlPlaneClient, journal: Journal,
                   hook: Hook, concurrency: int,
                   deadline: float | None = None,
                   fence: Fence | None = None) -> list[ChangeResult]:
@@ -208,13 +211,13 @@ async def execute(checks: Sequence[Check], *, client: ControlPlaneClient, journa
     it (each is skipped, said so); a write already sent is never abandoned mid-flight --
     its own call deadline bounds it -- so it ends applied, refused, failed or in doubt.
     ``fence`` (sharded watching) is asked before each write; a refusal skips the write."""
-    by_service: dict[str, list[Check]] = {}
+    by_service: dict[str, list[Check[Change]]] = {}
     for check in checks:
         by_service.setdefault(check.change.service_id, []).append(check)
     semaphore = asyncio.Semaphore(max(1, concurrency))
     results: dict[str, ChangeResult] = {}
 
-    async def run_service(group: list[Check]) -> None:
+    async def run_service(group: list[Check[Change]]) -> None:
         async with semaphore:
             stopped: ChangeResult | None = None
             for check in group:

@@ -53,6 +53,8 @@ from reconciler.core.events import (
     PostApply,
     PreApply,
 )
+from reconciler.core.kinds.create import CreateChange
+from reconciler.core.kinds.release import PromoteChange, RollbackChange
 from reconciler.core.live import Observation, ObservationKind
 from reconciler.core.outcomes import Outcome
 from reconciler.core.sanitize import redact, safe
@@ -353,8 +355,10 @@ class SpanHook:
             return
         if isinstance(event, PreApply):
             c = event.change
-            after = c.release_after.digest if c.release_after else None
-            before = c.release_before.digest if c.release_before else None
+            after = c.release_after.digest if isinstance(
+                c, PromoteChange | RollbackChange | CreateChange) else None
+            before = c.release_before.digest if isinstance(
+                c, PromoteChange | RollbackChange) and c.release_before else None
             one = tracer.start_span(f"change {c.action.value} {c.service}", attributes=_attributes({
                 "reconcile.service": c.service, "reconcile.service_id": c.service_id,
                 "reconcile.app_id": c.app_id, "reconcile.change.action": c.action.value,
