@@ -43,6 +43,7 @@ from reconciler.core.desired import (
     Grant,
     LocatedError,
     LocatedErrors,
+    Route,
     Service,
     Settings,
     SourceRef,
@@ -265,6 +266,7 @@ def _assemble(located: Sequence[crosscheck.Located]) -> DesiredState | None:
     sources: dict[str, SourceRef] = {}
     services: list[Service] = []
     grants: list[Grant] = []
+    routes: list[Route] = []
     for doc in located:
         model = doc.document
         if isinstance(model, Service):
@@ -273,11 +275,14 @@ def _assemble(located: Sequence[crosscheck.Located]) -> DesiredState | None:
         elif isinstance(model, Grant):
             grants.append(model)
             key = f"Grant/{model.user_id}"
+        elif isinstance(model, Route):
+            routes.append(model)
+            key = f"Route/{model.name}"
         else:
             key = "Settings"
         sources.setdefault(key, SourceRef(path=doc.path, line=doc.line))
     return DesiredState(settings=settings[0], services=tuple(services), grants=tuple(grants),
-                        sources=sources)
+                        routes=tuple(routes), sources=sources)
 
 
 # --------------------------------------------------------------------------- documents
@@ -287,7 +292,7 @@ _KINDS: Final = tuple(DOCUMENT_KINDS)
 
 def validate_document(
     document: YamlDocument,
-) -> tuple[Settings | Service | Grant | None, list[Diagnostic]]:
+) -> tuple[Settings | Service | Grant | Route | None, list[Diagnostic]]:
     """One document against its kind's model: the model, or the diagnostics."""
     value = document.value
 
