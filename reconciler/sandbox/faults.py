@@ -31,6 +31,7 @@ CLUSTER_KINDS: dict[str, str] = {
     "trickle": "send each reply one byte at a time, ms=N between bytes (default 20)",
     "stuck": "never converge to a new digest: keep the previous one, stale attestation",
     "failed": "runtimeState FAILED with a lastError, replicas failed",
+    "route-stuck": "never apply a gateway route change: keep serving the routes in effect",
     "garbage": "the status routes (per app and batch) answer invalid JSON",
     "truncated": "the status routes (per app and batch) answer JSON cut in the middle",
     "ansi": "lastError full of ANSI escapes and control characters",
