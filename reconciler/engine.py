@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reconciler.core import binding, comments, evidence, freshness, review, staleness
+from reconciler.core import binding, comments, evidence, freshness, review, routekind, staleness
 from reconciler.core import pinning as pin_rules
 from reconciler.core.codes import BlockerCode
 from reconciler.core.comments import Comment, Owned
@@ -545,7 +545,7 @@ class Reconciler:
         else:
             why = f"not polled before --timeout {deadline.seconds:g}s expired"
             proofs = tuple(
-                evidence.judge(target_of(svc, None),
+                evidence.judge(target_of(svc, None, routekind.expected_routes(desired, svc)),
                                ReadFailure(service_id=svc.service_id, reason=why),
                                targets[svc.name],
                                [Observation(cluster_id=c, kind=ObservationKind.SILENT,
@@ -589,7 +589,8 @@ class Reconciler:
                 targets[name], mesh_clusters, _targets(live[svc.service_id]))
                 for name, svc in polling.items()}
             probe.update(*expected.values())
-            fresh = {name: evidence.judge(target_of(svc, live[svc.service_id]),
+            fresh = {name: evidence.judge(target_of(svc, live[svc.service_id],
+                                                    routekind.expected_routes(desired, svc)),
                                           live[svc.service_id], expected[name],
                                           observations.get(svc.app_id, ()))
                      for name, svc in polling.items()}

@@ -8,7 +8,9 @@ else is a bug, so the rules live here and nowhere else:
 - a cluster proves a service converged only by answering with the pinned digest as its
   ``resolvedDigest`` (never a tag), ``runtimeState`` RUNNING, at least one required replica
   and every required replica observed, healthy and verified, none failed, and the declared
-  egress in effect (a destination the cluster's operator dropped is *not* in effect);
+  egress in effect (a destination the cluster's operator dropped is *not* in effect),
+  and every gateway route the repo declares for the app in effect on its ingress with its
+  priority and target (issue 21; a cluster still serving the old route is named);
 - the control plane's rollout for the service must be to the pinned digest and say
   ``succeeded``: a rollout still pending or deploying has not finished, a failed or
   mismatched one has not converged, and one with no status has proven nothing;
@@ -43,6 +45,7 @@ from reconciler.core.live import (
     ObservationKind,
     ReadFailure,
 )
+from reconciler.core.routing import GatewayRoute, same_config
 from reconciler.core.sanitize import safe
 
 
@@ -71,6 +74,8 @@ class Why(StrEnum):
     NO_EGRESS = "no_egress_report"
     EGRESS_DROPPED = "egress_dropped"
     EGRESS_DIFFERS = "egress_not_in_effect"
+    NO_ROUTES = "no_route_view"
+    ROUTE_NOT_IN_EFFECT = "route_not_in_effect"
     # the control plane's rollout, for the service as a whole
     SERVICE_UNREADABLE = "service_unreadable"
     NOT_ROLLED_OUT = "rollout_not_to_pinned_digest"
@@ -85,7 +90,7 @@ SUCCEEDED_STATUSES = frozenset({"succeeded", "rolled-back"})
 
 #: Whys that are a gap in evidence (unproven) rather than evidence of something else.
 UNPROVEN_WHYS = frozenset({Why.SILENT, Why.NO_DIGEST, Why.NO_REPLICA_COUNTS, Why.NO_EGRESS,
-                           Why.SERVICE_UNREADABLE, Why.ROLLOUT_STATUS_UNKNOWN})
+                           Why.SERVICE_UNREADABLE, Why.ROLLOUT_STATUS_UNKNOWN, Why.NO_ROUTES})
 
 
 class Target(_Model):
@@ -96,6 +101,10 @@ class Target(_Model):
     app_id: str
     digest: str
     egress: tuple[EgressRule, ...] | None = None
+    #: Issue 21: the gateway routes of this app every expected cluster must report in
+    #: effect, each with its priority and target (None: the repo declares none: not
+    #: checked).
+    routes: tuple[GatewayRoute, ...] | None = None
 
 
 class ClusterProof(_Model):
@@ -178,9 +187,10 @@ _Assessment = tuple["Why | None", str, "str | None", "str | None"]
 
 
 def judge_cluster(observation: Observation, digest: str,
-                  egress: tuple[EgressRule, ...] | None) -> ClusterProof:
-    """One cluster's answer about one app, against the pinned digest and egress."""
-    return _proof(observation.cluster_id, _assess(observation, digest, egress))
+                  egress: tuple[EgressRule, ...] | None,
+                  routes: tuple[GatewayRoute, ...] | None = None) -> ClusterProof:
+    """One cluster's answer about one app, against the pinned digest, egress and routes."""
+    return _proof(observation.cluster_id, _assess(observation, digest, egress, routes))
 
 
 def _proof(cluster: str, assessment: _Assessment) -> ClusterProof:
@@ -194,7 +204,8 @@ def _proof(cluster: str, assessment: _Assessment) -> ClusterProof:
 
 
 def _assess(observation: Observation, digest: str,
-            egress: tuple[EgressRule, ...] | None) -> _Assessment:
+            egress: tuple[EgressRule, ...] | None,
+            routes: tuple[GatewayRoute, ...] | None = None) -> _Assessment:
     """``judge_cluster``'s rules. An answer's assessment depends on its runtime alone
     (for one digest and egress), never on which cluster sent it."""
 
@@ -247,7 +258,30 @@ def _assess(observation: Observation, digest: str,
                 bits.append("still allows " + _pairs(in_effect - declared))
             return verdict(Why.EGRESS_DIFFERS, "egress " + "; ".join(bits), running,
                            last_error)
+    if routes is not None:
+        found = _routes_missing(runtime.routes, routes)
+        if found is not None:
+            return verdict(found[0], found[1], running, last_error)
     return None, "", running, last_error
+
+
+def _routes_missing(in_effect: tuple[GatewayRoute, ...] | None,
+                    routes: tuple[GatewayRoute, ...]) -> tuple[Why, str] | None:
+    """A route not in effect as declared (what the cluster still serves instead), or
+    None when every declared route is in effect with its priority and target."""
+    if in_effect is None:
+        return Why.NO_ROUTES, "sent no gateway routes: which route serves is unproven"
+    serving = {r.key: r for r in in_effect}
+    for want in routes:
+        have = serving.get(want.key)
+        if have is None:
+            return Why.ROUTE_NOT_IN_EFFECT, (f"does not serve route {want.name!r} (priority "
+                                             f"{want.priority} -> {want.target})")
+        if not same_config(have, want):
+            return Why.ROUTE_NOT_IN_EFFECT, (
+                f"still serves the old route {safe(have.name)!r}: {safe(have.summary())}, "
+                f"not {want.summary()}")
+    return None
 
 
 def _judge_rollout(live: LiveService | ReadFailure | None, digest: str) -> tuple[Why, str] | None:
@@ -295,11 +329,11 @@ def judge(target: Target, live: LiveService | ReadFailure | None,
             cluster_id=cluster, kind=ObservationKind.SILENT, reason="never probed")
         runtime = observation.runtime
         if observation.kind is not ObservationKind.ANSWERED or runtime is None:
-            return judge_cluster(observation, target.digest, target.egress)
+            return judge_cluster(observation, target.digest, target.egress, target.routes)
         assessment = assessed.get(id(runtime))
         if assessment is None:
             assessment = assessed[id(runtime)] = _assess(observation, target.digest,
-                                                         target.egress)
+                                                         target.egress, target.routes)
         return _proof(cluster, assessment)
 
     clusters = tuple(one(cluster) for cluster in sorted(set(expected)))

@@ -36,7 +36,7 @@ from typing import cast
 
 from pydantic import JsonValue
 
-from reconciler.core import evidence, greenfield
+from reconciler.core import evidence, greenfield, routekind
 from reconciler.core import preflight as pf
 from reconciler.core.codes import (
     BlockerCode,
@@ -69,6 +69,7 @@ from reconciler.core.plans import (
     Risk,
     ServiceEvidence,
 )
+from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import safe
 
 
@@ -268,15 +269,17 @@ def _rules(pairs: Iterable[tuple[str, int]]) -> tuple[EgressRule, ...]:
     return tuple(EgressRule(host=h, port=p) for h, p in sorted(pairs))
 
 
-def target_of(svc: Service, live: LiveService | ReadFailure | None) -> evidence.Target:
+def target_of(svc: Service, live: LiveService | ReadFailure | None,
+              routes: tuple[GatewayRoute, ...] | None = None) -> evidence.Target:
     """What the judge must see for ``svc``: the pinned digest, and the egress the repo
-    declares -- or, when the repo leaves egress alone, the control plane's declaration."""
+    declares -- or, when the repo leaves egress alone, the control plane's declaration --
+    and the gateway routes it declares for the service (``routekind.expected_routes``)."""
     if svc.egress is not None:
         egress: tuple[EgressRule, ...] | None = _rules((d.host, d.port) for d in svc.egress)
     else:
         egress = live.egress if isinstance(live, LiveService) else None
     return evidence.Target(service=svc.name, app_id=svc.app_id, digest=svc.release.digest,
-                           egress=egress)
+                           egress=egress, routes=routes)
 
 
 _DRIFT_OF_WHY = {
@@ -783,7 +786,7 @@ class _Planner:
             current_digest=current, desired_digest=svc.release.digest))
         # The verdict: the judge, against what the repo pins and the egress to be in effect.
         state = self.live.services.get(svc.service_id)
-        target = target_of(svc, live)
+        target = target_of(svc, live, routekind.expected_routes(self.desired, svc))
         proof = evidence.judge(target, state, expected, rows)
         self.proofs.append(proof)
         for obs in rows:
@@ -799,7 +802,7 @@ class _Planner:
                                    egress=live.egress)
         same = intended.digest == target.digest and (intended.egress is None) == (
             target.egress is None) and evidence.egress_key(intended.egress or ()) == \
-            evidence.egress_key(target.egress or ())
+            evidence.egress_key(target.egress or ()) and target.routes is None
         # The same question asked twice has the same answer: judged once when the control
         # plane already intends exactly what the repo pins (the steady state).
         now = proof if same else evidence.judge(intended, live, expected, rows)
@@ -879,11 +882,34 @@ class _Planner:
                 capabilities_added=added, capabilities_removed=removed,
             ))
 
+    # -- routes (issue 21: the kind is ``core.routekind``; this turns it into a plan's) --
+    def routes(self) -> None:
+        if not routekind.relevant(self.desired):
+            return
+        where = {key.split("/", 1)[1]: f"{ref.path}:{ref.line}"
+                 for key, ref in self.desired.sources.items() if key.startswith("Route/")}
+        found = routekind.plan_routes(self.desired, self.live.routes, self.live.routes_error,
+                                      where)
+        self.preconditions["routes"] = found.preconditions
+        for code, service, message in found.blockers:
+            self.blockers.append(Blocker(code=code, service=service, message=message))
+        for drift_code, service, message in found.drift:
+            self.drift.append(Drift(code=drift_code, service=service, message=message))
+        for planned in found.changes:
+            svc = planned.service
+            self.changes.append(Change(
+                action=Action.DELETE_ROUTE if planned.delete else Action.SYNC_ROUTE,
+                service=svc.name, service_id=svc.service_id, app_id=svc.app_id,
+                reason=planned.reason, summary=planned.summary, preconditions=Preconditions(),
+                idempotency_key=planned.idempotency_key, route_before=planned.before,
+                route_after=planned.after))
+
     def build(self, provenance: Provenance) -> Plan:
         self.mesh()
         for svc in sorted(self.desired.services, key=lambda s: s.name):
             self.service(svc)
         self.grants()
+        self.routes()
         self.causes()
         if provenance.dirty and not provenance.worktree:
             # A worktree preview reads the edits; it is never applied (apply refuses it).
@@ -892,7 +918,10 @@ class _Planner:
                 message="the config repo has uncommitted changes: a plan must come from a "
                 "commit" + (f" (HEAD is {provenance.commit[:12]})" if provenance.commit else "")))
         changes = sorted(self.changes, key=lambda c: (ACTION_ORDER[c.action], c.service,
-                                                      c.user_id or ""))
+                                                      c.user_id or "",
+                                                      c.route_after.name if c.route_after
+                                                      else c.route_before.name
+                                                      if c.route_before else ""))
         # Risks on every service apply will gate (each change's, and each one the judge
         # does not prove converged -- engine.gate_targets), in the plan's service order.
         gated = {c.service for c in changes} | {p.service for p in self.proofs

@@ -44,6 +44,7 @@ from reconciler.core.evidence import Proof, ServiceProof
 from reconciler.core.live import EgressRule, Observation
 from reconciler.core.preflight import Creation, ServicePreflight
 from reconciler.core.review import Review
+from reconciler.core.routing import GatewayRoute
 
 
 class _Model(BaseModel):
@@ -58,11 +59,19 @@ class Action(StrEnum):
     PROMOTE = "promote"
     ROLLBACK = "rollback"
     CREATE = "create"
+    #: issue 21 (``core.routekind``): create or replace a gateway route; delete one
+    SYNC_ROUTE = "sync_route"
+    DELETE_ROUTE = "delete_route"
 
 
-#: Execution order: authority and network policy before the release that may need them.
+#: The route actions: counted in a plan's ``counts`` only when it holds one (format 2.4),
+#: so every plan without routes reads as it always did.
+ROUTE_ACTIONS = (Action.SYNC_ROUTE, Action.DELETE_ROUTE)
+
+#: Execution order: authority and network policy before the release that may need them;
+#: routes after the release they forward to, deletions last.
 ACTION_ORDER = {Action.SET_GRANT: 0, Action.SET_EGRESS: 1, Action.PROMOTE: 2, Action.ROLLBACK: 2,
-                Action.CREATE: 2}
+                Action.CREATE: 2, Action.SYNC_ROUTE: 3, Action.DELETE_ROUTE: 4}
 
 #: The fixed verb each change is rendered with.
 VERBS = {
@@ -71,6 +80,8 @@ VERBS = {
     Action.SET_EGRESS: "set egress",
     Action.SET_GRANT: "set grant",
     Action.CREATE: "create",
+    Action.SYNC_ROUTE: "sync route",
+    Action.DELETE_ROUTE: "delete route",
 }
 
 
@@ -125,12 +136,20 @@ class Change(_Model):
     capabilities_removed: tuple[str, ...] = ()
     # create
     creation: Creation | None = None
+    # sync_route / delete_route (issue 21): absent from the wire for other kinds
+    route_before: GatewayRoute | None = Field(default=None, exclude_if=lambda v: v is None)
+    route_after: GatewayRoute | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @property
     def waits_for_convergence(self) -> bool:
-        """Releases, creations and egress must be seen on every cluster."""
+        """Releases, creations, egress and routes must be seen on every cluster."""
         return self.action in (Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS,
-                               Action.CREATE)
+                               Action.CREATE, Action.SYNC_ROUTE)
+
+    @property
+    def route_key(self) -> tuple[str, str | None, str | None] | None:
+        route = self.route_after or self.route_before
+        return route.key if route is not None else None
 
 
 
@@ -283,7 +302,8 @@ class Plan(_Model):
                      if p.proof is not Proof.CONVERGED and p.service not in changed)
 
     def counts(self) -> dict[str, int]:
-        counts = {a.value: 0 for a in Action}
+        counts = {a.value: 0 for a in Action if a not in ROUTE_ACTIONS
+                  or any(c.action is a for c in self.changes)}
         for change in self.changes:
             counts[change.action.value] += 1
         counts["blockers"] = len(self.blockers)

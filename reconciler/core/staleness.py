@@ -17,9 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from reconciler.core import routekind
 from reconciler.core.evidence import egress_key
 from reconciler.core.live import LiveService, LiveSnapshot, ReadFailure
-from reconciler.core.plans import Action, Change
+from reconciler.core.plans import ROUTE_ACTIONS, Action, Change
 
 
 class Freshness(StrEnum):
@@ -89,6 +90,8 @@ def _moved(change: Change, svc: LiveService, live: LiveSnapshot) -> str:
 
 def check(change: Change, live: LiveSnapshot, *, journaled: bool) -> Check:
     """Judge one change against ``live``; ``journaled``: its key was sent before."""
+    if change.action in ROUTE_ACTIONS:
+        return _check_route(change, live, journaled=journaled)
     svc = live.services.get(change.service_id)
     if change.action is Action.CREATE:
         return _check_creation(change, svc, journaled=journaled)
@@ -99,6 +102,21 @@ def check(change: Change, live: LiveSnapshot, *, journaled: bool) -> Check:
     if not moved:
         return Check(change, Freshness.OURS if journaled else Freshness.FRESH)
     if _already_live(change, svc, live):
+        return Check(change, Freshness.ALREADY_LIVE, moved)
+    if journaled:
+        return Check(change, Freshness.OURS, moved)
+    return Check(change, Freshness.STALE, f"{change.service}: {moved}")
+
+
+def _check_route(change: Change, live: LiveSnapshot, *, journaled: bool) -> Check:
+    """A route change: stale when the live route at its owner key moved since the plan
+    (``core.routekind.moved``), unless it already is what the change wants."""
+    key = change.route_key
+    assert key is not None
+    moved = routekind.moved(change.route_before, live.routes, key)
+    if not moved:
+        return Check(change, Freshness.OURS if journaled else Freshness.FRESH)
+    if routekind.shows(change.route_after, live.routes, key):
         return Check(change, Freshness.ALREADY_LIVE, moved)
     if journaled:
         return Check(change, Freshness.OURS, moved)

@@ -27,7 +27,7 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
-from reconciler.core.plans import Action, Change, Plan
+from reconciler.core.plans import ROUTE_ACTIONS, Action, Change, Plan
 from reconciler.core.sanitize import redact, redact_value
 from reconciler.render import common
 
@@ -42,9 +42,12 @@ from reconciler.render import common
 #: commit, with ``worktree``, ``uncommitted`` and the derived ``source_note`` (plan
 #: --worktree; edits a plan left out). A 2.2 plan still loads and stays bound to its commit.
 #: 2.3 also adds ``preflights[].configuration_digest`` (the control plane's, learnt from
-#: the probe preflight, that the release evidence is bound to).
+#: the probe preflight, that the release evidence is bound to). 2.4 adds the gateway route
+#: actions ``sync_route`` and ``delete_route`` (``changes[].route_before`` /
+#: ``route_after``, present only on route changes; their counts only when a plan holds
+#: one), the route blockers, drift and reasons, and the judge's route reasons.
 #: docs/json-plan.md describes every field.
-FORMAT_VERSION = "2.3"
+FORMAT_VERSION = "2.4"
 MAJOR = FORMAT_VERSION.split(".")[0]
 SCHEMA_ID = "https://reconcile.dev/schemas/plan.schema.json"
 
@@ -171,7 +174,9 @@ def wire_schema() -> dict[str, Any]:
         "verdict": {"enum": ["go", "no_go", "no_changes"]},
         "content_digest": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
         "counts": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
-                   "required": [a.value for a in Action] + ["blockers", "drift"]},
+                   # route counts appear only on plans that hold a route change (2.4)
+                   "required": [a.value for a in Action if a not in ROUTE_ACTIONS]
+                   + ["blockers", "drift"]},
         "source_note": {"anyOf": [{"type": "string"}, {"type": "null"}],
                         "description": "derived: a worktree preview, or uncommitted edits "
                         "the plan left out, as the first line of every view says it"},

@@ -20,10 +20,10 @@ import signal
 import time
 from collections.abc import Sequence
 
-from reconciler.core import staleness
+from reconciler.core import routekind, routing, staleness
 from reconciler.core.events import Hook, PostApply, PreApply
 from reconciler.core.outcomes import EXPIRED, ChangeResult, Outcome
-from reconciler.core.plans import Action, Change
+from reconciler.core.plans import ROUTE_ACTIONS, Action, Change
 from reconciler.core.sanitize import safe
 from reconciler.core.staleness import Check, Freshness
 from reconciler.shell import greenfield
@@ -59,6 +59,14 @@ async def _send(client: ControlPlaneClient, change: Change) -> tuple[bool, str]:
 
 async def _send_write(client: ControlPlaneClient, change: Change) -> bool:
     pre = change.preconditions
+    if change.action in ROUTE_ACTIONS:
+        # Idempotent by content (seed 11.2): "changed nothing" is a replay's answer.
+        route = change.route_after or change.route_before
+        assert route is not None
+        changed = await client.sync_gateway_client_route(
+            routing.ownership_wire(route.ownership),
+            routing.to_wire(change.route_after) if change.route_after else None)
+        return not changed
     if change.action is Action.SET_GRANT:
         assert change.user_id is not None and change.capabilities_after is not None
         await client.configure_grant(change.user_id, change.service_id,
@@ -88,6 +96,12 @@ async def _send_write(client: ControlPlaneClient, change: Change) -> bool:
 
 async def _landed(client: ControlPlaneClient, change: Change) -> bool:
     """After a CAS refusal of a change we sent before: is its result what is live now?"""
+    if change.action in ROUTE_ACTIONS and change.route_key is not None:
+        try:
+            ours, _ = await client.get_gateway_client_routes()
+        except ControlPlaneError:
+            return False
+        return routekind.shows(change.route_after, ours, change.route_key)
     if change.action not in (Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS,
                              Action.CREATE):
         return False

@@ -1,7 +1,8 @@
 """The live snapshot: one concurrent pass over the control plane and every cluster.
 
 Owns the sequencing of a read: the control plane's side (``controlplane.fleet``: the
-services, the releases of every managed service, the grants) and every expected
+services, the releases of every managed service, the grants, and -- when the repo has
+routes to reconcile -- the gateway routes) and every expected
 cluster's status for every managed service's ``appId`` (``probing``) -- both in flight
 together -- folded into one immutable ``core.live.LiveSnapshot``. Expected clusters =
 the settings' list ∪ the clusters DNS advertised ∪ every managed service's current
@@ -32,11 +33,18 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from reconciler.core import attribution
+from reconciler.core import attribution, routekind
 from reconciler.core.desired import DesiredState
 from reconciler.core.live import LiveService, LiveSnapshot
+from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import redact
-from reconciler.shell.controlplane import ControlPlaneClient, fleet, token_from_env
+from reconciler.shell.controlplane import (
+    ControlPlaneClient,
+    ControlPlaneError,
+    UnknownMethod,
+    fleet,
+    token_from_env,
+)
 from reconciler.shell.controlplane.fleet import Memory as Memory
 from reconciler.shell.endpoints import ConfigError, Connection, ssl_context
 from reconciler.shell.keys import load_signer_key
@@ -84,6 +92,20 @@ def credential_problems(conn: Connection, env: Mapping[str, str]) -> list[str]:
     return problems
 
 
+async def read_routes(client: ControlPlaneClient
+                      ) -> tuple[tuple[GatewayRoute, ...] | None, str | None]:
+    """Issue 21: ``getGatewayClientRoutes`` -- ours, then other clients' -- or None and
+    why not. Read only when the repo has routes to reconcile (``routekind.relevant``): a
+    failure is a ``routes_unreadable`` blocker, never "no routes"."""
+    try:
+        ours, theirs = await client.get_gateway_client_routes()
+    except UnknownMethod:
+        return None, "the control plane does not offer getGatewayClientRoutes"
+    except ControlPlaneError as exc:
+        return None, redact(exc.message)
+    return (*ours, *theirs), None
+
+
 def observe(
     desired: DesiredState,
     conn: Connection,
@@ -122,6 +144,8 @@ async def observe_async(
         try:
             app_ids = list(dict.fromkeys(s.app_id for s in desired.services))
             probe_task = asyncio.create_task(prober.observe_apps(app_ids, progress=progress))
+            routes_task = asyncio.create_task(read_routes(client)) \
+                if routekind.relevant(desired) else None
             try:
                 read = await fleet.read(
                     client, list(dict.fromkeys(s.service_id for s in desired.services)),
@@ -129,8 +153,13 @@ async def observe_async(
             except BaseException:
                 # A total control-plane failure ends the snapshot; stop probing too.
                 probe_task.cancel()
-                await asyncio.gather(probe_task, return_exceptions=True)
+                if routes_task is not None:
+                    routes_task.cancel()
+                await asyncio.gather(probe_task, *([routes_task] if routes_task else []),
+                                     return_exceptions=True)
                 raise
+            routes, routes_error = await routes_task if routes_task is not None \
+                else (None, None)
             observations = await probe_task
             mesh = await prober.resolve()
         finally:
@@ -157,6 +186,8 @@ async def observe_async(
         services=read.services,
         grants=read.grants,
         grants_error=read.grants_error,
+        routes=routes,
+        routes_error=routes_error,
         app_ids=read.app_ids,
         mesh=mesh,
         observations=observations,

@@ -241,7 +241,7 @@ def test_the_json_plan_carries_the_report_and_reads_back_the_same(case: str) -> 
         doc["release"]["evidence"] = []
     p = planned(desired_with(doc), blockers=MANY if case == "no_go" else None)
     data = json.loads(jsonplan.dumps(p))
-    assert data["format_version"] == jsonplan.FORMAT_VERSION == "2.3"
+    assert data["format_version"] == jsonplan.FORMAT_VERSION == "2.4"
     jsonschema.validate(data, SCHEMA)
     assert data["counts"]["create"] == 1
     (pre,) = [x for x in data["preflights"] if x["service"] == "ledger"]

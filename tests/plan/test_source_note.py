@@ -69,7 +69,7 @@ def test_a_plan_of_a_commit_carries_its_tree_and_reads_back() -> None:
     files = (("services/search.yaml", "b" * 40),)
     p = planned(Provenance(commit=COMMIT, tree="c" * 40, files=files))
     document = json.loads(jsonplan.dumps(p))
-    assert document["format_version"] == "2.3"
+    assert document["format_version"] == "2.4"
     assert document["desired_tree"] == "c" * 40
     assert document["desired_files"] == {"services/search.yaml": "b" * 40}
     assert jsonplan.from_wire(document) == p

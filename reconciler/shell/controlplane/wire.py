@@ -3,6 +3,7 @@
 Owns the field names of ``IService``, ``IImageRelease``, ``imageDeployment``,
 ``imageRolloutStatus``, the grants and the egress lists (CONTRACT §1.2), the page of the
 [ext] ``getServicesReleases``, the [ext] ``etag`` / ``notModified`` of the fleet reads,
+the gateway routes of ``getGatewayClientRoutes`` and of a cluster's status (issue 21),
 and the shape checks of a typed method's response
 (``list_field``, ``dict_field``). Every string is sanitized (``core.sanitize.safe``) on
 the way in; a malformed reply is a ``ProtocolError`` naming the service and the field,
@@ -19,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from reconciler.core.desired import DEFAULT_ROUTE_PATH, DEFAULT_ROUTE_PORTS, DEFAULT_ROUTE_TRANSPORT
 from reconciler.core.live import (
     EgressRule,
     ImageRelease,
@@ -28,6 +30,7 @@ from reconciler.core.live import (
     RolloutStatus,
 )
 from reconciler.core.names import Capability
+from reconciler.core.routing import GatewayRoute, RouteOwnership
 from reconciler.core.sanitize import safe
 from reconciler.shell.controlplane.errors import ProtocolError
 
@@ -273,3 +276,65 @@ def _int(value: Any, field: str) -> int:
 
 def _first_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+# -- gateway routes (seed 11.2-11.4; docs/extensions.md §5) ------------------------------
+
+
+def parse_client_route(raw: Any, *, ours: bool) -> GatewayRoute:
+    """One ``IGatewayClientRoute`` (``{ownership, route, clientId?}``) as a
+    ``core.routing.GatewayRoute`` with every field the gateway defaults filled in, so a
+    route a writer stored with its defaults left out reads the same as one written out.
+    ``ours``: listed among the caller's own routes (``client_id`` None). Raises
+    ``ProtocolError`` naming the field."""
+    try:
+        item = _obj(raw, "route entry")
+        ownership = _obj(item.get("ownership"), "ownership")
+        route = _obj(item.get("route"), "route")
+        match = _obj(route.get("match", {}), "route.match")
+        action = _obj(route.get("action"), "route.action")
+        target = _obj(action.get("target"), "route.action.target")
+        remote = _obj(route.get("remoteIngress", {"enabled": False}), "route.remoteIngress")
+        kind = route.get("managedRouteKind")
+        client = item.get("clientId")
+        return GatewayRoute(
+            ownership=RouteOwnership(
+                app_id=_text(ownership.get("appId"), "ownership.appId"),
+                hostname=_opt(ownership.get("hostname"), "ownership.hostname"),
+                route_ref=_opt(ownership.get("routeRef"), "ownership.routeRef")),
+            name=_text(route.get("name"), "route.name"),
+            domains=tuple(sorted(_text(d, "route.match.domains[]")
+                                 for d in _seq(match.get("domains", []), "route.match.domains"))),
+            ports=tuple(sorted(_int(p, "route.match.ports[]") for p in _seq(
+                match.get("ports", list(DEFAULT_ROUTE_PORTS)), "route.match.ports"))),
+            path=_text(match.get("path", DEFAULT_ROUTE_PATH), "route.match.path"),
+            transport=_text(match.get("transport", DEFAULT_ROUTE_TRANSPORT),
+                            "route.match.transport"),
+            priority=_int(route.get("priority", 0), "route.priority"),
+            target_app_id=_text(target.get("appId"), "route.action.target.appId"),
+            target_port=_int(target.get("port"), "route.action.target.port"),
+            managed_route_kind=_opt(kind, "route.managedRouteKind"),
+            remote_ingress=bool(remote.get("enabled", False)),
+            edge_filter=tuple(sorted(_text(e, "route.remoteIngress.edgeFilter[]") for e in _seq(
+                remote.get("edgeFilter", []), "route.remoteIngress.edgeFilter"))),
+            client_id=None if ours else (_text(client, "clientId") if client is not None
+                                         else "another client"),
+        )
+    except _MALFORMED as exc:
+        raise ProtocolError(f"gateway route: {_first_line(exc)}") from None
+
+
+def parse_client_routes(response: Mapping[str, Any], method: str
+                        ) -> tuple[tuple[GatewayRoute, ...], tuple[GatewayRoute, ...]]:
+    """``getGatewayClientRoutes``' reply: (our routes, [ext] other clients' routes --
+    empty when the control plane does not list them)."""
+    own = tuple(parse_client_route(r, ours=True) for r in list_field(response, "routes", method))
+    others: tuple[GatewayRoute, ...] = ()
+    if response.get("otherClientRoutes") is not None:
+        others = tuple(parse_client_route(r, ours=False)
+                       for r in list_field(response, "otherClientRoutes", method))
+    return own, others
+
+
+def _opt(value: Any, field: str) -> str | None:
+    return None if value is None else _text(value, field)
