@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from reconciler.core.live import EgressRule, Observation, ObservationKind
 from reconciler.core.plans import (
+    ROUTE_ACTIONS,
     Action,
     Blocker,
     Change,
@@ -49,6 +50,10 @@ REASONS = {
     "grant_not_declared": "no Grant document declares this live grant and pruning is on",
     "service_not_on_control_plane": "the repo declares a service the control plane does not "
     "have",
+    "route_missing": "the control plane holds no such route of this client at its owner key",
+    "route_differs": "the live route at the owner key differs from the declared one",
+    "route_not_declared": "no Route document declares this route of ours and pruning of "
+    "routes is on",
 }
 
 VERDICT_LINE = {
@@ -183,6 +188,8 @@ def summary_line(plan: Plan) -> str:
         f"{counts['rollback']} to roll back",
         f"{counts['set_egress']} egress",
         f"{counts['set_grant']} grant",
+        *([f"{counts.get('sync_route', 0) + counts.get('delete_route', 0)} route(s)"]
+          if any(a.value in counts for a in ROUTE_ACTIONS) else []),
         f"{counts['blockers']} blocker(s)",
         f"{counts['drift']} drift",
     ]
@@ -210,6 +217,13 @@ def change_detail(change: Change) -> list[str]:
         if change.egress_removed:
             lines.append(f"  removed: {rules_text(change.egress_removed)}")
         return lines
+    if change.action in ROUTE_ACTIONS:
+        before = change.route_before.summary() if change.route_before else "absent"
+        after = change.route_after.summary() if change.route_after else "deleted"
+        route = change.route_after or change.route_before
+        owner = route.ownership.describe() if route is not None else "?"
+        return [f"route {safe(route.name if route else '?')} ({safe(owner)}): "
+                f"{safe(before)} → {safe(after)}"]
     lines = [f"grant for {safe(change.user_id)}: {caps_text(change.capabilities_before)} → "
              f"{caps_text(change.capabilities_after)}"]
     if change.capabilities_added:

@@ -199,6 +199,8 @@ def destructive(change: Change) -> str | None:
     if change.action is Action.ROLLBACK:
         return (f"rolls back {_version(change.release_before)} → "
                 f"{_version(change.release_after)}")
+    if change.action is Action.DELETE_ROUTE and change.route_before is not None:
+        return f"deletes route {code(change.route_before.name, 64)}"
     return None
 
 
@@ -215,6 +217,13 @@ def _phrase(change: Change, clusters: Sequence[str]) -> str:
     if change.action is Action.ROLLBACK:
         return (f"rolls {svc} back {_version(change.release_before)} → "
                 f"{_version(change.release_after)} on {_clusters(clusters)}{warn}")
+    if change.action in (Action.SYNC_ROUTE, Action.DELETE_ROUTE):
+        route = change.route_after or change.route_before
+        name = code(route.name if route else "?", 64)
+        if change.route_after is None:
+            return f"deletes route {name} of {svc}{warn}"
+        return (f"routes {name} of {svc} at priority {change.route_after.priority}"
+                + (" (new)" if change.route_before is None else ""))
     if change.action is Action.SET_EGRESS:
         added, removed = len(change.egress_added), len(change.egress_removed)
         if change.reason == ReasonCode.EGRESS_REVOKE_ALL:
@@ -257,6 +266,9 @@ def _aggregate(action: Action, changes: Sequence[Change], named: bool) -> str:
         return f"rolls back {who} ⚠️"
     if action is Action.SET_EGRESS:
         return f"changes the egress of {who}" + (f" ({taking:,} revoking ⚠️)" if taking else "")
+    if action in (Action.SYNC_ROUTE, Action.DELETE_ROUTE):
+        return f"changes the gateway routes of {who}" + (
+            f" ({taking:,} deleting ⚠️)" if taking else "")
     grants = who if named else _n(len(changes), "grant")
     return f"changes {'the grants on ' if named else ''}{grants}" + (
         f" ({taking:,} removing capabilities ⚠️)" if taking else "")
@@ -268,7 +280,7 @@ def _does(plan: Plan, changes: Sequence[Change], room: int = _TITLE_WORDS) -> st
     clusters = {e.service: e.expected_clusters for e in plan.evidence}
     kinds = [[c for c in changes if c.action is action] for action in
              (Action.CREATE, Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS,
-              Action.SET_GRANT)]
+              Action.SET_GRANT, Action.SYNC_ROUTE, Action.DELETE_ROUTE)]
     if len(changes) <= 6:
         detailed = "; ".join(_phrase(c, clusters.get(c.service, plan.expected_clusters))
                              for items in kinds for c in items)
@@ -420,7 +432,9 @@ def _environment(plan: Plan) -> str:
     line += "**Plan:** " + (f"{counts['create']} create · " if counts.get("create") else "")
     line += (f"{counts['promote']} promote · {counts['rollback']} rollback · "
              f"{counts['set_egress']} egress · {counts['set_grant']} grant · "
-             f"{counts['blockers']} blocker(s) · {counts['drift']} drift")
+             + (f"{counts.get('sync_route', 0) + counts.get('delete_route', 0)} route · "
+                if "sync_route" in counts or "delete_route" in counts else "")
+             + f"{counts['blockers']} blocker(s) · {counts['drift']} drift")
     if plan.converging:
         line += f" · {len(plan.converging):,} not proven converged"
     line += "\n\n"
