@@ -107,7 +107,10 @@ def initialise(conn: sqlite3.Connection) -> None:
 #: (their ETag); an update that writes the same value does not. A new table whose rows
 #: those methods show belongs here.
 REVISED_TABLES: dict[str, str] = {
-    "services": "data", "releases": "data", "reports": "data", "grants": "capabilities"}
+    "services": "data", "releases": "data", "reports": "data", "grants": "capabilities",
+    # Not shown by those methods, but a client that keeps the routes it read after an
+    # etag may reuse them on a notModified for it (docs/extensions.md §5).
+    "gateway_routes": "data"}
 STATE_REVISION = "state-revision"
 STATE_INSTANCE = "state-instance"
 

@@ -144,8 +144,10 @@ async def observe_async(
         try:
             app_ids = list(dict.fromkeys(s.app_id for s in desired.services))
             probe_task = asyncio.create_task(prober.observe_apps(app_ids, progress=progress))
+            wants_routes = routekind.relevant(desired)
+            # With a memory, the routes are read after the fleet (see ``Memory.routes``).
             routes_task = asyncio.create_task(read_routes(client)) \
-                if routekind.relevant(desired) else None
+                if wants_routes and memory is None else None
             try:
                 read = await fleet.read(
                     client, list(dict.fromkeys(s.service_id for s in desired.services)),
@@ -160,6 +162,13 @@ async def observe_async(
                 raise
             routes, routes_error = await routes_task if routes_task is not None \
                 else (None, None)
+            if wants_routes and memory is not None:
+                if memory.fleet is not None and read is memory.fleet \
+                        and memory.routes is not None:
+                    routes = memory.routes  # nothing changed since they were read
+                else:
+                    routes, routes_error = await read_routes(client)
+                memory.routes = routes if memory.fleet is read else None
             observations = await probe_task
             mesh = await prober.resolve()
         finally:

@@ -117,7 +117,7 @@ def test_a_repo_outside_the_workspace_keeps_its_path(broken: Path, tmp_path: Pat
 def test_a_valid_repo_prints_no_annotation(repo: Path, validate: Callable[..., Run]) -> None:
     run = validate("--format", "github", str(repo))
     assert run.code == 0
-    assert run.lines == ["valid: 5 services, 2 grants, 1 settings in 7 files"]
+    assert run.lines == ["valid: 5 services, 2 grants, 2 routes, 1 settings in 8 files"]
     sarif = validate("--format", "sarif", str(repo))
     assert sarif.code == 0
     log = json.loads(sarif.out)
