@@ -58,11 +58,13 @@ class Target(StrEnum):
     RELEASE = "release"  # promote and rollback both write it
     GRANT = "grant"  # one user's grant on one service
     CREATE = "create"
+    ROUTE = "route"  # one gateway route, by its owner key (issue 21)
 
 
 #: The target of each action.
 TARGETS = {"set_egress": Target.EGRESS, "promote": Target.RELEASE,
-           "rollback": Target.RELEASE, "set_grant": Target.GRANT, "create": Target.CREATE}
+           "rollback": Target.RELEASE, "set_grant": Target.GRANT, "create": Target.CREATE,
+           "sync_route": Target.ROUTE, "delete_route": Target.ROUTE}
 
 
 class BlockerRef(_Model):
@@ -187,9 +189,13 @@ def _blocker_key(b: BlockerRef) -> tuple[str, str | None, str | None, str | None
 
 
 def target_of(change: Change) -> tuple[Target, str, str | None]:
-    """What a change writes: (kind, service id, user for a grant). Two changes with one
-    target cannot both be applied; the head's replaces the base's."""
+    """What a change writes: (kind, service id, user for a grant / "hostname/routeRef"
+    for a route). Two changes with one target cannot both be applied; the head's
+    replaces the base's."""
     kind = TARGETS[change.action.value]
+    if kind is Target.ROUTE and change.route_key is not None:
+        _, hostname, route_ref = change.route_key
+        return kind, change.service_id, f"{hostname or ''}/{route_ref or ''}"
     return kind, change.service_id, change.user_id if kind is Target.GRANT else None
 
 
@@ -205,6 +211,12 @@ def touched_services(base: DesiredState, head: DesiredState) -> tuple[tuple[str,
     for key in grants_before.keys() | grants_after.keys():
         if grants_before.get(key) != grants_after.get(key):
             touched.add(ids.get(key[1], key[1]))
+    routes_before = {r.name: r for r in base.routes}
+    routes_after = {r.name: r for r in head.routes}
+    for name in routes_before.keys() | routes_after.keys():
+        if routes_before.get(name) != routes_after.get(name):
+            touched.update(r.owner.service for r in (routes_before.get(name),
+                                                     routes_after.get(name)) if r is not None)
     return tuple(sorted(touched)), base.settings != head.settings
 
 
@@ -275,7 +287,9 @@ def modification(base: Change, head: Change) -> ModifiedChange:
         extra = {"fields": tuple(FieldChange(field=f, base=was.get(f, ""), head=now.get(f, ""))
                                  for f in now if was.get(f, "") != now[f])}
     return ModifiedChange.model_validate({
-        "target": kind, "service": head.service, "user_id": user,
+        # a route's third target part is its owner key, not a user
+        "target": kind, "service": head.service,
+        "user_id": None if kind is Target.ROUTE else user,
         "action": head.action.value, "base_action": base.action.value,
         "idempotency_key": head.idempotency_key, "base_idempotency_key": base.idempotency_key,
         "summary": head.summary, "base_summary": base.summary, **extra})

@@ -531,6 +531,8 @@ def modified_phrase(m: ModifiedChange, wrap: Callable[[str], str] = _plain,
             return f"changes {user}'s grant on {svc} pending on the base"
         return (f"{' and '.join(clauses)} in {user}'s grant on {svc} (pending on the base)"
                 + (warn if m.capabilities_dropped_vs_base else ""))
+    if m.target is Target.ROUTE:
+        return f"changes a route of {svc} pending on the base: {wrap(m.summary)}"
     if m.fields and len(m.fields) <= 2:
         return (f"changes {svc}'s pending creation: "
                 + ", ".join(f"{f.field} {wrap(f.base or '<none>')} → {wrap(f.head or '<none>')}"
