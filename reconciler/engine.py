@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reconciler.core import binding, comments, evidence, freshness, review, routekind, staleness
+from reconciler.core import binding, comments, evidence, freshness, review, staleness
 from reconciler.core import pinning as pin_rules
-from reconciler.core.codes import BlockerCode
+from reconciler.core.codes import SILENT_CLUSTER_CODES, BlockerCode
 from reconciler.core.comments import Comment, Owned
+from reconciler.core.cpcodes import ControlPlaneCode
 from reconciler.core.desired import DesiredState, Service
 from reconciler.core.diagnostics import Diagnostic
 from reconciler.core.events import (
@@ -41,6 +42,7 @@ from reconciler.core.events import (
     NothingToDo,
 )
 from reconciler.core.evidence import ServiceProof
+from reconciler.core.kinds import route as route_kind
 from reconciler.core.live import (
     ImageRelease,
     LiveService,
@@ -207,11 +209,9 @@ def failed_result(root: Path | None, exc: EngineError) -> PlanResult:
 
 # -- apply ------------------------------------------------------------------------------
 
-#: Blocker codes that mean "an expected cluster gave no evidence".
-EVIDENCE_BLOCKERS = frozenset({
-    BlockerCode.CLUSTER_SILENT, BlockerCode.CLUSTER_UNREACHABLE, BlockerCode.GATEWAY_UNRESOLVED,
-    BlockerCode.GATEWAY_SHORT_ANSWER, BlockerCode.CLUSTER_CLAIMED_TWICE,
-    BlockerCode.CLUSTER_UNNAMED})
+#: Blocker codes that mean "an expected cluster gave no evidence" (core.codes: one list,
+#: the watcher's silent-cluster metric reads the same).
+EVIDENCE_BLOCKERS = SILENT_CLUSTER_CODES
 
 
 def state_dir(desired: DesiredState, root: Path, env: Mapping[str, str]) -> Path:
@@ -545,7 +545,7 @@ class Reconciler:
         else:
             why = f"not polled before --timeout {deadline.seconds:g}s expired"
             proofs = tuple(
-                evidence.judge(target_of(svc, None, routekind.expected_routes(desired, svc)),
+                evidence.judge(target_of(svc, None, route_kind.expected_routes(desired, svc)),
                                ReadFailure(service_id=svc.service_id, reason=why),
                                targets[svc.name],
                                [Observation(cluster_id=c, kind=ObservationKind.SILENT,
@@ -590,7 +590,7 @@ class Reconciler:
                 for name, svc in polling.items()}
             probe.update(*expected.values())
             fresh = {name: evidence.judge(target_of(svc, live[svc.service_id],
-                                                    routekind.expected_routes(desired, svc)),
+                                                    route_kind.expected_routes(desired, svc)),
                                           live[svc.service_id], expected[name],
                                           observations.get(svc.app_id, ()))
                      for name, svc in polling.items()}
@@ -939,7 +939,7 @@ async def _releases(desired: DesiredState, root: Path, overrides: Overrides,
     out: dict[str, tuple[ImageRelease, ...] | ReadFailure] = {}
     for svc in services:
         state = found.services[svc.service_id]
-        if isinstance(state, ReadFailure) and state.code != "SERVICE_NOT_FOUND":
+        if isinstance(state, ReadFailure) and state.code != ControlPlaneCode.SERVICE_NOT_FOUND:
             raise EngineError(f"control plane {connection.control_plane_url}: "
                               f"{svc.service_id}: {safe(state.reason)}")
         out[svc.name] = state.releases if isinstance(state, LiveService) else state

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reconciler.commands import durations, options, output, selection
+from reconciler.core.cpcodes import is_conflict
 from reconciler.core.events import Event
 from reconciler.core.outcomes import ApplyReport, Outcome
 from reconciler.core.plans import Plan
@@ -57,18 +58,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 class _View:
-    """Prints apply's events: text lines, or one JSON object per line (``--format json``)."""
+    """Prints apply's events as ``render.applyview`` words them: text lines, or one JSON
+    object per line (``--format json``)."""
 
     def __init__(self, fmt: str) -> None:
         self.fmt = fmt
 
     def __call__(self, event: Event) -> None:
-        if self.fmt == "json":
-            print(applyview.json_line(event), flush=True)
-            return
-        for line in applyview.warnings(event):
+        out, err = applyview.lines(event, self.fmt)
+        for line in err:
             print(line, file=sys.stderr, flush=True)
-        for line in applyview.text(event):
+        for line in out:
             print(line, flush=True)
 
 
@@ -134,8 +134,7 @@ def _report(run_: ApplyRun, fmt: str) -> int:
     if not report.results and report.gate is None:
         return int(Exit.OK)
     code = Exit.OK
-    if any(r.outcome is Outcome.REFUSED and r.code and r.code.endswith("_MISMATCH")
-           for r in report.results):
+    if any(r.outcome is Outcome.REFUSED and is_conflict(r.code) for r in report.results):
         code = Exit.CONFLICT
     elif report.failures():
         code = Exit.APPLY_FAILED  # refused, failed, or in doubt (the text says which)

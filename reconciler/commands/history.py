@@ -1,7 +1,8 @@
 """``reconcile history``: what past applies did, read back from the apply journal.
 
 Newest first, bounded (``--limit``): when each apply began, from which commit, the plan's
-fingerprint, each change's outcome, the convergence gate's word and the duration. A
+fingerprint, each change's outcome, the convergence gate's word and the duration (the
+words and layout are ``render.historyview``'s). A
 journal that cannot be trusted is named with its path and line (exit 1), never skipped
 or shortened. Reading only: the journal is never written here.
 """
@@ -9,22 +10,16 @@ or shortened. Reading only: the journal is never written here.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from reconciler.commands import selection
-from reconciler.core.sanitize import safe, safe_json_text
+from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-
-#: Changes listed per run in the text view (JSON lists them all).
-TEXT_CHANGES = 20
-FORMAT_VERSION = 1
+from reconciler.render import historyview
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -80,84 +75,11 @@ def run(args: argparse.Namespace) -> int:
         return int(Exit.ERROR)
     shown = runs[:args.limit]
     if args.format == "json":
-        print(safe_json_text(json.dumps({
-            "format_version": FORMAT_VERSION, "journal": str(path), "total": len(runs),
-            "shown": len(shown), "runs": [r.to_json() for r in shown]},
-            indent=2, sort_keys=True)))
+        print(historyview.document(str(path), [r.to_json() for r in shown], len(runs)))
         return int(Exit.OK)
-    if not runs:
-        print(f"no applies recorded in {path}")
-        return int(Exit.OK)
-    print(f"{path}: {len(shown)} of {len(runs)} apply run(s), newest first")
-    for item in shown:
-        print()
-        for line in render_run(item.to_json()):
-            print(line)
-    if len(runs) > len(shown):
-        print(f"\n… {len(runs) - len(shown)} older run(s); raise --limit to see them")
+    for line in historyview.text(str(path), [r.to_json() for r in shown], len(runs)):
+        print(line)
     return int(Exit.OK)
-
-
-def rfc3339(ms: int | None) -> str:
-    if not ms:
-        return "-"
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
-
-
-STATUS_WORDS = {
-    "converged": "converged",
-    "not_converged": "NOT converged",
-    "failed": "FAILED (a change did not go through)",
-    "in_doubt": "IN DOUBT (a change was sent and not answered; a rerun replays its key)",
-    "unproven": "sent, convergence not proven",
-    "refused": "refused (NO-GO), nothing sent",
-    "nothing_to_do": "nothing to do",
-    "interrupted": "interrupted before it finished",
-    "not_finished": "ended without sending (refused, declined) or still running",
-    "legacy": "journal lines written before run records",
-}
-
-
-def render_run(run_json: dict[str, Any]) -> list[str]:
-    """The text of one run: a heading, its blockers or changes (bounded), the gate."""
-    head = [rfc3339(run_json["started_ms"]), STATUS_WORDS.get(run_json["status"],
-                                                             run_json["status"])]
-    if run_json.get("commit"):
-        head.append(f"commit {safe(run_json['commit'], 40)[:12]}")
-    if run_json.get("plan_fingerprint"):
-        head.append(f"plan {safe(run_json['plan_fingerprint'], 80)[:19]}")
-    if run_json.get("saved_plan"):
-        reviewed = run_json.get("reviewed_commit")
-        head.append(f"(saved plan, reviewed at {safe(reviewed, 40)[:12]})"
-                    if reviewed and reviewed != run_json.get("commit") else "(saved plan)")
-    if run_json.get("duration_seconds") is not None:
-        head.append(f"{run_json['duration_seconds']:.1f}s")
-    lines = ["  ".join(head)]
-    blockers = run_json.get("blockers") or []
-    for blocker in blockers[:10]:
-        lines.append(f"  ✗ {safe(str(blocker.get('code')), 60)}: "
-                     f"{safe(str(blocker.get('message')), 200)}")
-    if len(blockers) > 10:
-        lines.append(f"  … {len(blockers) - 10} more blocker(s)")
-    changes = run_json.get("changes") or []
-    for change in changes[:TEXT_CHANGES]:
-        detail = safe(str(change.get("detail") or ""), 120)
-        lines.append(f"  {change.get('outcome')!s:<16} {safe(str(change.get('action')), 20)} "
-                     f"{safe(str(change.get('service')), 80)}" + (f" — {detail}" if detail
-                                                                 else ""))
-    if len(changes) > TEXT_CHANGES:
-        lines.append(f"  … {len(changes) - TEXT_CHANGES} more change(s) (--format json "
-                     "lists them all)")
-    gate = run_json.get("gate")
-    if gate:
-        word = "converged" if gate.get("converged") else "NOT converged"
-        lines.append(f"  gate: {word} after {gate.get('attempts')} poll(s), "
-                     f"{float(gate.get('waited_seconds') or 0):.1f}s")
-        for pending in (gate.get("pending") or [])[:5]:
-            for reason in (pending.get("reasons") or [])[:3]:
-                lines.append(f"    {safe(str(pending.get('service')), 80)}: "
-                             f"{safe(str(reason), 200)}")
-    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -35,7 +35,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from reconciler.core.plans import Action, Change, Plan
+from reconciler.core.kinds import CreateChange, kind_of
+from reconciler.core.kinds.create import differences
+from reconciler.core.plans import Change, Plan
 from reconciler.core.preflight import Status
 
 
@@ -218,7 +220,7 @@ def changes(saved: Plan, fresh: Plan, settled: Collection[str] = (), *,
                              + (f" ({change.user_id})" if change.user_id else "")
                              + f" [{key}], which a fresh plan does not: {change.summary}")
         elif _content(other) != _content(change):
-            if change.action is Action.CREATE:
+            if kind_of(change).rebinds:
                 if same_tree and _same_but_revision(saved, fresh, change, other):
                     continue
                 diffs.append(f"create {change.service} [{key}]: the fresh preflight binds "
@@ -241,28 +243,13 @@ def _rebound_creations(mine: dict[str, Change], theirs: dict[str, Change],
     """Service -> (saved, fresh) for a creation whose key changed between the plans."""
     def creates(changes: dict[str, Change], other: dict[str, Change]) -> dict[str, Change]:
         return {c.service: c for k, c in changes.items()
-                if c.action is Action.CREATE and k not in other and k not in settled}
+                if kind_of(c).rebinds and k not in other and k not in settled}
     then, now = creates(mine, theirs), creates(theirs, mine)
     return {service: (then[service], now[service]) for service in then if service in now}
 
 
 def _creation_diffs(then: Change, now: Change) -> list[str]:
     """What differs between two creations of one service, field by field."""
-    a, b = then.creation, now.creation
-    if a is None or b is None:
+    if not (isinstance(then, CreateChange) and isinstance(now, CreateChange)):
         return ["one of them carries no creation"]
-    out = []
-    fence_a = a.fence.model_dump() if a.fence else {}
-    fence_b = b.fence.model_dump() if b.fence else {}
-    for field in sorted(set(fence_a) | set(fence_b)):
-        if fence_a.get(field) != fence_b.get(field):
-            out.append(f"fence.{field} {fence_a.get(field) or '<none>'} → "
-                       f"{fence_b.get(field) or '<none>'}")
-    for field in sorted(set(a.preflight) | set(b.preflight)):
-        if field not in ("requestId", "sourceRevision", "version", "intentDigest",
-                         "ociIndexDigest", "proposedNamespace") \
-                and a.preflight.get(field) != b.preflight.get(field):
-            out.append(f"preflight.{field} differs")
-    if a.service != b.service:
-        out.append("service (name, appId, registry, repository, tag or egress) differs")
-    return out or ["the request differs"]
+    return differences(then, now)

@@ -47,6 +47,15 @@ class BlockerCode(StrEnum):
     ROUTES_UNREADABLE = "routes_unreadable"
 
 
+#: The blockers that mean "an expected cluster gave no evidence" (a cluster is silent):
+#: apply refuses on them with its own exit code (``engine.refuse_no_go``) and the watcher's
+#: ``reconcile_silent_clusters`` counts the clusters they name. One list for both.
+SILENT_CLUSTER_CODES = frozenset({
+    BlockerCode.CLUSTER_SILENT, BlockerCode.CLUSTER_UNREACHABLE, BlockerCode.GATEWAY_UNRESOLVED,
+    BlockerCode.GATEWAY_SHORT_ANSWER, BlockerCode.CLUSTER_CLAIMED_TWICE,
+    BlockerCode.CLUSTER_UNNAMED})
+
+
 class DriftCode(StrEnum):
     """Live state that differs from what the repo and the control plane intend."""
 

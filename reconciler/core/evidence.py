@@ -8,9 +8,7 @@ else is a bug, so the rules live here and nowhere else:
 - a cluster proves a service converged only by answering with the pinned digest as its
   ``resolvedDigest`` (never a tag), ``runtimeState`` RUNNING, at least one required replica
   and every required replica observed, healthy and verified, none failed, and the declared
-  egress in effect (a destination the cluster's operator dropped is *not* in effect),
-  and every gateway route the repo declares for the app in effect on its ingress with its
-  priority and target (issue 21; a cluster still serving the old route is named);
+  egress in effect (a destination the cluster's operator dropped is *not* in effect);
 - the control plane's rollout for the service must be to the pinned digest and say
   ``succeeded``: a rollout still pending or deploying has not finished, a failed or
   mismatched one has not converged, and one with no status has proven nothing;
@@ -21,6 +19,12 @@ else is a bug, so the rules live here and nowhere else:
   known before it sends anything (a plan's risks, ``core.planning``); a rollout the
   control plane reports failed or mismatched is **terminal** (``ServiceProof.terminal``):
   waiting cannot prove it, so the convergence gate stops polling it.
+
+Each change kind owns its part of a cluster's proof (``core.kinds``: ``release.assess``,
+the digest, runtime state and replicas; ``egress.assess``, the egress in effect;
+``route.assess``, the gateway routes in effect with their priority and target); the
+judge asks them in turn and owns the rest (silence, the runtime record, the rollout).
+Its vocabulary (``Why``) is ``core.whys``', re-exported here.
 
 Also owns ``expected_clusters`` (settings ∪ DNS ∪ rollout targets, CONTRACT §3).
 
@@ -35,6 +39,8 @@ from enum import StrEnum
 
 from pydantic import ConfigDict
 
+from reconciler.core.kinds import egress, release, route
+from reconciler.core.kinds.egress import egress_key
 from reconciler.core.live import (
     FAILED_STATUSES,
     IN_PROGRESS_STATUSES,
@@ -45,8 +51,14 @@ from reconciler.core.live import (
     ObservationKind,
     ReadFailure,
 )
-from reconciler.core.routing import GatewayRoute, same_config
+from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import safe
+from reconciler.core.whys import UNPROVEN_WHYS, Assessment, Why
+
+__all__ = [
+    "SUCCEEDED_STATUSES", "UNPROVEN_WHYS", "ClusterProof", "Proof", "ServiceProof", "Target",
+    "Why", "egress_key", "expected_clusters", "judge", "judge_cluster",
+]
 
 
 class _Model(LeanModel):
@@ -61,37 +73,9 @@ class Proof(StrEnum):
     UNPROVEN = "unproven"  # the evidence is missing or incomplete
 
 
-class Why(StrEnum):
-    """Why a cluster (or the rollout) is not proven converged. Documented in docs/codes.md."""
-
-    SILENT = "silent"
-    NO_RECORD = "no_runtime_record"
-    NO_DIGEST = "no_resolved_digest"
-    OTHER_DIGEST = "runs_other_digest"
-    NOT_RUNNING = "not_running"
-    NO_REPLICA_COUNTS = "no_replica_counts"
-    REPLICAS_SHORT = "replicas_not_ready"
-    NO_EGRESS = "no_egress_report"
-    EGRESS_DROPPED = "egress_dropped"
-    EGRESS_DIFFERS = "egress_not_in_effect"
-    NO_ROUTES = "no_route_view"
-    ROUTE_NOT_IN_EFFECT = "route_not_in_effect"
-    # the control plane's rollout, for the service as a whole
-    SERVICE_UNREADABLE = "service_unreadable"
-    NOT_ROLLED_OUT = "rollout_not_to_pinned_digest"
-    ROLLOUT_STATUS_UNKNOWN = "rollout_status_unknown"
-    ROLLOUT_IN_PROGRESS = "rollout_in_progress"
-    ROLLOUT_FAILED = "rollout_failed"
-
-
 #: A finished rollout: ``rolled-back`` is how a rollback's rollout succeeds (seed 003) --
 #: for a rollout whose mode is ``rollback`` only.
 SUCCEEDED_STATUSES = frozenset({"succeeded", "rolled-back"})
-
-#: Whys that are a gap in evidence (unproven) rather than evidence of something else.
-UNPROVEN_WHYS = frozenset({Why.SILENT, Why.NO_DIGEST, Why.NO_REPLICA_COUNTS, Why.NO_EGRESS,
-                           Why.SERVICE_UNREADABLE, Why.ROLLOUT_STATUS_UNKNOWN, Why.NO_ROUTES})
-
 
 class Target(_Model):
     """What must be proven for one service: the pinned digest and the egress that must be
@@ -102,8 +86,7 @@ class Target(_Model):
     digest: str
     egress: tuple[EgressRule, ...] | None = None
     #: Issue 21: the gateway routes of this app every expected cluster must report in
-    #: effect, each with its priority and target (None: the repo declares none: not
-    #: checked).
+    #: effect with their priority and target (None: the repo declares none: not checked).
     routes: tuple[GatewayRoute, ...] | None = None
 
 
@@ -173,17 +156,7 @@ def expected_clusters(*sources: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(union))
 
 
-def egress_key(rules: Iterable[EgressRule]) -> frozenset[tuple[str, int]]:
-    return frozenset((r.host, r.port) for r in rules)
-
-
-def _pairs(pairs: Iterable[tuple[str, int]]) -> str:
-    return ", ".join(f"{safe(h)}:{p}" for h, p in sorted(pairs))
-
-
-#: What one cluster's answer proves, without the cluster's name: (why, detail, running,
-#: last_error); ``why`` None means converged.
-_Assessment = tuple["Why | None", str, "str | None", "str | None"]
+_Assessment = Assessment
 
 
 def judge_cluster(observation: Observation, digest: str,
@@ -204,7 +177,7 @@ def _proof(cluster: str, assessment: _Assessment) -> ClusterProof:
 
 
 def _assess(observation: Observation, digest: str,
-            egress: tuple[EgressRule, ...] | None,
+            egress_rules: tuple[EgressRule, ...] | None,
             routes: tuple[GatewayRoute, ...] | None = None) -> _Assessment:
     """``judge_cluster``'s rules. An answer's assessment depends on its runtime alone
     (for one digest and egress), never on which cluster sent it."""
@@ -218,70 +191,20 @@ def _assess(observation: Observation, digest: str,
     runtime = observation.runtime
     if observation.kind is ObservationKind.NO_RECORD or runtime is None:
         return verdict(Why.NO_RECORD, "has no runtime record for this app")
+    # Each kind's part of the proof, in turn: the release (what runs, and how), then the
+    # egress in effect (``core.kinds``).
+    found = release.assess(observation, digest)
+    if found is not None:
+        return found
     last_error = safe(runtime.last_error) if runtime.last_error else None
     running = runtime.resolved_digest
-    if running is None:
-        return verdict(Why.NO_DIGEST, "sent no resolvedDigest: it has not proven what it runs",
-                       None, last_error)
-    if running != digest:
-        return verdict(Why.OTHER_DIGEST, f"runs {safe(running)}, not {digest}", running,
-                       last_error)
-    if runtime.runtime_state != "RUNNING":
-        return verdict(Why.NOT_RUNNING, f"runtimeState is {safe(runtime.runtime_state)}",
-                       running, last_error)
-    counts = runtime.replica_counts
-    if counts is None:
-        return verdict(Why.NO_REPLICA_COUNTS, "sent no replica counts", running, last_error)
-    if not (counts.required >= 1 and counts.required == counts.observed == counts.healthy
-            == counts.verified and counts.failed == 0):
-        return verdict(Why.REPLICAS_SHORT,
-                       f"replicas required={counts.required} observed={counts.observed} "
-                       f"healthy={counts.healthy} verified={counts.verified} "
-                       f"failed={counts.failed}", running, last_error)
-    if egress is not None:
-        if runtime.egress is None:
-            return verdict(Why.NO_EGRESS, "sent no effective egress", running, last_error)
-        declared = egress_key(egress)
-        dropped = declared & egress_key(runtime.egress_dropped)
-        in_effect = egress_key(runtime.egress)
-        if dropped:
-            # The operator's allow-list refused it: the destination is not in effect, and
-            # no amount of waiting will change that. Reported, never counted as converged.
-            return verdict(Why.EGRESS_DROPPED,
-                           f"its operator allow-list dropped egress to {_pairs(dropped)}",
-                           running, last_error)
-        if in_effect != declared:
-            bits = []
-            if declared - in_effect:
-                bits.append("missing " + _pairs(declared - in_effect))
-            if in_effect - declared:
-                bits.append("still allows " + _pairs(in_effect - declared))
-            return verdict(Why.EGRESS_DIFFERS, "egress " + "; ".join(bits), running,
-                           last_error)
-    if routes is not None:
-        found = _routes_missing(runtime.routes, routes)
-        if found is not None:
-            return verdict(found[0], found[1], running, last_error)
+    found = egress.assess(observation, egress_rules, running, last_error)
+    if found is not None:
+        return found
+    found = route.assess(observation, routes, running, last_error)
+    if found is not None:
+        return found
     return None, "", running, last_error
-
-
-def _routes_missing(in_effect: tuple[GatewayRoute, ...] | None,
-                    routes: tuple[GatewayRoute, ...]) -> tuple[Why, str] | None:
-    """A route not in effect as declared (what the cluster still serves instead), or
-    None when every declared route is in effect with its priority and target."""
-    if in_effect is None:
-        return Why.NO_ROUTES, "sent no gateway routes: which route serves is unproven"
-    serving = {r.key: r for r in in_effect}
-    for want in routes:
-        have = serving.get(want.key)
-        if have is None:
-            return Why.ROUTE_NOT_IN_EFFECT, (f"does not serve route {want.name!r} (priority "
-                                             f"{want.priority} -> {want.target})")
-        if not same_config(have, want):
-            return Why.ROUTE_NOT_IN_EFFECT, (
-                f"still serves the old route {safe(have.name)!r}: {safe(have.summary())}, "
-                f"not {want.summary()}")
-    return None
 
 
 def _judge_rollout(live: LiveService | ReadFailure | None, digest: str) -> tuple[Why, str] | None:

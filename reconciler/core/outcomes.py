@@ -6,6 +6,7 @@ ends in exactly one outcome; nothing is left out silently.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
@@ -28,6 +29,69 @@ class Outcome(StrEnum):
     #: rerun replays the same idempotency key, and gets the first result if it landed.
     IN_DOUBT = "in_doubt"
     SKIPPED = "skipped"  # not sent: an earlier change of the same service did not succeed
+
+
+class RunOutcome(StrEnum):
+    """How one apply ended, in one word: the journal's run status (``reconcile history``),
+    the watcher's ``reconcile_applies_total`` and ``reconcile_gate_results_total`` labels.
+    Each word is written here once; ``WORDS`` is how a person reads it."""
+
+    CONVERGED = "converged"
+    NOT_CONVERGED = "not_converged"
+    #: changes were sent and no gate gave the judge's word on them
+    UNPROVEN = "unproven"
+    #: only unanswered writes went wrong: a rerun replays their keys
+    IN_DOUBT = "in_doubt"
+    FAILED = "failed"
+    REFUSED = "refused"  # NO-GO: nothing sent
+    ERROR = "error"  # the run itself failed (the watcher's label)
+    NOTHING_TO_DO = "nothing_to_do"
+    INTERRUPTED = "interrupted"
+    NOT_FINISHED = "not_finished"
+    LEGACY = "legacy"  # journal lines older than run records
+
+
+#: Each outcome as ``reconcile history`` heads a run with it.
+WORDS: dict[RunOutcome, str] = {
+    RunOutcome.CONVERGED: "converged",
+    RunOutcome.NOT_CONVERGED: "NOT converged",
+    RunOutcome.FAILED: "FAILED (a change did not go through)",
+    RunOutcome.IN_DOUBT: "IN DOUBT (a change was sent and not answered; a rerun replays its "
+    "key)",
+    RunOutcome.UNPROVEN: "sent, convergence not proven",
+    RunOutcome.REFUSED: "refused (NO-GO), nothing sent",
+    RunOutcome.NOTHING_TO_DO: "nothing to do",
+    RunOutcome.INTERRUPTED: "interrupted before it finished",
+    RunOutcome.NOT_FINISHED: "ended without sending (refused, declined) or still running",
+    RunOutcome.LEGACY: "journal lines written before run records",
+    RunOutcome.ERROR: "the run failed before it finished",
+}
+
+#: What a convergence gate can end in (``gate_result``).
+GATE_RESULTS = (RunOutcome.CONVERGED, RunOutcome.NOT_CONVERGED, RunOutcome.UNPROVEN)
+
+#: What the watcher counts an apply as (``apply_outcome``, and ``ERROR``/``REFUSED`` for
+#: a run that raised).
+APPLY_OUTCOMES = (RunOutcome.CONVERGED, RunOutcome.NOT_CONVERGED, RunOutcome.UNPROVEN,
+                  RunOutcome.FAILED, RunOutcome.REFUSED, RunOutcome.ERROR,
+                  RunOutcome.NOTHING_TO_DO)
+
+
+def gate_word(converged: bool) -> RunOutcome:
+    return RunOutcome.CONVERGED if converged else RunOutcome.NOT_CONVERGED
+
+
+def ended(*, writes_ok: bool, outcomes: Iterable[str], gate: bool | None) -> RunOutcome:
+    """How a finished apply ended, from what it recorded: each change's outcome and the
+    gate's word (None: no gate ran). Only unanswered writes gone wrong is ``IN_DOUBT``
+    (a rerun replays them), not ``FAILED``."""
+    said = set(outcomes)
+    if not writes_ok:
+        return RunOutcome.IN_DOUBT if Outcome.IN_DOUBT in said and not said & {
+            Outcome.FAILED, Outcome.REFUSED} else RunOutcome.FAILED
+    if gate is None:
+        return RunOutcome.UNPROVEN if said else RunOutcome.NOTHING_TO_DO
+    return gate_word(gate)
 
 
 #: How a change the deadline kept from being sent is described (``SKIPPED``).
@@ -87,3 +151,19 @@ class ApplyReport(_Model):
     @property
     def writes_ok(self) -> bool:
         return all(r.outcome in (Outcome.APPLIED, Outcome.ALREADY_APPLIED) for r in self.results)
+
+    def gate_result(self) -> RunOutcome | None:
+        """converged | not_converged | unproven (changes sent, no judge's word); None
+        when nothing was sent and no gate ran."""
+        if self.gate is not None:
+            if not self.gate.proofs:
+                return RunOutcome.UNPROVEN
+            return gate_word(self.gate.converged)
+        return RunOutcome.UNPROVEN if self.results else None
+
+    def outcome(self) -> RunOutcome:
+        """How the watcher counts this apply: any write gone wrong is ``FAILED``, else
+        the gate's result, else ``NOTHING_TO_DO``."""
+        if not self.writes_ok:
+            return RunOutcome.FAILED
+        return self.gate_result() or RunOutcome.NOTHING_TO_DO

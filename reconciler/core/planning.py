@@ -1,20 +1,17 @@
 """Planning: ``plan(desired, live) -> Plan``, a pure function.
 
-Owns every decision about what to change: the classification of a release change
-(promote vs rollback), egress and grant differences, creations (a declared service the
-control plane does not have), blockers (why not to apply), drift (what differs without
-being an intended change) and the evidence attached to each service. Apply executes
-what this decides and never decides again (STYLE §1).
+Owns the plan as a whole: which kind of change each declared service is up for (absent
+on the control plane: a creation; present: its release and its egress), the kinds
+planned from the whole desired state (``Kind.diff_all``: grants), the mesh's blockers
+(why not to apply), drift (what differs without being an intended change), the evidence
+attached to each service and the judge's word on it, the execution order and the
+fingerprint. What one kind changes -- its diff, preconditions, idempotency key and
+summary -- is that kind's module's (``core.kinds``). Apply executes what this decides and
+never decides again (STYLE §1).
 
 A creation is judged from what the engine read for it (``core.preflight.Greenfield``):
-the repo's own checks first (``core.greenfield.local_blockers``, and an appId a live
-service uses; when any fails nothing was sent, fail closed), then two preflight reports
--- the probe's (no evidence: it gives the control plane's configuration digest) and the
-report for the request whose evidence is bound to that digest (``bind``; GO/NO-GO with its
-codes verbatim; an invalid report is itself a blocker; the two must agree on all but the
-evidence; a GO report's own fields must not contradict it), whether the control plane
-executes creations at all (``GREENFIELD_EXECUTION_UNAVAILABLE``) and whether its
-authorization checks grant ``deployment:create-greenfield``.
+``core.kinds.create`` (its preflight requests, ``creation_requests``/``bound_requests``,
+are re-exported here for the engine).
 
 Risks (``risks_of``) come from the judge's findings against what the control plane
 intends now, for every service apply will gate: a cluster that *states* why it does not
@@ -27,225 +24,47 @@ snapshot), or render anything.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import cast
 
-from pydantic import JsonValue
-
-from reconciler.core import evidence, greenfield, routekind
+from reconciler.core import evidence, kinds
 from reconciler.core import preflight as pf
-from reconciler.core.codes import (
-    BlockerCode,
-    DriftCode,
-    ReasonCode,
-    RiskCode,
-    UpstreamBlockerCode,
+from reconciler.core.codes import BlockerCode, DriftCode, ReasonCode, RiskCode
+from reconciler.core.cpcodes import ControlPlaneCode
+from reconciler.core.desired import DesiredState, Service
+from reconciler.core.kinds import ACTION_ORDER, KINDS, ChangeBase, Diff, create, release, route
+from reconciler.core.kinds.base import idempotency_key
+from reconciler.core.kinds.create import (
+    Bound,
+    PreflightAsk,
+    absent,
+    app_id_owner,
+    bind,
+    bound_requests,
+    creation_requests,
+    preflight_request_id,
 )
-from reconciler.core.desired import DesiredState, ReleaseEvidencePolicy, Service
+from reconciler.core.kinds.route import RouteChange
 from reconciler.core.live import (
     FAILED_STATUSES,
     IN_PROGRESS_STATUSES,
     EgressRule,
-    ImageRelease,
     LiveService,
     LiveSnapshot,
     Observation,
     ObservationKind,
     ReadFailure,
 )
-from reconciler.core.plans import (
-    ACTION_ORDER,
-    Action,
-    Blocker,
-    Change,
-    Drift,
-    Plan,
-    Preconditions,
-    ReleaseRef,
-    Risk,
-    ServiceEvidence,
-)
+from reconciler.core.plans import Blocker, Drift, Plan, Risk, ServiceEvidence
+from reconciler.core.provenance import Provenance
 from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import safe
 
-
-@dataclass(frozen=True)
-class Provenance:
-    """Where the desired state came from: the commit and whether the tree was clean."""
-
-    commit: str | None = None
-    dirty: bool = False
-    path: str | None = None  # the repo directory the plan was made from
-    root: str | None = None  # the git work tree holding it; None: not a git repository
-    untracked: tuple[str, ...] = ()  # YAML under ``path`` in no commit: reported, never read
-    #: the git tree id of ``path`` at ``commit`` and its files (path -> blob id): what a
-    #: saved plan is bound to (``core.binding``); None/empty outside git or for a preview
-    tree: str | None = None
-    files: tuple[tuple[str, str], ...] = ()
-    #: tracked files under ``path`` whose edits the commit does not hold (never read,
-    #: except by a worktree preview)
-    uncommitted: tuple[str, ...] = ()
-    #: ``plan --worktree``: the working tree as it is, a preview never applied
-    worktree: bool = False
-
-
-def idempotency_key(action: Action, service_id: str, payload: object,
-                    preconditions: Preconditions) -> str:
-    """A key derived from the change and what it was planned against.
-
-    The same change against the same live state always gets the same key, so a rerun
-    after a crash replays the first call instead of making a second rollout; a change
-    planned against a moved state gets a new key (and the CAS check decides).
-    """
-    material = json.dumps(
-        {"action": action.value, "service": service_id, "payload": payload,
-         "pre": preconditions.model_dump(mode="json")},
-        sort_keys=True, separators=(",", ":"),
-    )
-    return "rcn-" + hashlib.sha256(material.encode()).hexdigest()[:40]
-
-
-def preflight_request_id(svc: Service, source_revision: str, source_dirty: bool, *,
-                         probe: bool = False) -> str:
-    """The preflight's ``requestId`` for creating ``svc`` from this commit: derived from
-    the intent, so the same commit and document always ask the same question (the answer
-    can be matched to it, and the creation's payload -- hence its idempotency key -- is
-    the same on every rerun). ``probe``: the id of the first, evidence-free preflight,
-    distinct from the bound request's so the two answers cannot be confused."""
-    material = json.dumps([svc.service_id, source_revision, source_dirty,
-                           greenfield.intent_digest(svc)], separators=(",", ":"))
-    prefix = "rcn-pf0-" if probe else "rcn-pf-"
-    return prefix + hashlib.sha256(material.encode()).hexdigest()[:40]
-
-
-@dataclass(frozen=True)
-class PreflightAsk:
-    """One preflight the engine must send before planning: for ``service``, this request
-    data (wire shape, no identity), answered under ``request_id``."""
-
-    service: str
-    service_id: str
-    request_id: str
-    request: dict[str, object]
-
-
-def absent(desired: DesiredState, live: LiveSnapshot) -> list[Service]:
-    """Declared services the control plane says it does not have: each is a creation."""
-    return [svc for svc in desired.services
-            if isinstance(state := live.services.get(svc.service_id), ReadFailure)
-            and state.code == "SERVICE_NOT_FOUND"]
-
-
-def app_id_owner(svc: Service, live: LiveSnapshot) -> str | None:
-    """The id of another live service that already uses ``svc``'s appId, or None."""
-    owner = live.app_ids.get(svc.app_id)
-    return owner if owner is not None and owner != svc.service_id else None
-
-
-def _askable(svc: Service, live: LiveSnapshot, provenance: Provenance) -> bool:
-    """Whether a preflight may be sent for creating ``svc``: every local check passes and
-    no live service uses its appId (fail closed: a request the repo already knows is
-    refused is never sent)."""
-    return not greenfield.local_blockers(svc, source_revision=provenance.commit or "",
-                                         source_dirty=provenance.dirty,
-                                         require_evidence=True) \
-        and app_id_owner(svc, live) is None
-
-
-def _probe(svc: Service, provenance: Provenance) -> PreflightAsk:
-    revision = provenance.commit or ""
-    request_id = preflight_request_id(svc, revision, provenance.dirty, probe=True)
-    request = greenfield.preflight_request(svc, request_id=request_id, source_revision=revision,
-                                           source_dirty=provenance.dirty)
-    return PreflightAsk(service=svc.name, service_id=svc.service_id, request_id=request_id,
-                        request=dict(request))
-
-
-def creation_requests(desired: DesiredState, live: LiveSnapshot,
-                      provenance: Provenance) -> list[PreflightAsk]:
-    """The first preflights a plan of ``desired`` against ``live`` at ``provenance``
-    needs: one *probe* (no release evidence) per declared service the control plane does
-    not have and that may be asked about (``_askable``). Its report carries the control
-    plane's configuration digest, which ``bound_requests`` binds the evidence to."""
-    return [_probe(svc, provenance)
-            for svc in sorted(absent(desired, live), key=lambda s: s.name)
-            if _askable(svc, live, provenance)]
-
-
-@dataclass(frozen=True)
-class Bound:
-    """What the probe's answer gives the bound request: the probe's valid report and the
-    request with evidence bound to its configuration digest -- or why there is none
-    (``status``/``problem``/``code``: the blocker the planner raises)."""
-
-    probe: PreflightAsk
-    report: pf.Report | None = None
-    request: dict[str, object] | None = None
-    request_id: str | None = None
-    status: pf.Status | None = None
-    problem: str | None = None
-    code: BlockerCode | None = None
-
-
-def bind(svc: Service, provenance: Provenance, answers: pf.Greenfield | None) -> Bound:
-    """The second preflight for creating ``svc``, from the probe's answer in ``answers``:
-    the probe's report must be valid and about the probe request (else no second request:
-    the reason is returned), and its ``source.configurationDigest`` -- validated as a
-    digest by ``parse_report`` -- is what the release evidence is bound to. The engine
-    (to send it) and the planner (to find its answer) call this with the same values, so
-    they ask and look up the same request."""
-    probe = _probe(svc, provenance)
-    found = answers.answers if answers is not None else None
-    answer = found.get(probe.request_id) if found is not None else None
-    revision = provenance.commit or ""
-    if answer is None:
-        return Bound(probe, status=pf.Status.NOT_ASKED, code=BlockerCode.PREFLIGHT_NOT_ASKED,
-                     problem="no preflight answer for this request (commit "
-                     f"{revision[:12] or '<none>'}): nothing may be created unchecked")
-    if answer.error is not None:
-        return Bound(probe, status=pf.Status.FAILED, code=BlockerCode.PREFLIGHT_FAILED,
-                     problem="the preflight call failed: " + safe(answer.error) + (
-                         f" ({safe(answer.code, 60)})" if answer.code else ""))
-    try:
-        report = pf.parse_report(answer.reply)
-        elsewhere = pf.about_request(report, probe.request)
-        if elsewhere:
-            raise pf.InvalidReport("the report is about another request: "
-                                   + "; ".join(elsewhere))
-    except pf.InvalidReport as exc:
-        return Bound(probe, status=pf.Status.INVALID, code=BlockerCode.PREFLIGHT_REPORT_INVALID,
-                     problem=f"the preflight reply is not a valid report: {safe(exc)} (the "
-                     "probe, sent without evidence to learn the configuration digest)")
-    request_id = preflight_request_id(svc, revision, provenance.dirty)
-    request = dict(greenfield.preflight_request(
-        svc, request_id=request_id, source_revision=revision, source_dirty=provenance.dirty,
-        configuration_digest=report.configuration_digest))
-    return Bound(probe, report=report, request=request, request_id=request_id)
-
-
-def bound_requests(desired: DesiredState, live: LiveSnapshot, provenance: Provenance,
-                   answers: pf.Greenfield) -> list[PreflightAsk]:
-    """The second preflights, one per probe answered with a valid report: the same
-    request with release evidence bound to the configuration digest that report gave.
-    The answer to this one decides the plan."""
-    asks = []
-    for svc in sorted(absent(desired, live), key=lambda s: s.name):
-        if not _askable(svc, live, provenance):
-            continue
-        bound = bind(svc, provenance, answers)
-        if bound.request is not None and bound.request_id is not None:
-            asks.append(PreflightAsk(service=svc.name, service_id=svc.service_id,
-                                     request_id=bound.request_id, request=bound.request))
-    return asks
-
-
-def _json(value: dict[str, object]) -> dict[str, JsonValue]:
-    """A wire value (built from plain JSON types) as the model's JSON type."""
-    return {k: cast(JsonValue, v) for k, v in value.items()}
+__all__ = [
+    "Bound", "PreflightAsk", "Provenance", "absent", "app_id_owner", "bind", "bound_requests",
+    "creation_requests", "idempotency_key", "plan", "preflight_request_id", "risks_of",
+    "target_of",
+]
 
 
 def _short(digest: str | None) -> str:
@@ -254,28 +73,14 @@ def _short(digest: str | None) -> str:
     return digest[:19]  # "sha256:" + 12 hex
 
 
-def _release_ref(release: ImageRelease | None, digest: str | None) -> ReleaseRef:
-    if release is None:
-        return ReleaseRef(digest=digest)
-    return ReleaseRef(
-        release_id=release.id,
-        digest=release.digest,
-        tags=release.tags,
-        reference=f"{release.registry_host}/{release.repository}@{release.digest}",
-    )
-
-
-def _rules(pairs: Iterable[tuple[str, int]]) -> tuple[EgressRule, ...]:
-    return tuple(EgressRule(host=h, port=p) for h, p in sorted(pairs))
-
-
 def target_of(svc: Service, live: LiveService | ReadFailure | None,
               routes: tuple[GatewayRoute, ...] | None = None) -> evidence.Target:
     """What the judge must see for ``svc``: the pinned digest, and the egress the repo
     declares -- or, when the repo leaves egress alone, the control plane's declaration --
-    and the gateway routes it declares for the service (``routekind.expected_routes``)."""
+    and the gateway routes it declares for the service (``kinds.route.expected_routes``)."""
     if svc.egress is not None:
-        egress: tuple[EgressRule, ...] | None = _rules((d.host, d.port) for d in svc.egress)
+        egress: tuple[EgressRule, ...] | None = kinds.egress.rules(
+            (d.host, d.port) for d in svc.egress)
     else:
         egress = live.egress if isinstance(live, LiveService) else None
     return evidence.Target(service=svc.name, app_id=svc.app_id, digest=svc.release.digest,
@@ -361,7 +166,7 @@ class _Planner:
         self.provenance = provenance
         self.answers = answers
         self.preflights: list[pf.ServicePreflight] = []
-        self.changes: list[Change] = []
+        self.changes: list[ChangeBase] = []
         self.blockers: list[Blocker] = []
         self.drift: list[Drift] = []
         self.evidence: list[ServiceEvidence] = []
@@ -373,6 +178,14 @@ class _Planner:
         self.unreachable: dict[str, str] = {}
         #: every blocker that stands for the whole cluster (its per-service silence folds in)
         self.mesh_blocked: set[str] = set()
+
+    def take(self, found: Diff) -> None:
+        """What one kind's diff found, into the plan."""
+        self.changes.extend(found.changes)
+        self.blockers.extend(found.blockers)
+        self.drift.extend(found.drift)
+        self.preflights.extend(found.preflights)
+        self.preconditions.update(found.preconditions)
 
     # -- the mesh as a whole ---------------------------------------------------------
     def mesh(self) -> None:
@@ -427,15 +240,16 @@ class _Planner:
     def service(self, svc: Service) -> None:
         live = self.live.services.get(svc.service_id)
         observations = self.live.observations.get(svc.app_id, ())
-        if isinstance(live, ReadFailure) and live.code == "SERVICE_NOT_FOUND":
+        if isinstance(live, ReadFailure) and live.code == ControlPlaneCode.SERVICE_NOT_FOUND:
             # Declared here, absent there: a creation, through the greenfield preflight.
             self.preconditions[svc.service_id] = {"absent": True}
-            self._create(svc)
+            self.take(create.diff(svc, self.live, self.provenance, self.answers,
+                                  ReasonCode.SERVICE_NOT_ON_CONTROL_PLANE))
             self._evidence(svc, None, observations)
             return
         if live is None or isinstance(live, ReadFailure):
             code = BlockerCode.SERVICE_NOT_FOUND if live is not None and \
-                live.code == "SERVICE_NOT_FOUND" else BlockerCode.SERVICE_UNREADABLE
+                live.code == ControlPlaneCode.SERVICE_NOT_FOUND else BlockerCode.SERVICE_UNREADABLE
             why = safe(live.reason) if live is not None else "the snapshot holds no answer for it"
             self.blockers.append(Blocker(
                 code=code, service=svc.name,
@@ -448,8 +262,8 @@ class _Planner:
             "rollout": live.deployment.rollout_id if live.deployment else None,
             "egress_revision": live.egress_revision,
         }
-        self._release(svc, live)
-        self._egress(svc, live)
+        self.take(release.diff(svc, live, self.desired.settings.policy.release_evidence))
+        self.take(kinds.egress.diff(svc, live))
         self._rollout_drift(svc, live)
         if svc.immutable and not live.immutable_required:
             self.drift.append(Drift(
@@ -458,301 +272,6 @@ class _Planner:
                 "plane's service does not (immutableImageRequired is false); the next "
                 "promotion sets it"))
         self._evidence(svc, live, observations)
-
-    # -- a creation ------------------------------------------------------------------
-    def _create(self, svc: Service) -> None:
-        """A declared service the control plane does not have: one ``create`` change, and
-        what its two preflights say (the probe, then the request bound to the probe's
-        configuration digest). Every reason it must not be sent is a blocker."""
-        name = svc.name
-        revision = self.provenance.commit or ""
-        dirty = self.provenance.dirty
-        local = greenfield.local_blockers(svc, source_revision=revision, source_dirty=dirty,
-                                          require_evidence=True)
-        request_id = preflight_request_id(svc, revision, dirty)
-        sent_id: str | None = None  # the request the plan shows: the bound one, or the probe
-        request: dict[str, object] = {}
-        blockers: list[Blocker] = []
-
-        def block(code: BlockerCode, message: str, upstream: str | None = None) -> None:
-            blockers.append(Blocker(code=code, service=name, message=f"{name}: {message}",
-                                    upstream_code=upstream))
-
-        for found in local:
-            block(BlockerCode.PREFLIGHT_NO_GO, f"{found.code}: {found.message} (checked "
-                  "locally; no preflight was sent)", found.code)
-        owner = app_id_owner(svc, self.live)
-        if owner is not None:
-            block(BlockerCode.APP_ID_IN_USE, f"appId {svc.app_id} is already used by the live "
-                  f"service {safe(owner)}: a second service cannot take it (no preflight was "
-                  "sent)")
-        report: pf.Report | None = None
-        configuration: str | None = None
-        problem: str | None = None
-        if local or owner is not None:
-            status = pf.Status.NOT_SENT
-            codes = ", ".join(dict.fromkeys(
-                [b.code for b in local] + ([BlockerCode.APP_ID_IN_USE.value] if owner else [])))
-            problem = f"not sent: the repo's own checks failed first ({codes})"
-            # NotRequestable: local_blockers names what is missing (version, namespace).
-            with contextlib.suppress(greenfield.NotRequestable):
-                request = dict(greenfield.preflight_request(
-                    svc, request_id=request_id, source_revision=revision, source_dirty=dirty))
-        else:
-            bound = bind(svc, self.provenance, self.answers)
-            request = bound.request or dict(bound.probe.request)
-            sent_id = bound.request_id or bound.probe.request_id
-            if bound.report is None:
-                assert bound.status is not None and bound.code is not None
-                status, problem = bound.status, bound.problem
-                block(bound.code, problem or "no preflight report")
-            else:
-                configuration = bound.report.configuration_digest
-                status, report, problem = self._bound_report(svc, bound, block)
-        unavailable = UpstreamBlockerCode.GREENFIELD_EXECUTION_UNAVAILABLE.value
-        execution = self.answers.execution_available if self.answers is not None else None
-        if self.answers is not None and self.answers.capabilities_error is not None:
-            block(BlockerCode.PREFLIGHT_FAILED, "whether the control plane can execute a "
-                  "creation is unknown: its capabilities could not be read "
-                  f"({safe(self.answers.capabilities_error)})")
-        elif self.answers is not None and not execution and not (
-                report and any(b.code == unavailable for b in report.blockers)):
-            # Honest, never a silent skip: without the request that starts a creation,
-            # a GO preflight would only promise what apply cannot do.
-            block(BlockerCode.PREFLIGHT_NO_GO, f"{unavailable}: the control plane does not "
-                  f"offer {pf.CREATE_METHOD} (not among its capabilities), so the service "
-                  "cannot be created through it", unavailable)
-        missing = UpstreamBlockerCode.AUTHORIZATION_MISSING.value
-        if report is not None and not report.granted(pf.CREATE_CAPABILITY) and not any(
-                b.code == missing and pf.CREATE_CAPABILITY in b.message
-                for b in report.blockers):
-            block(BlockerCode.PREFLIGHT_NO_GO, f"{missing}: the preflight's authorization "
-                  f"checks do not show {pf.CREATE_CAPABILITY} granted on {svc.service_id} to "
-                  "this identity", missing)
-        self.blockers.extend(blockers)
-        fence = None
-        if report is not None:
-            fence = pf.Fence(source_service_id=svc.service_id,
-                             source_revision=report.source_revision, version=report.version,
-                             oci_index_digest=svc.release.digest,
-                             configuration_digest=report.configuration_digest,
-                             target_namespace=report.namespace)
-        self.preflights.append(pf.ServicePreflight(
-            service=name, service_id=svc.service_id, purpose="create", status=status,
-            request_id=sent_id, source_revision=revision or None,
-            source_dirty=dirty, intent_digest=greenfield.intent_digest(svc),
-            configuration_digest=configuration, report=report,
-            problem=problem, local_blockers=local, execution_available=execution,
-            blocked=bool(blockers)))
-        new = pf.NewService(
-            name=name, app_id=svc.app_id, registry_host=svc.release.registry_host,
-            repository=svc.release.repository, release_tag=svc.release.tag,
-            egress=tuple(pf.Destination(host=d.host, port=d.port)
-                         for d in sorted(svc.egress or (), key=lambda d: (d.host, d.port))))
-        creation = pf.Creation(preflight=_json(request), fence=fence, service=new,
-                               digest=svc.release.digest)
-        pre = Preconditions()
-        where = f" in namespace {svc.create.namespace}" if svc.create else ""
-        self.changes.append(Change(
-            action=Action.CREATE, service=name, service_id=svc.service_id, app_id=svc.app_id,
-            reason=ReasonCode.SERVICE_NOT_ON_CONTROL_PLANE,
-            summary=f"create {name} ({svc.service_id}) at "
-            f"{svc.release.tag or _short(svc.release.digest)} ({_short(svc.release.digest)})"
-            f"{where}",
-            preconditions=pre,
-            # From the intent alone (the canonical service document), not the commit: the
-            # same new service is the same change at any commit, so a PR review calls a
-            # creation pending on the base "already pending", and a rerun at a later
-            # commit replays the key. The fence (and so the commit) is in the payload,
-            # which binding compares; the control plane keeps keys of creations made.
-            idempotency_key=idempotency_key(
-                Action.CREATE, svc.service_id, {"intent": greenfield.intent_digest(svc)}, pre),
-            release_after=ReleaseRef(digest=svc.release.digest,
-                                     tags=(svc.release.tag,) if svc.release.tag else (),
-                                     reference=svc.release.reference),
-            creation=creation,
-        ))
-
-    def _bound_report(self, svc: Service, bound: Bound, block: Callable[..., None],
-                      ) -> tuple[pf.Status, pf.Report | None, str | None]:
-        """Judge the answer to the bound request (evidence bound to the probe's
-        configuration digest): the status, the report (None when there is no valid one)
-        and why not; every reason not to create goes through ``block``."""
-        assert bound.report is not None and bound.request is not None
-        problem: str | None
-        found = self.answers.answers if self.answers is not None else None
-        answer = found.get(bound.request_id or "") if found is not None else None
-        if answer is None:
-            problem = ("no answer to the preflight bound to configuration digest "
-                       f"{bound.report.configuration_digest}: nothing may be created unchecked")
-            block(BlockerCode.PREFLIGHT_NOT_ASKED, problem)
-            return pf.Status.NOT_ASKED, None, problem
-        if answer.error is not None:
-            problem = f"the preflight call failed: {safe(answer.error)}" + (
-                f" ({safe(answer.code, 60)})" if answer.code else "")
-            block(BlockerCode.PREFLIGHT_FAILED, problem)
-            return pf.Status.FAILED, None, problem
-        try:
-            report = pf.parse_report(answer.reply)
-        except pf.InvalidReport as exc:
-            problem = f"the preflight reply is not a valid report: {safe(exc)}"
-            block(BlockerCode.PREFLIGHT_REPORT_INVALID, problem)
-            return pf.Status.INVALID, None, problem
-        # Compared first: another intent or configuration digest than the probe's is the
-        # control plane changing its answer within one plan, said with both values.
-        differ = pf.disagreement(bound.report, report)
-        disagree = ("the two preflights of this creation disagree (the probe without "
-                    "evidence, then the request bound to its configuration digest): "
-                    + "; ".join(differ)) if differ else None
-        if disagree is not None:
-            block(BlockerCode.PREFLIGHT_REPORTS_DISAGREE, disagree)
-        elsewhere = pf.about_request(report, bound.request)
-        if elsewhere:
-            problem = ("the preflight reply is not a valid report: the report is about "
-                       "another request: " + "; ".join(elsewhere))
-            block(BlockerCode.PREFLIGHT_REPORT_INVALID, problem)
-            return pf.Status.INVALID, None, disagree or problem
-        status = pf.Status.GO if report.decision is pf.Decision.GO else pf.Status.NO_GO
-        problem = disagree
-        if disagree is not None:
-            status = pf.Status.NO_GO
-        for upstream in report.blockers:
-            block(BlockerCode.PREFLIGHT_NO_GO,
-                  f"{upstream.code}: {upstream.message} (the control plane's preflight)",
-                  upstream.code)
-        if report.decision is pf.Decision.GO:
-            for code, upstream_code, message in pf.contradictions(report, svc):
-                block(code, f"{message} (the report's own fields; its decision says GO, "
-                      "which does not outweigh them)", upstream_code)
-                status = pf.Status.NO_GO
-        return status, report, problem
-
-    def _release(self, svc: Service, live: LiveService) -> None:
-        pinned = svc.release.digest
-        target = live.release_by_digest(pinned)
-        name = svc.name
-        if target is None:
-            self.blockers.append(Blocker(
-                code=BlockerCode.RELEASE_NOT_OBSERVED, service=name,
-                message=f"{name}: the pinned digest {pinned} is not a release the control plane "
-                f"observed for {svc.release.registry_host}/{svc.release.repository}"))
-            return
-        if (target.registry_host, target.repository) != (svc.release.registry_host,
-                                                         svc.release.repository):
-            self.blockers.append(Blocker(
-                code=BlockerCode.RELEASE_REPOSITORY_MISMATCH, service=name,
-                message=f"{name}: release {_short(pinned)} lives in "
-                f"{safe(target.registry_host)}/{safe(target.repository)}, not "
-                f"{svc.release.registry_host}/{svc.release.repository}"))
-        if svc.release.tag is not None and svc.release.tag not in target.tags:
-            holder = next((r for r in live.releases if svc.release.tag in r.tags), None)
-            where = f"tag {svc.release.tag} is on {holder.digest}" if holder else \
-                f"tag {svc.release.tag} was never observed"
-            self.blockers.append(Blocker(
-                code=BlockerCode.TAG_DIGEST_MISMATCH, service=name,
-                message=f"{name}: pinned tag and digest disagree: {where}, "
-                f"but the pin is {pinned}"))
-        if svc.release.media_type is not None and svc.release.media_type != target.media_type:
-            self.blockers.append(Blocker(
-                code=BlockerCode.MEDIA_TYPE_MISMATCH, service=name,
-                message=f"{name}: pinned media type {svc.release.media_type} but the release "
-                f"was observed as {safe(target.media_type)}"))
-        current_digest = live.current_digest
-        status = live.rollout_status
-        if current_digest == pinned:
-            return  # whether it converged is the judge's word (``_evidence``)
-        current = live.release_by_digest(current_digest) if current_digest else None
-        if current is None and current_digest is not None and target.accepted_at is not None:
-            # Unlisted current release: an accepted pin may be older or newer than what
-            # runs. Guessing "promote" would hide a rollback from the review.
-            self.blockers.append(Blocker(
-                code=BlockerCode.CURRENT_RELEASE_UNLISTED, service=name,
-                message=f"{name}: the current rollout's digest {current_digest} is not among "
-                f"the releases the control plane lists, so pinning {_short(pinned)} (accepted "
-                "before) cannot be told apart as promotion or rollback"))
-            return
-        newer = current is None or target.first_observed_at > current.first_observed_at
-        is_rollback = target.accepted_at is not None and not newer and live.deployment is not None
-        action = Action.ROLLBACK if is_rollback else Action.PROMOTE
-        if status is not None and status.status in IN_PROGRESS_STATUSES:
-            self.blockers.append(Blocker(
-                code=BlockerCode.ROLLOUT_IN_PROGRESS, service=name,
-                message=f"{name}: rollout {safe(status.rollout_id)} (generation "
-                f"{status.rollout_generation}) is still {safe(status.status)}; a {action.value} "
-                f"must not be stacked on an unfinished rollout"))
-        if live.deployment is not None and status is None:
-            self.blockers.append(Blocker(
-                code=BlockerCode.ROLLOUT_STATUS_UNKNOWN, service=name,
-                message=f"{name}: rollout {safe(live.deployment.rollout_id)} has no status; "
-                f"whether it finished is unknown"))
-        pre = Preconditions(
-            rollout_generation=live.rollout_generation,
-            rollout_id=live.deployment.rollout_id if live.deployment else None,
-        )
-        if is_rollback:
-            reason = ReasonCode.PREVIOUSLY_ACCEPTED
-            summary = (f"roll {name} back to {', '.join(target.tags) or _short(pinned)} "
-                       f"({_short(pinned)}), accepted before")
-        else:
-            reason = ReasonCode.NEVER_ACCEPTED if target.accepted_at is None \
-                else ReasonCode.NEWER_THAN_CURRENT
-            summary = (f"promote {name} to {', '.join(target.tags) or _short(pinned)} "
-                       f"({_short(pinned)})")
-        self.changes.append(Change(
-            action=action, service=name, service_id=svc.service_id, app_id=svc.app_id,
-            reason=reason, summary=summary, preconditions=pre,
-            idempotency_key=idempotency_key(action, svc.service_id, target.id, pre),
-            release_before=_release_ref(current, current_digest),
-            release_after=_release_ref(target, pinned),
-        ))
-        if action is Action.PROMOTE and self.desired.settings.policy.release_evidence \
-                is ReleaseEvidencePolicy.EVERY_PROMOTION:
-            self._promotion_evidence(svc)
-
-    def _promotion_evidence(self, svc: Service) -> None:
-        """``policy.releaseEvidence: every-promotion``: the promotion's release evidence
-        must be complete and bound to the pinned digest. Checked here, never sent: the
-        control plane's preflight accepts greenfield requests only (anything else is
-        WOULD_REPLACE_EXISTING_STATE)."""
-        found = greenfield.evidence_blockers(svc.release, require=True)
-        for blocker in found:
-            self.blockers.append(Blocker(
-                code=BlockerCode.RELEASE_EVIDENCE_REQUIRED, service=svc.name,
-                upstream_code=blocker.code,
-                message=f"{svc.name}: {blocker.code}: {blocker.message} (policy "
-                "releaseEvidence: every-promotion; checked locally)"))
-        self.preflights.append(pf.ServicePreflight(
-            service=svc.name, service_id=svc.service_id, purpose="promotion",
-            status=pf.Status.LOCAL_ONLY, local_blockers=found, blocked=bool(found),
-            problem="checked locally against the pinned digest: the control plane's "
-            "preflight accepts greenfield requests only"))
-
-    def _egress(self, svc: Service, live: LiveService) -> None:
-        if svc.egress is None:  # omitted: leave the live declaration alone
-            return
-        want = {(d.host, d.port) for d in svc.egress}
-        have = evidence.egress_key(live.egress or ())
-        if want == have:
-            return
-        added, removed = want - have, have - want
-        pre = Preconditions(egress_revision=live.egress_revision)
-        after = _rules(want)
-        bits = []
-        if added:
-            bits.append("opens " + ", ".join(f"{h}:{p}" for h, p in sorted(added)))
-        if removed:
-            bits.append("revokes " + ", ".join(f"{h}:{p}" for h, p in sorted(removed)))
-        self.changes.append(Change(
-            action=Action.SET_EGRESS, service=svc.name, service_id=svc.service_id,
-            app_id=svc.app_id,
-            reason=ReasonCode.EGRESS_REVOKE_ALL if not want else ReasonCode.EGRESS_DIFFERS,
-            summary=f"{svc.name}: egress {'; '.join(bits)}",
-            preconditions=pre,
-            idempotency_key=idempotency_key(
-                Action.SET_EGRESS, svc.service_id, [[r.host, r.port] for r in after], pre),
-            egress_before=_rules(have), egress_after=after,
-            egress_added=_rules(added), egress_removed=_rules(removed),
-        ))
 
     def _rollout_drift(self, svc: Service, live: LiveService) -> None:
         status = live.rollout_status
@@ -786,7 +305,7 @@ class _Planner:
             current_digest=current, desired_digest=svc.release.digest))
         # The verdict: the judge, against what the repo pins and the egress to be in effect.
         state = self.live.services.get(svc.service_id)
-        target = target_of(svc, live, routekind.expected_routes(self.desired, svc))
+        target = target_of(svc, live, route.expected_routes(self.desired, svc))
         proof = evidence.judge(target, state, expected, rows)
         self.proofs.append(proof)
         for obs in rows:
@@ -828,88 +347,18 @@ class _Planner:
                 f"unknown for {len(blocked)} service(s)"
                 + (f" ({', '.join(blocked)})" if blocked else "")))
 
-    # -- grants ------------------------------------------------------------------------
-    def grants(self) -> None:
-        if self.live.grants is None:
-            self.blockers.append(Blocker(
-                code=BlockerCode.GRANTS_UNREADABLE,
-                message="the control plane's deployment grants could not be read "
-                f"({safe(self.live.grants_error or 'no answer')}); "
-                "grant changes cannot be planned"))
-            return
-        names = {s.service_id: s.name for s in self.desired.services}
-        apps = {s.service_id: s.app_id for s in self.desired.services}
-        known = {sid for sid in names if isinstance(self.live.services.get(sid), LiveService)}
-        live_map: dict[tuple[str, str], tuple[str, ...]] = {
-            (g.user_id, g.service_id): tuple(sorted(c.value for c in g.capabilities))
-            for g in self.live.grants
-        }
-        want_map = {key: tuple(sorted(c.value for c in caps))
-                    for key, caps in self.desired.desired_grants().items()}
-        self.preconditions["grants"] = sorted(
-            [u, s, list(c)] for (u, s), c in live_map.items() if s in names)
-        for (user, sid), caps in sorted(live_map.items()):
-            if sid in names and (user, sid) not in want_map:
-                if self.desired.settings.policy.prune and sid in known:
-                    want_map[(user, sid)] = ()
-                else:
-                    why = "pruning is off" if not self.desired.settings.policy.prune else \
-                        "not pruned: the service's live state is unknown"
-                    self.drift.append(Drift(
-                        code=DriftCode.GRANT_NOT_DECLARED, service=names[sid],
-                        message=f"{names[sid]}: user {safe(user)} holds {', '.join(caps) or '[]'} "
-                        f"live, which no Grant document declares ({why})"))
-        for (user, sid), want in sorted(want_map.items()):
-            if sid not in known:
-                continue  # the service's live state is unknown: blocked above, never guessed
-            have = live_map.get((user, sid), ())
-            if want == have:
-                continue
-            pre = Preconditions(capabilities=have)
-            added = tuple(sorted(set(want) - set(have)))
-            removed = tuple(sorted(set(have) - set(want)))
-            pruned = (user, sid) not in self.desired.desired_grants()
-            self.changes.append(Change(
-                action=Action.SET_GRANT, service=names[sid], service_id=sid, app_id=apps[sid],
-                reason=ReasonCode.GRANT_NOT_DECLARED if pruned else ReasonCode.GRANT_DIFFERS,
-                summary=f"{names[sid]}: {user} " + "; ".join(
-                    ([f"gains {', '.join(added)}"] if added else [])
-                    + ([f"loses {', '.join(removed)}"] if removed else []))
-                + (" (not declared; pruned)" if pruned else ""),
-                preconditions=pre, user_id=user,
-                idempotency_key=idempotency_key(Action.SET_GRANT, sid, [user, list(want)], pre),
-                capabilities_before=have, capabilities_after=want,
-                capabilities_added=added, capabilities_removed=removed,
-            ))
-
-    # -- routes (issue 21: the kind is ``core.routekind``; this turns it into a plan's) --
-    def routes(self) -> None:
-        if not routekind.relevant(self.desired):
-            return
-        where = {key.split("/", 1)[1]: f"{ref.path}:{ref.line}"
-                 for key, ref in self.desired.sources.items() if key.startswith("Route/")}
-        found = routekind.plan_routes(self.desired, self.live.routes, self.live.routes_error,
-                                      where)
-        self.preconditions["routes"] = found.preconditions
-        for code, service, message in found.blockers:
-            self.blockers.append(Blocker(code=code, service=service, message=message))
-        for drift_code, service, message in found.drift:
-            self.drift.append(Drift(code=drift_code, service=service, message=message))
-        for planned in found.changes:
-            svc = planned.service
-            self.changes.append(Change(
-                action=Action.DELETE_ROUTE if planned.delete else Action.SYNC_ROUTE,
-                service=svc.name, service_id=svc.service_id, app_id=svc.app_id,
-                reason=planned.reason, summary=planned.summary, preconditions=Preconditions(),
-                idempotency_key=planned.idempotency_key, route_before=planned.before,
-                route_after=planned.after))
+    # -- kinds planned from the whole desired state (grants) -------------------------
+    def plan_wide(self) -> None:
+        for kind in KINDS:
+            found = kind.diff_all(self.desired, self.live)
+            if found is not None:
+                self.take(found)
 
     def build(self, provenance: Provenance) -> Plan:
         self.mesh()
         for svc in sorted(self.desired.services, key=lambda s: s.name):
             self.service(svc)
-        self.grants()
-        self.routes()
+        self.plan_wide()
         self.causes()
         if provenance.dirty and not provenance.worktree:
             # A worktree preview reads the edits; it is never applied (apply refuses it).
@@ -917,11 +366,9 @@ class _Planner:
                 code=BlockerCode.REPO_DIRTY,
                 message="the config repo has uncommitted changes: a plan must come from a "
                 "commit" + (f" (HEAD is {provenance.commit[:12]})" if provenance.commit else "")))
-        changes = sorted(self.changes, key=lambda c: (ACTION_ORDER[c.action], c.service,
-                                                      c.user_id or "",
-                                                      c.route_after.name if c.route_after
-                                                      else c.route_before.name
-                                                      if c.route_before else ""))
+        changes = sorted(self.changes, key=lambda c: (
+            ACTION_ORDER[c.action], c.service, c.user_id or "",
+            tuple(k or "" for k in c.route_key[1:]) if isinstance(c, RouteChange) else ()))
         # Risks on every service apply will gate (each change's, and each one the judge
         # does not prove converged -- engine.gate_targets), in the plan's service order.
         gated = {c.service for c in changes} | {p.service for p in self.proofs
@@ -958,8 +405,11 @@ class _Planner:
         )
 
 
+_NOWHERE = Provenance()
+
+
 def plan(desired: DesiredState, live: LiveSnapshot,
-         provenance: Provenance = Provenance(),
+         provenance: Provenance = _NOWHERE,
          greenfield_answers: pf.Greenfield | None = None) -> Plan:
     """Compute the plan that makes ``live`` what ``desired`` says. Pure and deterministic.
 

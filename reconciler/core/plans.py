@@ -1,8 +1,10 @@
 """The plan value: what will change, on what evidence, what blocks it, and what apply is
 already known to meet.
 
-Owns the immutable models ``Plan``, ``Change``, ``Blocker``, ``Drift``, ``Risk`` and
-``ServiceEvidence``, and ``restrict`` (the part of a plan about ``--only``'s services).
+Owns the immutable models ``Plan``, ``Risk`` and ``ServiceEvidence``, and ``restrict``
+(the part of a plan about ``--only``'s services). A ``Change`` is the model of its kind
+(``core.kinds``: one module per kind, a union discriminated on ``action``); ``Blocker``
+and ``Drift`` are ``core.findings``'; all are re-exported here with the plan.
 ``core.planning`` produces them; renderers read them;
 ``render.jsonplan`` maps them to and from the versioned wire format; apply consumes a
 plan unchanged and never re-decides.
@@ -39,139 +41,39 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from reconciler.core.codes import BlockerCode, DriftCode, ReasonCode, RiskCode
+from reconciler.core.codes import SILENT_CLUSTER_CODES, BlockerCode, RiskCode
 from reconciler.core.evidence import Proof, ServiceProof
-from reconciler.core.live import EgressRule, Observation
-from reconciler.core.preflight import Creation, ServicePreflight
+from reconciler.core.findings import Blocker, Drift
+from reconciler.core.kinds import (
+    ACTION_ORDER,
+    VERBS,
+    Action,
+    Change,
+    ChangeBase,
+    Preconditions,
+    ReleaseRef,
+    kind_of,
+)
+from reconciler.core.kinds.route import ROUTE_ACTIONS
+from reconciler.core.live import Observation
+from reconciler.core.preflight import ServicePreflight
 from reconciler.core.review import Review
-from reconciler.core.routing import GatewayRoute
+
+__all__ = [
+    "ACTION_ORDER", "SAID_LIMIT", "VERBS", "Action", "Blocker", "Change", "ChangeBase",
+    "Drift", "Plan", "Preconditions", "ReleaseRef", "Risk", "ServiceEvidence", "Verdict",
+    "kind_of", "restrict",
+]
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Action(StrEnum):
-    """What a change does; the wire value is the string."""
-
-    SET_GRANT = "set_grant"
-    SET_EGRESS = "set_egress"
-    PROMOTE = "promote"
-    ROLLBACK = "rollback"
-    CREATE = "create"
-    #: issue 21 (``core.routekind``): create or replace a gateway route; delete one
-    SYNC_ROUTE = "sync_route"
-    DELETE_ROUTE = "delete_route"
-
-
-#: The route actions: counted in a plan's ``counts`` only when it holds one (format 2.4),
-#: so every plan without routes reads as it always did.
-ROUTE_ACTIONS = (Action.SYNC_ROUTE, Action.DELETE_ROUTE)
-
-#: Execution order: authority and network policy before the release that may need them;
-#: routes after the release they forward to, deletions last.
-ACTION_ORDER = {Action.SET_GRANT: 0, Action.SET_EGRESS: 1, Action.PROMOTE: 2, Action.ROLLBACK: 2,
-                Action.CREATE: 2, Action.SYNC_ROUTE: 3, Action.DELETE_ROUTE: 4}
-
-#: The fixed verb each change is rendered with.
-VERBS = {
-    Action.PROMOTE: "promote",
-    Action.ROLLBACK: "rollback",
-    Action.SET_EGRESS: "set egress",
-    Action.SET_GRANT: "set grant",
-    Action.CREATE: "create",
-    Action.SYNC_ROUTE: "sync route",
-    Action.DELETE_ROUTE: "delete route",
-}
-
-
 class Verdict(StrEnum):
     GO = "go"
     NO_GO = "no_go"
     NO_CHANGES = "no_changes"
-
-
-class Preconditions(_Model):
-    """The live values a change was planned against (compare-and-swap inputs)."""
-
-    rollout_generation: int | None = None
-    rollout_id: str | None = None
-    egress_revision: int | None = None
-    capabilities: tuple[str, ...] | None = None  # the live grant, for set_grant
-
-
-class ReleaseRef(_Model):
-    """A release as a change shows it: enough to name it to a human and to the API."""
-
-    release_id: str | None = None
-    digest: str | None = None
-    tags: tuple[str, ...] = ()
-    reference: str | None = None
-
-
-class Change(_Model):
-    """One intended change to one service (or one user's grant on one service)."""
-
-    action: Action
-    service: str  # the desired-state name
-    service_id: str
-    app_id: str
-    reason: ReasonCode
-    summary: str  # one sentence
-    preconditions: Preconditions
-    idempotency_key: str
-    # promote / rollback
-    release_before: ReleaseRef | None = None
-    release_after: ReleaseRef | None = None
-    # set_egress
-    egress_before: tuple[EgressRule, ...] | None = None
-    egress_after: tuple[EgressRule, ...] | None = None
-    egress_added: tuple[EgressRule, ...] = ()
-    egress_removed: tuple[EgressRule, ...] = ()
-    # set_grant
-    user_id: str | None = None
-    capabilities_before: tuple[str, ...] | None = None
-    capabilities_after: tuple[str, ...] | None = None
-    capabilities_added: tuple[str, ...] = ()
-    capabilities_removed: tuple[str, ...] = ()
-    # create
-    creation: Creation | None = None
-    # sync_route / delete_route (issue 21): absent from the wire for other kinds
-    route_before: GatewayRoute | None = Field(default=None, exclude_if=lambda v: v is None)
-    route_after: GatewayRoute | None = Field(default=None, exclude_if=lambda v: v is None)
-
-    @property
-    def waits_for_convergence(self) -> bool:
-        """Releases, creations, egress and routes must be seen on every cluster."""
-        return self.action in (Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS,
-                               Action.CREATE, Action.SYNC_ROUTE)
-
-    @property
-    def route_key(self) -> tuple[str, str | None, str | None] | None:
-        route = self.route_after or self.route_before
-        return route.key if route is not None else None
-
-
-
-class Blocker(_Model):
-    """Why the plan must not be applied. ``code`` is stable; ``message`` names who and where."""
-
-    code: BlockerCode
-    message: str
-    service: str | None = None
-    cluster: str | None = None
-    services: tuple[str, ...] = ()  # for a cause shared by many: every service it blocks
-    #: the control plane's preflight code, verbatim (sanitized), for preflight blockers
-    upstream_code: str | None = None
-
-
-class Drift(_Model):
-    """Live state that differs from what the repo and the control plane intend."""
-
-    code: DriftCode
-    message: str
-    service: str | None = None
-    cluster: str | None = None
 
 
 #: A digest inside a cluster's words: shortened when quoted, the sentence names it once.
@@ -302,6 +204,7 @@ class Plan(_Model):
                      if p.proof is not Proof.CONVERGED and p.service not in changed)
 
     def counts(self) -> dict[str, int]:
+        # Route counts only on a plan that holds a route change (format 2.4).
         counts = {a.value: 0 for a in Action if a not in ROUTE_ACTIONS
                   or any(c.action is a for c in self.changes)}
         for change in self.changes:
@@ -322,6 +225,16 @@ class Plan(_Model):
         rest = len(self.risks) - 1
         return self.risks[0].sentence() + (
             f" (+{rest} more risk{'s' if rest > 1 else ''})" if rest else "")
+
+    def silent_clusters(self) -> frozenset[str]:
+        """The clusters that gave no evidence for at least one service: those a blocker of
+        ``SILENT_CLUSTER_CODES`` names (an address that would not name its cluster is one
+        too), and every expected cluster when the gateway resolved to nothing."""
+        silent = [b for b in self.blockers if b.code in SILENT_CLUSTER_CODES]
+        named = {b.cluster for b in silent if b.cluster is not None}
+        if any(b.code is BlockerCode.GATEWAY_UNRESOLVED for b in silent):
+            named.update(self.expected_clusters)
+        return frozenset(named)
 
     def proof_of(self, service: str) -> ServiceProof | None:
         return next((p for p in self.proofs if p.service == service), None)

@@ -27,13 +27,14 @@ Must not: read git or the network (the engine hands both plans over), or render.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
 from reconciler.core.desired import DesiredState
+from reconciler.core.kinds import kind_of
+from reconciler.core.kinds.route import RouteChange
 from reconciler.core.live import EgressRule
 
 if TYPE_CHECKING:  # ``core.plans`` imports this module: a plan carries its review
@@ -54,17 +55,14 @@ class Origin(StrEnum):
 class Target(StrEnum):
     """What a change writes; two changes to one target cannot both be applied."""
 
+    # Each kind names its own (``core.kinds``: ``Kind.target``): a new kind adds its member.
+
     EGRESS = "egress"
     RELEASE = "release"  # promote and rollback both write it
     GRANT = "grant"  # one user's grant on one service
     CREATE = "create"
     ROUTE = "route"  # one gateway route, by its owner key (issue 21)
 
-
-#: The target of each action.
-TARGETS = {"set_egress": Target.EGRESS, "promote": Target.RELEASE,
-           "rollback": Target.RELEASE, "set_grant": Target.GRANT, "create": Target.CREATE,
-           "sync_route": Target.ROUTE, "delete_route": Target.ROUTE}
 
 
 class BlockerRef(_Model):
@@ -192,8 +190,8 @@ def target_of(change: Change) -> tuple[Target, str, str | None]:
     """What a change writes: (kind, service id, user for a grant / "hostname/routeRef"
     for a route). Two changes with one target cannot both be applied; the head's
     replaces the base's."""
-    kind = TARGETS[change.action.value]
-    if kind is Target.ROUTE and change.route_key is not None:
+    kind = Target(kind_of(change).target)
+    if isinstance(change, RouteChange):
         _, hostname, route_ref = change.route_key
         return kind, change.service_id, f"{hostname or ''}/{route_ref or ''}"
     return kind, change.service_id, change.user_id if kind is Target.GRANT else None
@@ -220,76 +218,15 @@ def touched_services(base: DesiredState, head: DesiredState) -> tuple[tuple[str,
     return tuple(sorted(touched)), base.settings != head.settings
 
 
-def _rules(rules: Iterable[EgressRule]) -> tuple[EgressRule, ...]:
-    return tuple(sorted(rules, key=lambda r: (r.host, r.port)))
-
-
-def _minus(a: Sequence[EgressRule] | None, b: Sequence[EgressRule] | None
-           ) -> tuple[EgressRule, ...]:
-    seen = {(r.host, r.port) for r in b or ()}
-    return _rules(r for r in a or () if (r.host, r.port) not in seen)
-
-
-def _both(a: Sequence[EgressRule] | None, b: Sequence[EgressRule] | None
-          ) -> tuple[EgressRule, ...]:
-    seen = {(r.host, r.port) for r in b or ()}
-    return _rules(r for r in a or () if (r.host, r.port) in seen)
-
-
-def _release(change: Change) -> ReleaseAt | None:
-    ref = change.release_after
-    return None if ref is None else ReleaseAt(digest=ref.digest, tags=ref.tags)
-
-
-def _creation_fields(change: Change) -> dict[str, str]:
-    """The fields of a creation a reviewer compares (not the commit it is bound to, nor
-    the request id or the evidence's revision: those differ at every commit)."""
-    creation = change.creation
-    if creation is None:
-        return {"summary": change.summary}
-    request = creation.preflight
-    service = creation.service
-    resources = request.get("proposedCorestoreResources")
-    return {
-        "digest": creation.digest,
-        "tag": service.release_tag or "",
-        "version": str(request.get("version", "")),
-        "namespace": str(request.get("proposedNamespace", "")),
-        "corestore": ", ".join(f"{r.get('capability')}:{r.get('resourceName')}"
-                               for r in (resources if isinstance(resources, list) else [])
-                               if isinstance(r, dict)),
-        "app_id": service.app_id,
-        "repository": f"{service.registry_host}/{service.repository}",
-        "egress": ", ".join(f"{d.host}:{d.port}" for d in service.egress),
-    }
-
-
 def modification(base: Change, head: Change) -> ModifiedChange:
-    """What ``head`` changes inside ``base``, two changes to one target."""
+    """What ``head`` changes inside ``base``, two changes to one target: the fields of
+    ``ModifiedChange`` the target's kind fills (``core.kinds``: ``Kind.modification``)."""
     kind, _, user = target_of(head)
-    extra: dict[str, object] = {}
-    if kind is Target.EGRESS:
-        extra = {
-            "egress_added_vs_base": _minus(head.egress_after, base.egress_after),
-            "egress_dropped_vs_base": _minus(base.egress_after, head.egress_after),
-            "egress_pending_on_base": _both(head.egress_added, base.egress_added),
-            "egress_added_vs_live": _rules(head.egress_added),
-            "egress_removed_vs_live": _rules(head.egress_removed),
-        }
-    elif kind is Target.RELEASE:
-        extra = {"release_base": _release(base), "release_head": _release(head)}
-    elif kind is Target.GRANT:
-        before, after = set(base.capabilities_after or ()), set(head.capabilities_after or ())
-        extra = {"capabilities_added_vs_base": tuple(sorted(after - before)),
-                 "capabilities_dropped_vs_base": tuple(sorted(before - after))}
-    elif kind is Target.CREATE:
-        was, now = _creation_fields(base), _creation_fields(head)
-        extra = {"fields": tuple(FieldChange(field=f, base=was.get(f, ""), head=now.get(f, ""))
-                                 for f in now if was.get(f, "") != now[f])}
+    extra = kind_of(head).modification(base, head) if base.action in kind_of(head).actions \
+        else {}
     return ModifiedChange.model_validate({
-        # a route's third target part is its owner key, not a user
         "target": kind, "service": head.service,
-        "user_id": None if kind is Target.ROUTE else user,
+        "user_id": None if kind is Target.ROUTE else user,  # a route's third part is its key
         "action": head.action.value, "base_action": base.action.value,
         "idempotency_key": head.idempotency_key, "base_idempotency_key": base.idempotency_key,
         "summary": head.summary, "base_summary": base.summary, **extra})

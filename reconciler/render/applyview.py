@@ -30,7 +30,7 @@ from reconciler.core.evidence import Proof, ServiceProof
 from reconciler.core.outcomes import EXPIRED, ApplyReport, Outcome
 from reconciler.core.plans import Action, Change
 from reconciler.core.sanitize import safe
-from reconciler.render import common
+from reconciler.render import common, jsonplan
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _MARK = {Outcome.APPLIED: "✓", Outcome.ALREADY_APPLIED: "=", Outcome.REFUSED: "✗",
@@ -236,8 +236,19 @@ def json_line(event: Event) -> str:
     else:
         assert isinstance(event, Finished)
         gate = event.report.gate
-        data = {"event": "finished", "report": event.report.model_dump(mode="json"),
+        report = event.report.model_dump(mode="json")
+        for dumped, result in zip(report["results"], event.report.results, strict=True):
+            dumped["change"] = jsonplan.change_fields(result.change)  # the plan's shape
+        data = {"event": "finished", "report": report,
                 "converged": gate.converged and event.report.writes_ok if gate else None,
                 "stopped": [p.service for p in gate.stopped()] if gate else []}
     # Redacted and control-free like every other view (``common.terminal_json``).
     return common.terminal_json(json.dumps(data, sort_keys=True, ensure_ascii=False))
+
+
+def lines(event: Event, fmt: str) -> tuple[list[str], list[str]]:
+    """One event as ``apply --format FMT`` shows it: (stdout lines, stderr lines) -- one
+    JSON object per event, or its text with its warnings on stderr."""
+    if fmt == "json":
+        return [json_line(event)], []
+    return text(event), warnings(event)

@@ -21,9 +21,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from reconciler.core.kinds import (
+    CreateChange,
+    EgressChange,
+    GrantChange,
+    PromoteChange,
+    RollbackChange,
+)
+from reconciler.core.kinds.route import RouteChange
 from reconciler.core.live import EgressRule, Observation, ObservationKind
 from reconciler.core.plans import (
-    ROUTE_ACTIONS,
     Action,
     Blocker,
     Change,
@@ -189,7 +196,7 @@ def summary_line(plan: Plan) -> str:
         f"{counts['set_egress']} egress",
         f"{counts['set_grant']} grant",
         *([f"{counts.get('sync_route', 0) + counts.get('delete_route', 0)} route(s)"]
-          if any(a.value in counts for a in ROUTE_ACTIONS) else []),
+          if "sync_route" in counts or "delete_route" in counts else []),
         f"{counts['blockers']} blocker(s)",
         f"{counts['drift']} drift",
     ]
@@ -204,26 +211,28 @@ def summary_line(plan: Plan) -> str:
 
 
 def change_detail(change: Change) -> list[str]:
-    """The before → after lines of a change, plain text."""
-    if change.action is Action.CREATE:
+    """The before → after lines of a change, plain text (each kind its own)."""
+    if isinstance(change, CreateChange):
         return creation_detail(change)
-    if change.release_after is not None:
+    if isinstance(change, PromoteChange | RollbackChange):
         return [f"release: {release_text(change.release_before)} → "
                 f"{release_text(change.release_after)}"]
-    if change.egress_after is not None:
+    if isinstance(change, EgressChange):
         lines = [f"egress: {rules_text(change.egress_before)} → {rules_text(change.egress_after)}"]
         if change.egress_added:
             lines.append(f"  added: {rules_text(change.egress_added)}")
         if change.egress_removed:
             lines.append(f"  removed: {rules_text(change.egress_removed)}")
         return lines
-    if change.action in ROUTE_ACTIONS:
+    if isinstance(change, RouteChange):
         before = change.route_before.summary() if change.route_before else "absent"
         after = change.route_after.summary() if change.route_after else "deleted"
         route = change.route_after or change.route_before
         owner = route.ownership.describe() if route is not None else "?"
         return [f"route {safe(route.name if route else '?')} ({safe(owner)}): "
                 f"{safe(before)} → {safe(after)}"]
+    if not isinstance(change, GrantChange):  # a kind with no detail of its own here
+        return [safe(change.summary)]
     lines = [f"grant for {safe(change.user_id)}: {caps_text(change.capabilities_before)} → "
              f"{caps_text(change.capabilities_after)}"]
     if change.capabilities_added:
@@ -236,11 +245,11 @@ def change_detail(change: Change) -> list[str]:
 def preconditions_text(change: Change) -> str:
     pre = change.preconditions
     bits = []
-    if change.action is Action.CREATE:
+    if isinstance(change, CreateChange):
         # A creation has no live value to compare and swap: it is bound to the absence of
         # the service and to the fence of the preflight report the plan saw.
         bits.append(f"no service {safe(change.service_id, 64)} on the control plane")
-        fence = change.creation.fence if change.creation is not None else None
+        fence = change.creation.fence
         bits.append(f"fence revision {safe(fence.source_revision[:12])}, version "
                     f"{safe(fence.version, 64)}, index {short(fence.oci_index_digest)}, "
                     f"namespace {safe(fence.target_namespace, 64)}" if fence is not None
@@ -324,7 +333,7 @@ def _field(data: Mapping[str, Any] | None, *keys: str) -> Any:
     return value
 
 
-def create_target(change: Change, wrap: Callable[[str], str] = _plain) -> str:
+def create_target(change: CreateChange, wrap: Callable[[str], str] = _plain) -> str:
     """What a create line says after its verb: ``ledger → sha256:9a5afa418cac… (v1.0.0)``.
 
     ``wrap`` embeds each plan string (identity for a terminal, a code span in Markdown)."""
@@ -335,7 +344,7 @@ def create_target(change: Change, wrap: Callable[[str], str] = _plain) -> str:
     return f"{wrap(change.service)} → {target}" + (f" ({wrap(tags)})" if tags else "")
 
 
-def creation_detail(change: Change, wrap: Callable[[str], str] = _plain) -> list[str]:
+def creation_detail(change: CreateChange, wrap: Callable[[str], str] = _plain) -> list[str]:
     """The lines under a create: where it goes, what it opens, the evidence it sends."""
     creation = change.creation
     request = creation.preflight if creation is not None else None

@@ -25,9 +25,11 @@ import hashlib
 import json
 from typing import Any, cast
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from reconciler.core.plans import ROUTE_ACTIONS, Action, Change, Plan
+from reconciler.core.kinds import KINDS, ChangeBase, kind_of
+from reconciler.core.kinds.route import ROUTE_ACTIONS, ROUTE_FIELDS
+from reconciler.core.plans import Action, Change, Plan
 from reconciler.core.sanitize import redact, redact_value
 from reconciler.render import common
 
@@ -42,11 +44,12 @@ from reconciler.render import common
 #: commit, with ``worktree``, ``uncommitted`` and the derived ``source_note`` (plan
 #: --worktree; edits a plan left out). A 2.2 plan still loads and stays bound to its commit.
 #: 2.3 also adds ``preflights[].configuration_digest`` (the control plane's, learnt from
-#: the probe preflight, that the release evidence is bound to). 2.4 adds the gateway route
-#: actions ``sync_route`` and ``delete_route`` (``changes[].route_before`` /
-#: ``route_after``, present only on route changes; their counts only when a plan holds
-#: one), the route blockers, drift and reasons, and the judge's route reasons.
+#: the probe preflight, that the release evidence is bound to).
 #: docs/json-plan.md describes every field.
+#: 2.4 adds the gateway route actions ``sync_route`` and ``delete_route``
+#: (``changes[].route_before`` / ``route_after``, present only on route changes; their
+#: counts only when a plan holds one), the route blockers, drift and reasons, and the
+#: judge's route reasons.
 FORMAT_VERSION = "2.4"
 MAJOR = FORMAT_VERSION.split(".")[0]
 SCHEMA_ID = "https://reconcile.dev/schemas/plan.schema.json"
@@ -78,10 +81,76 @@ def _digest_of(canonical: str) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+def _flat_change() -> type[BaseModel]:
+    """The wire shape of every change: one object with every kind's fields, those of
+    other kinds at their defaults (null or []), as format 2.x has always written them.
+    The union (``core.kinds.Change``) is the internal model; this is its wire mapping,
+    derived from the kinds' models, so a new kind's fields join it by themselves."""
+    fields: dict[str, Any] = {}
+    models: list[type[BaseModel]] = [ChangeBase, *(m for kind in KINDS for m in kind.models)]
+    for model in models:
+        for name, info in model.model_fields.items():
+            if name in fields:
+                continue
+            if info.is_required() and model is not ChangeBase:
+                fields[name] = (cast(Any, info.annotation) | None, None)
+            else:
+                fields[name] = (info.annotation, info)
+    flat: type[BaseModel] = create_model(
+        "Change", __base__=_WireModel, __doc__=CHANGE_DOC, **fields)
+    return flat
+
+
+class _WireModel(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+CHANGE_DOC = "One intended change to one service (or one user's grant on one service)."
+FlatChange = _flat_change()
+#: Each wire field of a change that its own kind may not have, at the value it is
+#: written with then.
+_ABSENT: dict[str, Any] = {
+    name: None if info.is_required() else info.get_default(call_default_factory=True)
+    for name, info in FlatChange.model_fields.items()}
+_ABSENT_JSON: dict[str, Any] = json.loads(json.dumps(
+    {k: list(v) if isinstance(v, tuple) else v for k, v in _ABSENT.items()}))
+
+
+def change_fields(change: Change) -> dict[str, Any]:
+    """A change as one flat JSON object, every kind's fields present (those of other
+    kinds at their defaults): the shape every JSON view of a change has -- but for the
+    route kind's (2.4), written only on route changes, so a plan without routes reads
+    as a 2.3 plan did."""
+    absent = {k: v for k, v in _ABSENT_JSON.items() if k not in ROUTE_FIELDS}
+    return {**absent, **change.model_dump(mode="json")}
+
+
 def _change_to_wire(change: Change) -> dict[str, Any]:
-    data = change.model_dump(mode="json")
+    data = change_fields(change)
     action = data.pop("action")
     return {"actions": [action], **data}
+
+
+def _change_from_wire(index: int, raw: dict[str, Any]) -> dict[str, Any]:
+    """One wire change as its kind's model reads it: the fields of other kinds must be
+    at their defaults (a promote carrying a grant's capabilities is no plan reconcile
+    wrote) and are dropped."""
+    actions = raw.get("actions")
+    if not (isinstance(actions, list) and len(actions) == 1):
+        raise WireError(f"changes[{index}].actions must hold exactly one action")
+    change = {"action": actions[0], **{k: v for k, v in raw.items() if k != "actions"}}
+    try:
+        kind = kind_of(Action(actions[0]))
+    except ValueError:
+        return change  # the model names the unknown action
+    own = {name for model in kind.models for name in model.model_fields}
+    for name in sorted(set(change) - own):
+        if name in _ABSENT_JSON and change[name] == _ABSENT_JSON[name]:
+            del change[name]
+        elif name in _ABSENT_JSON:
+            raise WireError(f"changes[{index}].{name}: a {actions[0]} change has no "
+                            f"{name} (it is {_ABSENT_JSON[name]!r} on the wire)")
+    return change
 
 
 def to_wire(plan: Plan) -> dict[str, Any]:
@@ -139,10 +208,7 @@ def from_wire(data: object) -> Plan:
     for index, raw in enumerate(body.get("changes") or []):
         if not isinstance(raw, dict):
             raise WireError(f"changes[{index}] is not an object")
-        actions = raw.get("actions")
-        if not (isinstance(actions, list) and len(actions) == 1):
-            raise WireError(f"changes[{index}].actions must hold exactly one action")
-        changes.append({"action": actions[0], **{k: v for k, v in raw.items() if k != "actions"}})
+        changes.append(_change_from_wire(index, raw))
     body["changes"] = changes
     try:
         # JSON mode: the strict live models accept JSON arrays and enum values there.
@@ -159,7 +225,10 @@ def from_wire(data: object) -> Plan:
 
 def wire_schema() -> dict[str, Any]:
     """JSON Schema 2020-12 of the wire format, generated from the models."""
-    schema = Plan.model_json_schema(mode="serialization")
+    wire_plan = create_model(  # the plan with its changes in their wire shape
+        "Plan", __base__=Plan, __doc__=Plan.__doc__,
+        changes=(tuple[FlatChange, ...], ...))  # type: ignore[valid-type]
+    schema = wire_plan.model_json_schema(mode="serialization")
     defs = schema["$defs"]
     change = defs["Change"]
     change["properties"].pop("action")

@@ -70,6 +70,14 @@ from dataclasses import dataclass, field
 from reconciler.core import greenfield
 from reconciler.core.codes import BlockerCode, ReasonCode
 from reconciler.core.evidence import ServiceProof
+from reconciler.core.kinds import (
+    CreateChange,
+    EgressChange,
+    GrantChange,
+    PromoteChange,
+    RollbackChange,
+)
+from reconciler.core.kinds.route import RouteChange
 from reconciler.core.live import EgressRule
 from reconciler.core.plans import (
     VERBS,
@@ -189,17 +197,19 @@ def _reason(reason: str) -> str:
 def destructive(change: Change) -> str | None:
     """What a change takes away, in words, or None: an egress revoke-all or any egress
     destination revoked, a capability removed, a rollback."""
-    if change.reason == ReasonCode.EGRESS_REVOKE_ALL:
-        return "revokes every egress destination" + (
-            f" ({_rules(change.egress_removed)})" if change.egress_removed else "")
-    if change.egress_removed:
-        return f"revokes egress to {_rules(change.egress_removed)}"
-    if change.capabilities_removed:
+    if isinstance(change, EgressChange):
+        if change.reason == ReasonCode.EGRESS_REVOKE_ALL:
+            return "revokes every egress destination" + (
+                f" ({_rules(change.egress_removed)})" if change.egress_removed else "")
+        if change.egress_removed:
+            return f"revokes egress to {_rules(change.egress_removed)}"
+    if isinstance(change, GrantChange) and change.capabilities_removed:
         return f"{code(change.user_id or '?', 64)} loses {_caps(change.capabilities_removed)}"
-    if change.action is Action.ROLLBACK:
+    if isinstance(change, RollbackChange):
         return (f"rolls back {_version(change.release_before)} → "
                 f"{_version(change.release_after)}")
-    if change.action is Action.DELETE_ROUTE and change.route_before is not None:
+    if isinstance(change, RouteChange) and change.route_after is None \
+            and change.route_before is not None:
         return f"deletes route {code(change.route_before.name, 64)}"
     return None
 
@@ -208,23 +218,16 @@ def _phrase(change: Change, clusters: Sequence[str]) -> str:
     """One change as the first line says it."""
     svc = code(change.service, 64)
     warn = " ⚠️" if destructive(change) else ""
-    if change.action is Action.CREATE:
+    if isinstance(change, CreateChange):
         return (f"creates {svc} at {_version(change.release_after)} on "
                 f"{_clusters(clusters)}")
-    if change.action is Action.PROMOTE:
+    if isinstance(change, PromoteChange):
         return (f"promotes {svc} {_version(change.release_before)} → "
                 f"{_version(change.release_after)} on {_clusters(clusters)}")
-    if change.action is Action.ROLLBACK:
+    if isinstance(change, RollbackChange):
         return (f"rolls {svc} back {_version(change.release_before)} → "
                 f"{_version(change.release_after)} on {_clusters(clusters)}{warn}")
-    if change.action in (Action.SYNC_ROUTE, Action.DELETE_ROUTE):
-        route = change.route_after or change.route_before
-        name = code(route.name if route else "?", 64)
-        if change.route_after is None:
-            return f"deletes route {name} of {svc}{warn}"
-        return (f"routes {name} of {svc} at priority {change.route_after.priority}"
-                + (" (new)" if change.route_before is None else ""))
-    if change.action is Action.SET_EGRESS:
+    if isinstance(change, EgressChange):
         added, removed = len(change.egress_added), len(change.egress_removed)
         if change.reason == ReasonCode.EGRESS_REVOKE_ALL:
             return (f"revokes all {_n(removed, 'egress destination')} of {svc}{warn}"
@@ -238,6 +241,8 @@ def _phrase(change: Change, clusters: Sequence[str]) -> str:
         if added:
             return f"opens {_n(added, 'egress destination')} for {svc}"
         return f"sets the egress of {svc}"
+    if not isinstance(change, GrantChange):  # a kind with no words of its own here
+        return code(change.summary)
     user = code(change.user_id or "?", 64)
     gained, lost = change.capabilities_added, change.capabilities_removed
     if gained and lost:
@@ -266,21 +271,24 @@ def _aggregate(action: Action, changes: Sequence[Change], named: bool) -> str:
         return f"rolls back {who} ⚠️"
     if action is Action.SET_EGRESS:
         return f"changes the egress of {who}" + (f" ({taking:,} revoking ⚠️)" if taking else "")
-    if action in (Action.SYNC_ROUTE, Action.DELETE_ROUTE):
-        return f"changes the gateway routes of {who}" + (
-            f" ({taking:,} deleting ⚠️)" if taking else "")
+    if action is not Action.SET_GRANT:  # a kind with no words of its own here
+        return f"{VERBS[action]} {who}" + (f" ({taking:,} ⚠️)" if taking else "")
     grants = who if named else _n(len(changes), "grant")
     return f"changes {'the grants on ' if named else ''}{grants}" + (
         f" ({taking:,} removing capabilities ⚠️)" if taking else "")
+
+
+#: The order the first line names kinds in; a kind not listed comes last.
+_NAMED_FIRST = (Action.CREATE, Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS,
+                Action.SET_GRANT)
+_TITLE_ORDER = _NAMED_FIRST + tuple(a for a in Action if a not in _NAMED_FIRST)
 
 
 def _does(plan: Plan, changes: Sequence[Change], room: int = _TITLE_WORDS) -> str:
     """What ``changes`` do, in words: each one with its versions and clusters while that
     fits ``room`` characters, else the services named by kind, else counted by kind."""
     clusters = {e.service: e.expected_clusters for e in plan.evidence}
-    kinds = [[c for c in changes if c.action is action] for action in
-             (Action.CREATE, Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS,
-              Action.SET_GRANT, Action.SYNC_ROUTE, Action.DELETE_ROUTE)]
+    kinds = [[c for c in changes if c.action is action] for action in _TITLE_ORDER]
     if len(changes) <= 6:
         detailed = "; ".join(_phrase(c, clusters.get(c.service, plan.expected_clusters))
                              for items in kinds for c in items)
@@ -558,7 +566,7 @@ def _change_item(change: Change, review: Review | None) -> str:
     if review is not None:
         origin = _ORIGIN_WORDS[review.origin(change.idempotency_key)]
         modified = review.modification(change.idempotency_key)
-    if change.action is Action.CREATE:
+    if isinstance(change, CreateChange):
         lines = [f"- ➕ **{VERBS[change.action]}** — {common.create_target(change, _code64)}"
                  f"{origin}"]
     else:
@@ -572,7 +580,7 @@ def _change_item(change: Change, review: Review | None) -> str:
     if taken:
         lines.append(f"  ⚠️ **destructive:** {taken}")
     lines.append(f"  _reason:_ {_reason(change.reason)}")
-    if change.action is Action.CREATE:
+    if isinstance(change, CreateChange):
         lines.extend(f"  {detail}" for detail in common.creation_detail(change, _code64))
     else:
         lines.extend(f"  {code(detail.strip())}" for detail in common.change_detail(change))

@@ -20,10 +20,19 @@ import signal
 import time
 from collections.abc import Sequence
 
-from reconciler.core import routekind, routing, staleness
+from reconciler.core import routing, staleness
 from reconciler.core.events import Hook, PostApply, PreApply
+from reconciler.core.kinds import (
+    CreateChange,
+    EgressChange,
+    GrantChange,
+    PromoteChange,
+    kind_of,
+)
+from reconciler.core.kinds import route as route_kind
+from reconciler.core.kinds.route import RouteChange
 from reconciler.core.outcomes import EXPIRED, ChangeResult, Outcome
-from reconciler.core.plans import ROUTE_ACTIONS, Action, Change
+from reconciler.core.plans import Change
 from reconciler.core.sanitize import safe
 from reconciler.core.staleness import Check, Freshness
 from reconciler.shell import greenfield
@@ -48,62 +57,58 @@ def crash_point(point: str, action: str = "") -> None:
 
 
 async def _send(client: ControlPlaneClient, change: Change) -> tuple[bool, str]:
-    """Send one change; True when the control plane says it replayed an earlier call
-    with the same key and changed nothing now ([ext] ``idempotentReplay``), and what it
-    said worth reporting (a creation's operation)."""
-    if change.action is Action.CREATE:
+    """Send one change, the request its kind is written with; True when the control
+    plane says it replayed an earlier call with the same key and changed nothing now
+    ([ext] ``idempotentReplay``), and what it said worth reporting (a creation's
+    operation)."""
+    pre = change.preconditions
+    if isinstance(change, CreateChange):
         created = await greenfield.create(client, change)
         return created.replayed, f"operation {created.operation_id} {created.state}"
-    return await _send_write(client, change), ""
-
-
-async def _send_write(client: ControlPlaneClient, change: Change) -> bool:
-    pre = change.preconditions
-    if change.action in ROUTE_ACTIONS:
+    if isinstance(change, GrantChange):
+        await client.configure_grant(change.user_id, change.service_id,
+                                     list(change.capabilities_after))
+        return False, ""
+    if isinstance(change, EgressChange):
+        assert pre.egress_revision is not None
+        reply = await client.set_egress(
+            change.service_id, [r.model_dump() for r in change.egress_after],
+            idempotency_key=change.idempotency_key, expected_revision=pre.egress_revision)
+        return reply.replayed, ""
+    if isinstance(change, RouteChange):
         # Idempotent by content (seed 11.2): "changed nothing" is a replay's answer.
         route = change.route_after or change.route_before
         assert route is not None
         changed = await client.sync_gateway_client_route(
             routing.ownership_wire(route.ownership),
             routing.to_wire(change.route_after) if change.route_after else None)
-        return not changed
-    if change.action is Action.SET_GRANT:
-        assert change.user_id is not None and change.capabilities_after is not None
-        await client.configure_grant(change.user_id, change.service_id,
-                                     list(change.capabilities_after))
-        return False
-    if change.action is Action.SET_EGRESS:
-        assert pre.egress_revision is not None
-        reply = await client.set_egress(
-            change.service_id, [r.model_dump() for r in change.egress_after or ()],
-            idempotency_key=change.idempotency_key, expected_revision=pre.egress_revision)
-    else:
-        assert change.release_after is not None and change.release_after.release_id
-        assert pre.rollout_generation is not None
-        if change.action is Action.PROMOTE:
-            reply = await client.promote(
-                change.service_id, change.release_after.release_id,
-                idempotency_key=change.idempotency_key,
-                expected_generation=pre.rollout_generation, expected_rollout_id=pre.rollout_id)
-        else:
-            assert pre.rollout_id is not None
-            reply = await client.rollback(
-                change.service_id, change.release_after.release_id,
-                idempotency_key=change.idempotency_key,
-                expected_generation=pre.rollout_generation, expected_rollout_id=pre.rollout_id)
-    return reply.replayed
+        return not changed, ""
+    assert change.release_after.release_id
+    assert pre.rollout_generation is not None
+    if isinstance(change, PromoteChange):
+        reply = await client.promote(
+            change.service_id, change.release_after.release_id,
+            idempotency_key=change.idempotency_key,
+            expected_generation=pre.rollout_generation, expected_rollout_id=pre.rollout_id)
+        return reply.replayed, ""
+    assert pre.rollout_id is not None
+    reply = await client.rollback(
+        change.service_id, change.release_after.release_id,
+        idempotency_key=change.idempotency_key,
+        expected_generation=pre.rollout_generation, expected_rollout_id=pre.rollout_id)
+    return reply.replayed, ""
 
 
 async def _landed(client: ControlPlaneClient, change: Change) -> bool:
-    """After a CAS refusal of a change we sent before: is its result what is live now?"""
-    if change.action in ROUTE_ACTIONS and change.route_key is not None:
+    """After a CAS refusal of a change we sent before: is its result what is live now?
+    (Only what the service's own state shows: ``Kind.shows``; a route: the routes listed.)"""
+    if isinstance(change, RouteChange):
         try:
             ours, _ = await client.get_gateway_client_routes()
         except ControlPlaneError:
             return False
-        return routekind.shows(change.route_after, ours, change.route_key)
-    if change.action not in (Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS,
-                             Action.CREATE):
+        return route_kind.shows(change.route_after, ours, change.route_key)
+    if not kind_of(change).waits_for_convergence:
         return False
     try:
         svc = parse_service(await client.get_service(change.service_id), [])
@@ -112,7 +117,7 @@ async def _landed(client: ControlPlaneClient, change: Change) -> bool:
     return staleness.service_shows(change, svc)
 
 
-async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
+async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check[Change],
                      hook: Hook) -> ChangeResult:
     change = check.change
     if check.freshness is Freshness.ALREADY_LIVE:
@@ -137,7 +142,7 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
         journal.result(change, Outcome.REFUSED.value, detail)
         return ChangeResult(change=change, outcome=Outcome.REFUSED, detail=detail, code=exc.code)
     except DomainError as exc:
-        if change.action is Action.CREATE and exc.code in greenfield.CREATED_ELSEWHERE \
+        if isinstance(change, CreateChange) and exc.code in greenfield.CREATED_ELSEWHERE \
                 and await _landed(client, change):
             # Another apply (another commit: same key, other payload; or another key)
             # created the very service first, rolled out to this digest: nothing is left
@@ -146,7 +151,7 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
                 f"({exc.code})"
             journal.result(change, Outcome.ALREADY_APPLIED.value, detail)
             return ChangeResult(change=change, outcome=Outcome.ALREADY_APPLIED, detail=detail)
-        detail = greenfield.refusal_detail(exc) if change.action is Action.CREATE else str(exc)
+        detail = greenfield.refusal_detail(exc) if isinstance(change, CreateChange) else str(exc)
         journal.result(change, Outcome.REFUSED.value, detail)
         return ChangeResult(change=change, outcome=Outcome.REFUSED, detail=detail,
                             code=exc.code)
@@ -180,7 +185,7 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check,
     return ChangeResult(change=change, outcome=Outcome.APPLIED, detail=detail)
 
 
-async def execute(checks: Sequence[Check], *, client: ControlPlaneClient, journal: Journal,
+async def execute(checks: Sequence[Check[Change]], *, client: ControlPlaneClient, journal: Journal,
                   hook: Hook, concurrency: int,
                   deadline: float | None = None) -> list[ChangeResult]:
     """Send every change; services in parallel, each service's changes in plan order.
@@ -188,13 +193,13 @@ async def execute(checks: Sequence[Check], *, client: ControlPlaneClient, journa
     ``deadline`` (``time.monotonic()``; ``apply --timeout``): no change is *started* after
     it (each is skipped, said so); a write already sent is never abandoned mid-flight --
     its own call deadline bounds it -- so it ends applied, refused, failed or in doubt."""
-    by_service: dict[str, list[Check]] = {}
+    by_service: dict[str, list[Check[Change]]] = {}
     for check in checks:
         by_service.setdefault(check.change.service_id, []).append(check)
     semaphore = asyncio.Semaphore(max(1, concurrency))
     results: dict[str, ChangeResult] = {}
 
-    async def run_service(group: list[Check]) -> None:
+    async def run_service(group: list[Check[Change]]) -> None:
         async with semaphore:
             stopped: ChangeResult | None = None
             for check in group:

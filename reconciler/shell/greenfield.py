@@ -27,9 +27,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.core import cpcodes
 from reconciler.core import preflight as pf
+from reconciler.core.kinds import CreateChange
 from reconciler.core.planning import PreflightAsk
-from reconciler.core.plans import Action, Change
 from reconciler.core.sanitize import safe
 from reconciler.shell.controlplane import (
     ControlPlaneClient,
@@ -41,7 +42,7 @@ from reconciler.shell.controlplane import (
 PREFLIGHT_METHOD = "getDeploymentPreflight"
 #: Refusals of a creation that may mean "someone else created it first": the executor then
 #: looks whether the service now runs the pinned digest before calling it refused.
-CREATED_ELSEWHERE = frozenset({"WOULD_REPLACE_EXISTING_STATE", "IDEMPOTENCY_KEY_REUSED"})
+CREATED_ELSEWHERE = cpcodes.CREATED_ELSEWHERE
 
 
 async def read(client: ControlPlaneClient, asks: Sequence[PreflightAsk], *,
@@ -112,12 +113,10 @@ def _operation(response: dict[str, Any], method: str) -> tuple[str, str]:
     return safe(operation["id"], 120), safe(data["state"], 40)
 
 
-async def create(client: ControlPlaneClient, change: Change) -> Created:
+async def create(client: ControlPlaneClient, change: CreateChange) -> Created:
     """Send one ``create`` change. Raises the client's errors (``DomainError`` with the
     control plane's code: ``PREFLIGHT_NO_GO``, ``FENCE_MISMATCH``,
     ``WOULD_REPLACE_EXISTING_STATE``, ``FORBIDDEN``, ...)."""
-    if change.action is not Action.CREATE or change.creation is None:
-        raise ValueError(f"{change.action.value} {change.service} is not a creation")
     response = await client.read(pf.CREATE_METHOD, change.creation.wire(change.idempotency_key))
     operation_id, state = _operation(response, pf.CREATE_METHOD)
     return Created(operation_id=operation_id, state=state,

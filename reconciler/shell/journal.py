@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from reconciler.core.outcomes import ApplyReport
+from reconciler.core.outcomes import ApplyReport, Outcome, RunOutcome, ended
 from reconciler.core.plans import Change, Plan
 from reconciler.core.sanitize import redact_value
 
@@ -301,7 +301,7 @@ class Journal:
         if key not in self.sent:
             return False
         result = self.results.get(key)
-        return result is None or result.get("outcome") in ("failed", "in_doubt")
+        return result is None or result.get("outcome") in (Outcome.FAILED, Outcome.IN_DOUBT)
 
     def intent(self, change: Change) -> None:
         """Record, durably, that ``change`` is about to be sent. Raises ``JournalError``
@@ -422,29 +422,24 @@ class Run:
     legacy: bool = False
 
     @property
-    def status(self) -> str:
-        """converged | not_converged | failed | in_doubt | unproven | refused |
-        nothing_to_do | interrupted | not_finished | legacy"""
+    def status(self) -> RunOutcome:
+        """How the run ended (``core.outcomes.RunOutcome``): from its end record, else
+        from how far it got."""
         if self.legacy:
-            return "legacy"
+            return RunOutcome.LEGACY
         done = self.finished
         if done is not None:
-            if not done.get("writes_ok", False):
-                said = {str(o.get("outcome")) for o in done.get("outcomes") or []}
-                # Only unanswered writes went wrong: in doubt, not failed (a rerun replays).
-                return "in_doubt" if "in_doubt" in said and not said & {"failed", "refused"} \
-                    else "failed"
             gate = done.get("gate")
-            if gate is None:
-                return "unproven" if done.get("outcomes") else "nothing_to_do"
-            return "converged" if gate.get("converged") else "not_converged"
+            return ended(writes_ok=bool(done.get("writes_ok", False)),
+                         outcomes=[str(o.get("outcome")) for o in done.get("outcomes") or []],
+                         gate=None if gate is None else bool(gate.get("converged")))
         if self.verdict == "no_go":
-            return "refused"
+            return RunOutcome.REFUSED
         if self.sent or self.results:
-            return "interrupted"
+            return RunOutcome.INTERRUPTED
         if self.verdict == "no_changes" and not self.changes:
-            return "nothing_to_do"
-        return "not_finished"
+            return RunOutcome.NOTHING_TO_DO
+        return RunOutcome.NOT_FINISHED
 
     def outcomes(self) -> list[dict[str, Any]]:
         """Each change's outcome: from the run's own end record, else from the result
@@ -459,7 +454,7 @@ class Run:
             result = self.results.get(key)
             out.append({"key": key, "service": change.get("service") or
                         change.get("service_id"), "action": change.get("action"),
-                        "outcome": result.get("outcome") if result else "in_doubt",
+                        "outcome": result.get("outcome") if result else Outcome.IN_DOUBT.value,
                         "detail": (result or {}).get("detail", "")})
         return out
 

@@ -33,8 +33,9 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from reconciler.core import attribution, routekind
+from reconciler.core import attribution
 from reconciler.core.desired import DesiredState
+from reconciler.core.kinds import route as route_kind
 from reconciler.core.live import LiveService, LiveSnapshot
 from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import redact
@@ -95,7 +96,7 @@ def credential_problems(conn: Connection, env: Mapping[str, str]) -> list[str]:
 async def read_routes(client: ControlPlaneClient
                       ) -> tuple[tuple[GatewayRoute, ...] | None, str | None]:
     """Issue 21: ``getGatewayClientRoutes`` -- ours, then other clients' -- or None and
-    why not. Read only when the repo has routes to reconcile (``routekind.relevant``): a
+    why not. Read only when the repo has routes to reconcile (``route_kind.relevant``): a
     failure is a ``routes_unreadable`` blocker, never "no routes"."""
     try:
         ours, theirs = await client.get_gateway_client_routes()
@@ -144,7 +145,7 @@ async def observe_async(
         try:
             app_ids = list(dict.fromkeys(s.app_id for s in desired.services))
             probe_task = asyncio.create_task(prober.observe_apps(app_ids, progress=progress))
-            wants_routes = routekind.relevant(desired)
+            wants_routes = route_kind.relevant(desired)
             # With a memory, the routes are read after the fleet (see ``Memory.routes``).
             routes_task = asyncio.create_task(read_routes(client)) \
                 if wants_routes and memory is None else None

@@ -27,9 +27,9 @@ from typing import Protocol, TextIO
 
 from watchfiles import Change, awatch
 
-from reconciler.core import plandiff
+from reconciler.core import outcomes, plandiff
 from reconciler.core.desired import DesiredState
-from reconciler.core.events import Event, Finished, GatePolled, GateStarted, Hook, PostApply
+from reconciler.core.events import Event, Hook
 from reconciler.core.live import LiveSnapshot
 from reconciler.core.outcomes import ApplyReport, Outcome
 from reconciler.core.planning import Provenance
@@ -37,6 +37,7 @@ from reconciler.core.plans import Plan, Verdict
 from reconciler.core.sanitize import redact, safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
+from reconciler.render import watchview
 from reconciler.shell.controlplane import ControlPlaneError
 from reconciler.shell.endpoints import ConfigError
 from reconciler.shell.gitrepo import GitError
@@ -215,8 +216,8 @@ class Metrics:
                                        registry=registry)
         for kind in ERROR_KINDS:
             self.errors.labels(kind)
-        for result in ("converged", "not_converged", "unproven"):
-            self.gate.labels(result)
+        for result in outcomes.GATE_RESULTS:
+            self.gate.labels(result.value)
         for outcome in APPLY_OUTCOMES:
             self.applies.labels(outcome)
         for change_outcome in Outcome:
@@ -249,8 +250,7 @@ class Metrics:
                 self.changes.labels(action).set(count)
         self.blockers.set(len(plan.blockers))
         self.drift.set(len(plan.drift))
-        self.silent.set(len({b.cluster for b in plan.blockers if b.cluster is not None and
-                             b.code in ("cluster_silent", "cluster_unreachable")}))
+        self.silent.set(len(plan.silent_clusters()))
         self.unproven.set(len(plan.unconverged()))
         self.cycles.inc()
         if fresh:
@@ -290,25 +290,19 @@ class Metrics:
         self.endpoint.close()
 
 
-#: ``reconcile_applies_total`` outcomes.
-APPLY_OUTCOMES = ("converged", "not_converged", "unproven", "failed", "refused", "error",
-                  "nothing_to_do")
+#: ``reconcile_applies_total`` outcomes (``core.outcomes``: the words are written there).
+APPLY_OUTCOMES = tuple(o.value for o in outcomes.APPLY_OUTCOMES)
 
 
 def gate_result(report: ApplyReport) -> str | None:
     """converged | not_converged | unproven (changes sent, no judge's word); None when
     nothing was sent and no gate ran."""
-    if report.gate is not None:
-        if not report.gate.proofs:
-            return "unproven"
-        return "converged" if report.gate.converged else "not_converged"
-    return "unproven" if report.results else None
+    result = report.gate_result()
+    return result.value if result is not None else None
 
 
 def apply_outcome(report: ApplyReport) -> str:
-    if not report.writes_ok:
-        return "failed"
-    return gate_result(report) or "nothing_to_do"
+    return report.outcome().value
 
 
 def config_file_filter(root: Path) -> Callable[[Change, str], bool]:
@@ -530,18 +524,10 @@ class Watcher:
         elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
         if first and self.render_first is not None and self.log.enabled("info"):
             self.log.stream.write(self.render_first(new))
-        if delta.empty:
-            self.log.event("plan", f"{why}: no difference from the last plan "
-                           f"({new.verdict.value})", verdict=new.verdict.value,
-                           commit=new.commit, elapsed_ms=elapsed_ms)
-            return
-        lines = [f"+ {x}" for x in delta.added] + [f"- {x}" for x in delta.removed]
-        verdict = new.verdict.value if delta.verdict_before in (None, new.verdict.value) \
-            else f"{delta.verdict_before} → {new.verdict.value}"
-        self.log.event("plan", f"{why}: {verdict}, {len(new.changes)} change(s), "
-                       f"{len(new.blockers)} blocker(s), {len(new.drift)} drift",
-                       verdict=new.verdict.value, commit=new.commit, lines=lines,
-                       counts=new.counts(), elapsed_ms=elapsed_ms)
+        self._say(watchview.planned(why, new, delta, elapsed_ms))
+
+    def _say(self, line: watchview.Line) -> None:
+        self.log.event(line.event, line.message, level=line.level, **line.fields)
 
     async def _maybe_apply(self, stop: asyncio.Event) -> None:
         plan = self.plan
@@ -571,13 +557,7 @@ class Watcher:
             report = run.report
             ok = report.writes_ok and (report.gate is None or report.gate.converged)
             outcome = apply_outcome(report)
-            summary = ", ".join(f"{report.count(o)} {o.value}" for o in Outcome
-                                if report.count(o))
-            failed = [] if report.gate is None else [
-                f"{p.service}: {reason}" for p in report.gate.pending() for reason in p.reasons()]
-            self.log.event("applied" if ok else "apply-failed",
-                           f"commit {commit[:12]}: {summary or 'nothing to send'}"
-                           + ("" if ok else "; not converged"), lines=failed, commit=commit)
+            self._say(watchview.applied(commit, report, ok))
         except EngineError as exc:
             kind = error_kind(exc)
             outcome = "refused" if kind == "apply_refused" else "error"
@@ -613,18 +593,6 @@ class _LogHook:
     log: Log
 
     def __call__(self, event: Event) -> None:
-        if isinstance(event, PostApply):
-            r = event.result
-            self.log.event("apply-progress", f"{r.outcome.value}: {r.change.action.value} "
-                           f"{r.change.service}", key=r.change.idempotency_key)
-        elif isinstance(event, GateStarted):
-            self.log.event("apply-progress", f"Convergence gate: {len(event.services)} "
-                           f"service(s) × {len(event.clusters)} cluster(s), up to "
-                           f"{event.attempts} polls", clusters=list(event.clusters))
-        elif isinstance(event, GatePolled):
-            pending = [f"{p.service}: {x}" for p in event.proofs for x in p.reasons()]
-            self.log.event("apply-progress", f"gate {event.attempt}/{event.attempts}: "
-                           + (f"waiting on {len(pending)}" if pending else "every cluster "
-                              "converged"), level="debug", lines=pending[:5])
-        elif isinstance(event, Finished):
-            return
+        line = watchview.progress(event)
+        if line is not None:
+            self.log.event(line.event, line.message, level=line.level, **line.fields)

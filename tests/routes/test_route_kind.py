@@ -12,6 +12,7 @@ from reconciler.core import planning, routing
 from reconciler.core.codes import BlockerCode, DriftCode
 from reconciler.core.desired import DesiredState, Route, Service, Settings
 from reconciler.core.evidence import Proof, Why
+from reconciler.core.kinds.route import RouteChange
 from reconciler.core.live import LiveSnapshot, Observation, ObservationKind
 from reconciler.core.plans import Action, Verdict
 from reconciler.core.routing import GatewayRoute, RouteOwnership
@@ -104,7 +105,8 @@ def test_a_narrow_route_under_a_broader_higher_one_is_shadowed() -> None:
 
 def test_http01_and_normal_route_sync_independently_and_a_replay_sends_nothing() -> None:
     plan = planning.plan(desired(NORMAL, ACME), live())
-    routes = [c for c in plan.changes if c.action is Action.SYNC_ROUTE]
+    routes = [c for c in plan.changes if isinstance(c, RouteChange)
+              and c.action is Action.SYNC_ROUTE]
     assert {c.route_after.key for c in routes if c.route_after} == {
         ("checkout", HOST, None), ("checkout", HOST, "acme")}
     assert plan.verdict is Verdict.GO
@@ -124,8 +126,8 @@ def test_another_clients_route_is_analysed_but_never_written_or_pruned() -> None
     assert shadowed and "owned by client edge-team" in shadowed[0].message
     pruning = planning.plan(desired(NORMAL, prune=True), live(applied(NORMAL)))
     assert not [c for c in pruning.changes if c.action is Action.DELETE_ROUTE]
-    assert not [c for c in pruning.changes
-                if c.route_after and c.route_after.client_id is not None]
+    assert not [c for c in pruning.changes if isinstance(c, RouteChange)
+                and c.route_after and c.route_after.client_id is not None]
 
 
 def test_a_route_of_ours_no_longer_declared_is_pruned_only_with_prune_true() -> None:
@@ -134,7 +136,8 @@ def test_a_route_of_ours_no_longer_declared_is_pruned_only_with_prune_true() -> 
     assert not [c for c in kept.changes if c.action is Action.DELETE_ROUTE]
     assert [d.code for d in kept.drift if d.code is DriftCode.ROUTE_NOT_DECLARED]
     pruned = planning.plan(desired(NORMAL, prune=True), live(stale))
-    [delete] = [c for c in pruned.changes if c.action is Action.DELETE_ROUTE]
+    [delete] = [c for c in pruned.changes if isinstance(c, RouteChange)
+                and c.action is Action.DELETE_ROUTE]
     assert delete.route_before is not None and delete.route_before.name == "shop-acme"
 
 

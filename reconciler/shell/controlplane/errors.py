@@ -39,6 +39,7 @@ from typing import Any, Final, Protocol
 
 import httpx
 
+from reconciler.core.cpcodes import CAS_MISMATCHES, ControlPlaneCode
 from reconciler.core.sanitize import REDACTED, register_secret, safe
 
 UNKNOWN_METHOD_TEXT: Final = "There is no available method for this call on the server side"
@@ -132,16 +133,14 @@ class UnknownMethod(DomainError):
 
 #: ``error.data.code`` -> the exception raised for it (anything else: ``DomainError``).
 CODE_CLASSES: Final[dict[str, type[DomainError]]] = {
-    "ROLLOUT_GENERATION_MISMATCH": CasMismatch,
-    "ROLLOUT_ID_MISMATCH": CasMismatch,
-    "EGRESS_REVISION_MISMATCH": CasMismatch,
-    "IDEMPOTENCY_KEY_REUSED": IdempotencyKeyReused,
-    "SERVICE_NOT_FOUND": NotFound,
-    "RELEASE_NOT_FOUND": NotFound,
-    "UNAUTHORIZED": Unauthorized,
-    "FORBIDDEN": Forbidden,
-    "ROLLBACK_TARGET_NOT_ACCEPTED": RollbackTargetNotAccepted,
-    "INVALID_REQUEST": InvalidRequest,
+    **dict.fromkeys(CAS_MISMATCHES, CasMismatch),
+    ControlPlaneCode.IDEMPOTENCY_KEY_REUSED: IdempotencyKeyReused,
+    ControlPlaneCode.SERVICE_NOT_FOUND: NotFound,
+    ControlPlaneCode.RELEASE_NOT_FOUND: NotFound,
+    ControlPlaneCode.UNAUTHORIZED: Unauthorized,
+    ControlPlaneCode.FORBIDDEN: Forbidden,
+    ControlPlaneCode.ROLLBACK_TARGET_NOT_ACCEPTED: RollbackTargetNotAccepted,
+    ControlPlaneCode.INVALID_REQUEST: InvalidRequest,
 }
 
 
@@ -184,7 +183,8 @@ def domain_error(method: str, error: Any, redact: Redact) -> DomainError:
     code = data.get("code")
     code = code if isinstance(code, str) else ""
     if not code and str(error.get("text", "")).startswith(UNKNOWN_METHOD_TEXT):
-        return UnknownMethod(f"{method}: {text}", code="UNKNOWN_METHOD", data=data)
+        return UnknownMethod(f"{method}: {text}", code=ControlPlaneCode.UNKNOWN_METHOD,
+                             data=data)
     cls = CODE_CLASSES.get(code, DomainError)
     label = f"{redact(code, 60)}: " if code else ""
     return cls(f"{method}: {label}{text}", code=code, data=data)

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from reconciler.core.cpcodes import ControlPlaneCode
 from reconciler.core.live import LiveGrant, LiveService, ReadFailure
 from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import safe
@@ -62,7 +63,7 @@ def failure(service_id: str, exc: ControlPlaneError | None, reason: str | None =
     code for "the service does not exist" (a creation), and this service was just listed,
     so a release read saying otherwise is a failed read, never an absence."""
     code = (safe(exc.code, 60) or None) if isinstance(exc, DomainError) else None
-    if code == "SERVICE_NOT_FOUND":
+    if code == ControlPlaneCode.SERVICE_NOT_FOUND:
         code = None
     message = exc.message if exc is not None else ""
     return ReadFailure(service_id=service_id, reason=reason or message, code=code)
@@ -99,7 +100,7 @@ class Memory:
     def keep(self, managed: tuple[str, ...], fleet: Fleet, etag: str | None) -> None:
         """Remember ``fleet`` at ``etag`` when it is clean, else forget everything."""
         clean = etag is not None and fleet.grants is not None and all(
-            isinstance(s, LiveService) or s.code == "SERVICE_NOT_FOUND"
+            isinstance(s, LiveService) or s.code == ControlPlaneCode.SERVICE_NOT_FOUND
             for s in fleet.services.values())
         self.etag, self.managed, self.fleet = (etag, managed, fleet) if clean \
             else (None, (), None)
@@ -153,7 +154,7 @@ async def read(client: ControlPlaneClient, managed: Sequence[str], progress: Pro
     for service_id in ids:
         if service_id not in by_id:
             services[service_id] = ReadFailure(
-                service_id=service_id, code="SERVICE_NOT_FOUND",
+                service_id=service_id, code=ControlPlaneCode.SERVICE_NOT_FOUND.value,
                 reason="the control plane has no service with this id")
             progress.advance()
     present = [s for s in ids if s in by_id]

@@ -1,5 +1,5 @@
-"""The route change kind (issue 21): its diff, preconditions, idempotency key, blockers,
-drift, and what the judge must see per cluster.
+"""The route kind (issue 21): ``sync_route`` and ``delete_route``, one gateway route of
+this client, by its owner key (appId, hostname, routeRef).
 
 Owns, for ``kind: Route`` documents against the routes the control plane lists
 (``getGatewayClientRoutes``: ours, and [ext] other clients'):
@@ -16,9 +16,10 @@ Owns, for ``kind: Route`` documents against the routes the control plane lists
   staleness rule (the live route at the key moved since the plan);
 - ``expected_routes``: the routes the judge requires in effect on every expected cluster
   for a service (``core.evidence.Target.routes``); None when the repo declares none for
-  it, so a repo without routes is judged exactly as before.
+  it, so a repo without routes is judged exactly as before; ``assess``: that part of a
+  cluster's proof (a cluster still serving the old route is named, with what it serves).
 
-Pure: no I/O.
+Must not send anything (``shell.applying`` does). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -27,12 +28,25 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
 from reconciler.core import routing
 from reconciler.core.codes import BlockerCode, DriftCode, ReasonCode
 from reconciler.core.desired import DesiredState, Service
+from reconciler.core.findings import Blocker, Drift
+from reconciler.core.kinds.base import (
+    Action,
+    ChangeBase,
+    Check,
+    Diff,
+    Freshness,
+    Kind,
+    Preconditions,
+)
+from reconciler.core.live import LiveService, LiveSnapshot, Observation
 from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import safe
+from reconciler.core.whys import Assessment, Why
 
 Key = tuple[str, str | None, str | None]
 
@@ -200,3 +214,111 @@ def shows(after: GatewayRoute | None, live: Sequence[GatewayRoute] | None, key: 
     if after is None:
         return now is None
     return now is not None and routing.same_config(now, after)
+
+
+# -- the kind behind the dispatch -------------------------------------------------------
+
+
+class RouteChange(ChangeBase):
+    """Create, replace or delete one gateway route of this client."""
+
+    action: Literal[Action.SYNC_ROUTE, Action.DELETE_ROUTE]
+    #: the live route of this client at the owner key (None: a new route)
+    route_before: GatewayRoute | None = None
+    #: what the gateway must hold there (None: deleted)
+    route_after: GatewayRoute | None = None
+
+    @property
+    def route_key(self) -> Key:
+        route = self.route_after or self.route_before
+        assert route is not None
+        return route.key
+
+
+#: The route actions: counted in a plan's ``counts`` only when it holds one, and their
+#: fields written only on route changes (format 2.4), so every plan without routes reads
+#: as it always did.
+ROUTE_ACTIONS = (Action.SYNC_ROUTE, Action.DELETE_ROUTE)
+ROUTE_FIELDS = ("route_before", "route_after")
+
+
+def diff(desired: DesiredState, live: LiveSnapshot) -> Diff | None:
+    """``plan_routes`` as a plan takes it; None when the repo has no routes to reconcile."""
+    if not relevant(desired):
+        return None
+    where = {key.split("/", 1)[1]: f"{ref.path}:{ref.line}"
+             for key, ref in desired.sources.items() if key.startswith("Route/")}
+    found = plan_routes(desired, live.routes, live.routes_error, where)
+    result = Diff(preconditions={"routes": found.preconditions})
+    result.blockers.extend(Blocker(code=code, service=service, message=message)
+                           for code, service, message in found.blockers)
+    result.drift.extend(Drift(code=code, service=service, message=message)
+                        for code, service, message in found.drift)
+    for planned in found.changes:
+        svc = planned.service
+        result.changes.append(RouteChange(
+            action=Action.DELETE_ROUTE if planned.delete else Action.SYNC_ROUTE,
+            service=svc.name, service_id=svc.service_id, app_id=svc.app_id,
+            reason=planned.reason, summary=planned.summary, preconditions=Preconditions(),
+            idempotency_key=planned.idempotency_key, route_before=planned.before,
+            route_after=planned.after))
+    return result
+
+
+def assess(observation: Observation, routes: tuple[GatewayRoute, ...] | None,
+           running: str | None, last_error: str | None) -> Assessment | None:
+    """The routes' part of the judge's proof of one answered cluster: every declared route
+    of the app in effect there with its priority and target. None: proven (or nothing to
+    check)."""
+    runtime = observation.runtime
+    if routes is None or runtime is None:
+        return None
+    if runtime.routes is None:
+        return (Why.NO_ROUTES, "sent no gateway routes: which route serves is unproven",
+                running, last_error)
+    serving = {r.key: r for r in runtime.routes}
+    for want in routes:
+        have = serving.get(want.key)
+        if have is None:
+            return (Why.ROUTE_NOT_IN_EFFECT, f"does not serve route {want.name!r} (priority "
+                    f"{want.priority} -> {want.target})", running, last_error)
+        if not routing.same_config(have, want):
+            return (Why.ROUTE_NOT_IN_EFFECT,
+                    f"still serves the old route {safe(have.name)!r}: {safe(have.summary())}, "
+                    f"not {want.summary()}", running, last_error)
+    return None
+
+
+class _Route(Kind[RouteChange]):
+    target = "route"
+    models: ClassVar[tuple[type[ChangeBase], ...]] = (RouteChange,)
+    #: after the release it forwards to; deletions are in the same step (their own keys)
+    order = 3
+    verbs: ClassVar[dict[Action, str]] = {Action.SYNC_ROUTE: "sync route",
+                                          Action.DELETE_ROUTE: "delete route"}
+
+    def diff_all(self, desired: DesiredState, live: LiveSnapshot) -> Diff | None:
+        return diff(desired, live)
+
+    def check(self, change: RouteChange, live: LiveSnapshot, *,
+              journaled: bool) -> Check[RouteChange]:
+        """Stale when the live route at the owner key moved since the plan, unless it
+        already is what the change wants. A route lives apart from the service."""
+        key = change.route_key
+        now = moved(change.route_before, live.routes, key)
+        if not now:
+            return Check(change, Freshness.OURS if journaled else Freshness.FRESH)
+        if shows(change.route_after, live.routes, key):
+            return Check(change, Freshness.ALREADY_LIVE, now)
+        if journaled:
+            return Check(change, Freshness.OURS, now)
+        return Check(change, Freshness.STALE, f"{change.service}: {now}")
+
+    def shows(self, change: RouteChange, svc: LiveService) -> bool:
+        return False
+
+    def modification(self, base: RouteChange, head: RouteChange) -> dict[str, object]:
+        return {}
+
+
+KIND = _Route()

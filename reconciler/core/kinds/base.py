@@ -1,0 +1,198 @@
+"""What every change kind shares: the action names, the fields every change carries, the
+idempotency key, the staleness verdict, and ``Kind`` -- the interface one kind implements.
+
+Owns ``Action``, ``Preconditions``, ``ReleaseRef``, ``ChangeBase`` (the fields of every
+change; each kind's change model adds its own and narrows ``action`` to a literal, so
+``core.kinds.Change`` is a union discriminated on ``action``), ``idempotency_key``,
+``Freshness``/``Check`` (``core.staleness``'s verdicts), ``Diff`` (what a kind's diff
+adds to a plan) and ``Kind``.
+
+Must not import the plan (``core.plans``) or the judge (``core.evidence``): both import
+the kinds. Pure: no I/O imports.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from reconciler.core.codes import ReasonCode
+from reconciler.core.desired import DesiredState
+from reconciler.core.findings import Blocker, Drift
+from reconciler.core.live import LiveService, LiveSnapshot
+from reconciler.core.preflight import ServicePreflight
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Action(StrEnum):
+    """What a change does; the wire value is the string."""
+
+    SET_GRANT = "set_grant"
+    SET_EGRESS = "set_egress"
+    PROMOTE = "promote"
+    ROLLBACK = "rollback"
+    CREATE = "create"
+    SYNC_ROUTE = "sync_route"  # issue 21: ``core.kinds.route``
+    DELETE_ROUTE = "delete_route"
+
+
+class Preconditions(_Model):
+    """The live values a change was planned against (compare-and-swap inputs)."""
+
+    rollout_generation: int | None = None
+    rollout_id: str | None = None
+    egress_revision: int | None = None
+    capabilities: tuple[str, ...] | None = None  # the live grant, for set_grant
+
+
+class ReleaseRef(_Model):
+    """A release as a change shows it: enough to name it to a human and to the API."""
+
+    release_id: str | None = None
+    digest: str | None = None
+    tags: tuple[str, ...] = ()
+    reference: str | None = None
+
+
+class ChangeBase(_Model):
+    """One intended change to one service (or one user's grant on one service): the
+    fields every kind carries. A kind's own model narrows ``action`` and adds the rest."""
+
+    action: Action
+    service: str  # the desired-state name
+    service_id: str
+    app_id: str
+    reason: ReasonCode
+    summary: str  # one sentence
+    preconditions: Preconditions
+    idempotency_key: str
+    #: who the change is for beyond the service (a grant's user): part of what the change
+    #: writes, so it is in the sort order, the labels and the review's target
+    user_id: str | None = None
+
+
+def idempotency_key(action: Action, service_id: str, payload: object,
+                    preconditions: Preconditions) -> str:
+    """A key derived from the change and what it was planned against.
+
+    The same change against the same live state always gets the same key, so a rerun
+    after a crash replays the first call instead of making a second rollout; a change
+    planned against a moved state gets a new key (and the CAS check decides).
+    """
+    material = json.dumps(
+        {"action": action.value, "service": service_id, "payload": payload,
+         "pre": preconditions.model_dump(mode="json")},
+        sort_keys=True, separators=(",", ":"),
+    )
+    return "rcn-" + hashlib.sha256(material.encode()).hexdigest()[:40]
+
+
+def short(digest: str | None) -> str:
+    """A digest as a summary names it: ``sha256:`` and 12 hex."""
+    if not digest:
+        return "<none>"
+    return digest[:19]
+
+
+class Freshness(StrEnum):
+    FRESH = "fresh"
+    ALREADY_LIVE = "already_live"
+    OURS = "ours"
+    STALE = "stale"
+
+
+C = TypeVar("C", bound=ChangeBase)
+
+
+@dataclass(frozen=True)
+class Check(Generic[C]):
+    """A change and whether it is still safe to send (``core.staleness``)."""
+
+    change: C
+    freshness: Freshness
+    detail: str = ""
+
+
+@dataclass
+class Diff:
+    """What one kind's diff adds to a plan: its changes, the blockers and drift it found,
+    the preflights it judged, and the live values it read (for the plan's fingerprint)."""
+
+    changes: list[ChangeBase] = field(default_factory=list)
+    blockers: list[Blocker] = field(default_factory=list)
+    drift: list[Drift] = field(default_factory=list)
+    preflights: list[ServicePreflight] = field(default_factory=list)
+    preconditions: dict[str, object] = field(default_factory=dict)
+
+
+class Kind(Generic[C]):
+    """One change kind behind the dispatch (``core.kinds.kind_of``): its model, where it
+    sits in the execution order, how it is named, whether the gate waits for it, and its
+    part of the staleness rule. Each ``core.kinds.<kind>`` module has one instance."""
+
+    #: the review's name for what the kind writes (``core.review.Target``)
+    target: ClassVar[str]
+    #: the models of its changes, one per action
+    models: ClassVar[tuple[type[ChangeBase], ...]]
+    #: execution order: lower first (authority and network policy before the release
+    #: that may need them)
+    order: ClassVar[int]
+    #: the fixed verb each action is rendered with
+    verbs: ClassVar[dict[Action, str]]
+    #: whether the convergence gate must see the change on every cluster
+    waits_for_convergence: ClassVar[bool] = True
+    #: whether a fresh plan may bind the same target under another key (a creation
+    #: re-asked at another commit); ``core.binding`` pairs those by service
+    rebinds: ClassVar[bool] = False
+
+    @property
+    def actions(self) -> tuple[Action, ...]:
+        return tuple(self.verbs)
+
+    def diff_all(self, desired: DesiredState, live: LiveSnapshot) -> Diff | None:
+        """The kind's changes planned from the whole desired state (a kind with documents
+        of its own, such as grants): ``core.planning`` asks every kind once per plan.
+        None: the kind is planned per service (its module's ``diff``, called by the
+        planner for each declared service)."""
+        return None
+
+    def shows(self, change: C, svc: LiveService) -> bool:
+        """Does the service's own state already hold what the change wants? (False for
+        what lives apart from the service, such as a grant.)"""
+        return False
+
+    def already_live(self, change: C, svc: LiveService, live: LiveSnapshot) -> bool:
+        return self.shows(change, svc)
+
+    def moved(self, change: C, svc: LiveService, live: LiveSnapshot) -> str:
+        """What moved under the change, as "field: planned → now"; empty when nothing."""
+        return ""
+
+    def check(self, change: C, live: LiveSnapshot, *, journaled: bool) -> Check[C]:
+        """Judge the change against ``live`` (``core.staleness``); ``journaled``: its key
+        was sent before."""
+        svc = live.services.get(change.service_id)
+        if not isinstance(svc, LiveService):
+            return Check(change, Freshness.STALE, f"{change.service}: the control plane gave "
+                         "no state for it now")
+        moved = self.moved(change, svc, live)
+        if not moved:
+            return Check(change, Freshness.OURS if journaled else Freshness.FRESH)
+        if self.already_live(change, svc, live):
+            return Check(change, Freshness.ALREADY_LIVE, moved)
+        if journaled:
+            return Check(change, Freshness.OURS, moved)
+        return Check(change, Freshness.STALE, f"{change.service}: {moved}")
+
+    def modification(self, base: C, head: C) -> dict[str, object]:
+        """What ``head`` changes inside ``base`` (two changes to one target), as the
+        fields of ``core.review.ModifiedChange`` this kind fills."""
+        return {}

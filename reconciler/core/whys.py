@@ -1,0 +1,45 @@
+"""The judge's vocabulary: why a cluster (or the rollout) is not proven converged.
+
+Owns ``Why`` (documented in docs/codes.md), ``UNPROVEN_WHYS`` and ``Assessment`` (what
+one cluster's answer proves). ``core.evidence`` (the judge) re-exports them; they live
+apart so each change kind (``core.kinds``) can own its part of the judge's proof without
+importing the judge.
+
+Pure: no I/O imports.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Why(StrEnum):
+    """Why a cluster (or the rollout) is not proven converged. Documented in docs/codes.md."""
+
+    SILENT = "silent"
+    NO_RECORD = "no_runtime_record"
+    NO_DIGEST = "no_resolved_digest"
+    OTHER_DIGEST = "runs_other_digest"
+    NOT_RUNNING = "not_running"
+    NO_REPLICA_COUNTS = "no_replica_counts"
+    REPLICAS_SHORT = "replicas_not_ready"
+    NO_EGRESS = "no_egress_report"
+    EGRESS_DROPPED = "egress_dropped"
+    EGRESS_DIFFERS = "egress_not_in_effect"
+    NO_ROUTES = "no_route_view"  # issue 21: ``core.kinds.route``
+    ROUTE_NOT_IN_EFFECT = "route_not_in_effect"
+    # the control plane's rollout, for the service as a whole
+    SERVICE_UNREADABLE = "service_unreadable"
+    NOT_ROLLED_OUT = "rollout_not_to_pinned_digest"
+    ROLLOUT_STATUS_UNKNOWN = "rollout_status_unknown"
+    ROLLOUT_IN_PROGRESS = "rollout_in_progress"
+    ROLLOUT_FAILED = "rollout_failed"
+
+
+#: Whys that are a gap in evidence (unproven) rather than evidence of something else.
+UNPROVEN_WHYS = frozenset({Why.SILENT, Why.NO_DIGEST, Why.NO_REPLICA_COUNTS, Why.NO_EGRESS,
+                           Why.SERVICE_UNREADABLE, Why.ROLLOUT_STATUS_UNKNOWN, Why.NO_ROUTES})
+
+#: What one cluster's answer proves, without the cluster's name: (why, detail, running,
+#: last_error); ``why`` None means converged.
+Assessment = tuple["Why | None", str, "str | None", "str | None"]

@@ -1,0 +1,73 @@
+"""The view of ``reconcile watch``: the words of its log events about plans and applies.
+
+Owns what the watcher says when a plan differs from the last one (the verdict, its
+counts, each item that appeared or went away), when an apply ends (each outcome counted,
+every reason the gate is still waiting on) and while an apply runs (each change's
+outcome, the gate's start and polls). The watcher (``shell.watching``) writes them
+through its ``Log`` (text or JSON lines, timestamps, levels); the metrics are the
+watcher's. Pure: returns strings and the structured fields that go with them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from reconciler.core.events import Event, GatePolled, GateStarted, PostApply
+from reconciler.core.outcomes import ApplyReport, Outcome
+from reconciler.core.plandiff import PlanDiff
+from reconciler.core.plans import Plan
+
+
+@dataclass(frozen=True)
+class Line:
+    """One log event: its name, its message, its level (None: the event's own) and its
+    structured fields (``lines`` are shown under the message in text)."""
+
+    event: str
+    message: str
+    level: str | None = None
+    fields: dict[str, object] = field(default_factory=dict)
+
+
+def planned(why: str, new: Plan, delta: PlanDiff, elapsed_ms: float) -> Line:
+    """A new plan: what differs from the last one, or that nothing does."""
+    if delta.empty:
+        return Line("plan", f"{why}: no difference from the last plan ({new.verdict.value})",
+                    fields={"verdict": new.verdict.value, "commit": new.commit,
+                            "elapsed_ms": elapsed_ms})
+    lines = [f"+ {x}" for x in delta.added] + [f"- {x}" for x in delta.removed]
+    verdict = new.verdict.value if delta.verdict_before in (None, new.verdict.value) \
+        else f"{delta.verdict_before} → {new.verdict.value}"
+    return Line("plan", f"{why}: {verdict}, {len(new.changes)} change(s), "
+                f"{len(new.blockers)} blocker(s), {len(new.drift)} drift",
+                fields={"verdict": new.verdict.value, "commit": new.commit, "lines": lines,
+                        "counts": new.counts(), "elapsed_ms": elapsed_ms})
+
+
+def applied(commit: str, report: ApplyReport, ok: bool) -> Line:
+    """An apply that ran to its end: each outcome counted; when it did not converge,
+    every reason the gate is still waiting on."""
+    summary = ", ".join(f"{report.count(o)} {o.value}" for o in Outcome if report.count(o))
+    failed = [] if report.gate is None else [
+        f"{p.service}: {reason}" for p in report.gate.pending() for reason in p.reasons()]
+    return Line("applied" if ok else "apply-failed",
+                f"commit {commit[:12]}: {summary or 'nothing to send'}"
+                + ("" if ok else "; not converged"), fields={"lines": failed, "commit": commit})
+
+
+def progress(event: Event) -> Line | None:
+    """An apply's progress, as the watcher logs it (None: not logged)."""
+    if isinstance(event, PostApply):
+        r = event.result
+        return Line("apply-progress", f"{r.outcome.value}: {r.change.action.value} "
+                    f"{r.change.service}", fields={"key": r.change.idempotency_key})
+    if isinstance(event, GateStarted):
+        return Line("apply-progress", f"Convergence gate: {len(event.services)} "
+                    f"service(s) × {len(event.clusters)} cluster(s), up to "
+                    f"{event.attempts} polls", fields={"clusters": list(event.clusters)})
+    if isinstance(event, GatePolled):
+        pending = [f"{p.service}: {x}" for p in event.proofs for x in p.reasons()]
+        return Line("apply-progress", f"gate {event.attempt}/{event.attempts}: "
+                    + (f"waiting on {len(pending)}" if pending else "every cluster "
+                       "converged"), level="debug", fields={"lines": pending[:5]})
+    return None
