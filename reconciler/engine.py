@@ -56,6 +56,7 @@ from reconciler.core.events import (
     NothingToDo,
 )
 from reconciler.core.evidence import ServiceProof
+from reconciler.core.kinds import route as route_kind
 from reconciler.core.live import (
     ImageRelease,
     LiveService,
@@ -692,7 +693,7 @@ class Reconciler:
         else:
             why = f"not polled before --timeout {deadline.seconds:g}s expired"
             proofs = tuple(
-                evidence.judge(target_of(svc, None),
+                evidence.judge(target_of(svc, None, route_kind.expected_routes(desired, svc)),
                                ReadFailure(service_id=svc.service_id, reason=why),
                                targets[svc.name],
                                [Observation(cluster_id=c, kind=ObservationKind.SILENT,
@@ -736,7 +737,8 @@ class Reconciler:
                 targets[name], mesh_clusters, _targets(live[svc.service_id]))
                 for name, svc in polling.items()}
             probe.update(*expected.values())
-            fresh = {name: evidence.judge(target_of(svc, live[svc.service_id]),
+            fresh = {name: evidence.judge(target_of(svc, live[svc.service_id],
+                                                    route_kind.expected_routes(desired, svc)),
                                           live[svc.service_id], expected[name],
                                           observations.get(svc.app_id, ()))
                      for name, svc in polling.items()}

@@ -82,7 +82,7 @@ def test_validate_from_three_depths(config: Path, below: str, monkeypatch: pytes
     monkeypatch.chdir(config / below)
     assert cli.main(["validate"]) == Exit.OK
     captured = capsys.readouterr()
-    assert captured.out.strip() == "valid: 5 services, 2 grants, 1 settings in 7 files"
+    assert captured.out.strip() == "valid: 5 services, 2 grants, 2 routes, 1 settings in 8 files"
     assert ("using the desired state in" in captured.err) == bool(below)
 
 

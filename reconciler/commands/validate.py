@@ -183,8 +183,9 @@ def summary(result: LoadResult) -> str:
     files = _plural(len(result.files), "file")
     if result.valid and result.state is not None:
         state = result.state
+        routes = f"{_plural(len(state.routes), 'route')}, " if state.routes else ""
         return (f"valid: {_plural(len(state.services), 'service')}, "
-                f"{_plural(len(state.grants), 'grant')}, 1 settings in {files}")
+                f"{_plural(len(state.grants), 'grant')}, {routes}1 settings in {files}")
     return f"invalid: {_plural(len(result.diagnostics), 'problem')} in {files}"
 
 
@@ -202,6 +203,7 @@ def _as_json(result: LoadResult) -> dict[str, object]:
         "counts": {
             "services": len(state.services) if state else 0,
             "grants": len(state.grants) if state else 0,
+            "routes": len(state.routes) if state else 0,
             "settings": 1 if state else 0,
         },
         "diagnostics": [d.to_json() for d in result.diagnostics],

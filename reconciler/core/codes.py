@@ -48,6 +48,10 @@ class BlockerCode(StrEnum):
     WINDOW_CLOSED = "window_closed"
     FROZEN = "frozen"
     POLICY_DENIED = "policy_denied"
+    ROUTE_AMBIGUOUS = "route_ambiguous"
+    ROUTE_SHADOWED = "route_shadowed"
+    ROUTE_OWNED_BY_ANOTHER_CLIENT = "route_owned_by_another_client"
+    ROUTES_UNREADABLE = "routes_unreadable"
 
 
 #: The blockers that mean "an expected cluster gave no evidence" (a cluster is silent):
@@ -74,6 +78,7 @@ class DriftCode(StrEnum):
     LIVE_CHANGED_OUTSIDE_REPO = "live_changed_outside_repo"
     IMMUTABLE_NOT_ENFORCED = "immutable_not_enforced"
     GRANT_NOT_DECLARED = "grant_not_declared"
+    ROUTE_NOT_DECLARED = "route_not_declared"
 
 
 class RiskCode(StrEnum):
@@ -98,6 +103,9 @@ class ReasonCode(StrEnum):
     GRANT_DIFFERS = "grant_differs"
     GRANT_NOT_DECLARED = "grant_not_declared"
     SERVICE_NOT_ON_CONTROL_PLANE = "service_not_on_control_plane"
+    ROUTE_MISSING = "route_missing"
+    ROUTE_DIFFERS = "route_differs"
+    ROUTE_NOT_DECLARED = "route_not_declared"
 
 
 class UpstreamBlockerCode(StrEnum):
@@ -211,6 +219,15 @@ DOCS: dict[StrEnum, str] = {
     "(`reconcile unfreeze` ends it; `--override-window REASON` for an emergency, recorded).",
     BlockerCode.POLICY_DENIED: "A CEL rule of a `kind: Policy` document is false for this "
     "promotion; names the policy, the rule and its message.",
+    BlockerCode.ROUTE_AMBIGUOUS: "Two gateway routes, at least one declared, can match the "
+    "same request with the same priority (the message names both and an example request): "
+    "which wins would be the gateway's tie-break (age, name), not the repo's.",
+    BlockerCode.ROUTE_SHADOWED: "A declared gateway route can never match: a route of higher "
+    "priority matches every request it matches (named in the message).",
+    BlockerCode.ROUTE_OWNED_BY_ANOTHER_CLIENT: "A declared route has the owner key (appId, "
+    "hostname, routeRef) of a route another client owns; reconcile never writes it.",
+    BlockerCode.ROUTES_UNREADABLE: "The gateway routes (getGatewayClientRoutes) could not be "
+    "read, so route changes cannot be planned.",
     DriftCode.CLUSTER_DIVERGED: "A cluster runs another digest than the current rollout.",
     DriftCode.CLUSTER_LAGGING: "Mid-rollout, a cluster still runs another digest.",
     DriftCode.CLUSTER_MISSING_RUNTIME: "A cluster has no runtime record for the app.",
@@ -227,6 +244,8 @@ DOCS: dict[StrEnum, str] = {
     DriftCode.IMMUTABLE_NOT_ENFORCED: "The repo requires immutable deployment; the control "
     "plane's service does not (the next promotion sets it).",
     DriftCode.GRANT_NOT_DECLARED: "A live grant no Grant document declares (not pruned).",
+    DriftCode.ROUTE_NOT_DECLARED: "A live gateway route this client owns for a declared "
+    "service that no Route document declares (not pruned: policy.routes.prune is off).",
     RiskCode.CLUSTER_REFUSED_RELEASE: "A cluster runs another digest than the control "
     "plane's current rollout and says why (its `lastError`): it refused the last digest.",
     RiskCode.CLUSTER_FAILING: "A cluster runs the current digest but is failing and says "
@@ -246,6 +265,12 @@ DOCS: dict[StrEnum, str] = {
     ReasonCode.GRANT_NOT_DECLARED: "Set grant to []: pruned, no Grant document declares it.",
     ReasonCode.SERVICE_NOT_ON_CONTROL_PLANE: "Create: the repo declares a service the "
     "control plane does not have (a greenfield deployment, checked by its preflight).",
+    ReasonCode.ROUTE_MISSING: "Sync route: a declared gateway route the control plane does "
+    "not hold for this client.",
+    ReasonCode.ROUTE_DIFFERS: "Sync route: the live route at the owner key differs (match, "
+    "priority, target, managed kind or remote ingress).",
+    ReasonCode.ROUTE_NOT_DECLARED: "Delete route: pruned, no Route document declares it "
+    "(policy.routes.prune).",
     UpstreamBlockerCode.INVALID_REQUEST: "The preflight request is malformed (request or "
     "service id, worktree state, Corestore resources).",
     UpstreamBlockerCode.AUTHORIZATION_MISSING: "The machine user lacks a deployment "
@@ -331,6 +356,11 @@ def table() -> str:
         Why.ROLLOUT_IN_PROGRESS: "The rollout is still pending, deploying or verifying (not "
         "converged).",
         Why.ROLLOUT_FAILED: "The rollout failed or mismatched (not converged).",
+        Why.NO_ROUTES: "Routes must be checked and the cluster's status carries no route "
+        "view (unproven).",
+        Why.ROUTE_NOT_IN_EFFECT: "A declared gateway route is not in effect on the cluster "
+        "with its priority and target (the message names what it still serves; not "
+        "converged).",
     }
     sections: list[tuple[str, dict[StrEnum, str]]] = [
         ("Blockers (the plan is NO-GO)", {c: DOCS[c] for c in BlockerCode}),

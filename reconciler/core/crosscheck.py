@@ -4,7 +4,8 @@ Owns the repo-wide rules of the desired state: exactly one ``Settings``; service
 ``serviceId``s and ``appId``s unique; no two services propose the same ``create.namespace``
 (the control plane would refuse the second as ``NAMESPACE_COLLISION`` only after the first
 was created); every grant names a declared service; no two
-``Grant`` documents give the same user the same service. Called by
+``Grant`` documents give the same user the same service; the ``Route`` rules of
+``core.routedocs``. Called by
 ``shell.validating`` after every document has passed its own model.
 
 Pure: takes validated documents with their positions, returns diagnostics; reads no
@@ -18,7 +19,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.core.desired import Grant, Hold, Service, Settings
+from reconciler.core import routedocs
+from reconciler.core.desired import Grant, Hold, Route, Service, Settings
 from reconciler.core.diagnostics import NO_POSITION, Diagnostic, field_path
 
 Loc = tuple[str | int, ...]
@@ -32,7 +34,7 @@ class Located:
     aliases, and list indexes) to its 1-based (line, column).
     """
 
-    document: Settings | Service | Grant | Hold
+    document: Settings | Service | Grant | Hold | Route
     path: str
     line: int
     column: int
@@ -120,6 +122,8 @@ def check(documents: Sequence[Located], *, complete: bool = True,
     problems.extend(_clashes(
         held, lambda key: f"a hold on {key[0]}'s release {key[1]}",
         rule="one Hold document per (service, digest)"))
+    problems.extend(routedocs.check_documents(
+        [d for d in documents if isinstance(d.document, Route)], declared, complete=complete))
     return problems
 
 

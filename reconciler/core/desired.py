@@ -164,9 +164,18 @@ class ReleaseEvidencePolicy(StrEnum):
     EVERY_PROMOTION = "every-promotion"
 
 
+class RoutePolicy(_Model):
+    """What reconcile may do to gateway routes the repo no longer declares."""
+
+    prune: Bool = Field(default=False, description="Delete live routes this client owns "
+                        "that no Route document declares (routes other clients own are "
+                        "never touched).")
+
+
 class Policy(_Model):
     convergence: Convergence = Convergence()
     prune: Bool = Field(default=False, description="Revoke live grants no Grant document declares.")
+    routes: RoutePolicy = RoutePolicy()
     release_evidence: ReleaseEvidencePolicy = Field(
         default=ReleaseEvidencePolicy.CREATION, alias="releaseEvidence",
         description="creation: release evidence (all five kinds, bound to the pinned digest) "
@@ -637,12 +646,161 @@ class Hold(_Model):
                        description="When the hold was placed (RFC 3339, UTC).")
 
 
-Document = Settings | Service | Grant | Hold
-DOCUMENT_KINDS: dict[str, type[Settings] | type[Service] | type[Grant] | type[Hold]] = {
+#: Seed 11.2 ``TManagedRouteKind``: the canonical gateway-managed route purposes.
+class ManagedRouteKind(StrEnum):
+    LETSENCRYPT_HTTP01_FORWARD = "letsencrypt-http01-forward"
+
+
+#: Where an ACME HTTP-01 challenge is answered (RFC 8555 §8.3): a
+#: ``letsencrypt-http01-forward`` route must be specific to this path.
+ACME_CHALLENGE_PATH = "/.well-known/acme-challenge/"
+
+#: What a gateway assumes for a field a route leaves out ([ext], docs/extensions.md §5).
+#: Written explicitly on the wire, and filled in on what is read, so a default never
+#: shows as drift.
+DEFAULT_ROUTE_PORTS = (443,)
+DEFAULT_ROUTE_PATH = "/"
+DEFAULT_ROUTE_TRANSPORT = "tcp"
+
+#: A route's hostname: a lower-case DNS name, or ``*.`` and one (a wildcard for one label).
+ROUTE_HOSTNAME = names.anchored(
+    r"(?=.{1,253}$)(?:\*\.)?"
+    r"(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+"
+    r"(?=[a-z0-9-]*[a-z])[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+)
+RouteHostname = Annotated[str, Strict(), Field(pattern=ROUTE_HOSTNAME, max_length=253)]
+#: An absolute request-path prefix without query, fragment, whitespace or control characters.
+RoutePath = Annotated[
+    str, Strict(), Field(pattern=names.anchored(r"/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*"),
+                         max_length=1024)
+]
+
+
+class RouteOwner(_Model):
+    """Who owns the route (seed 11.2 ``IGatewayClientOwnership``): the service's
+    ``appId`` plus ``hostname``, ``routeRef``, or both -- so a normal route and a
+    path-specific managed route for one hostname reconcile independently."""
+
+    service: Identifier = Field(description="The name of a Service document in this repo; "
+                                "its appId owns the route.")
+    hostname: RouteHostname | None = Field(default=None, description="Hostname ownership "
+                                           "for a domain route.")
+    route_ref: Identifier | None = Field(default=None, alias="routeRef", description="A "
+                                         "stable route key; with hostname it tells several "
+                                         "routes of one hostname apart.")
+
+    @model_validator(mode="after")
+    def _some_key(self) -> RouteOwner:
+        if self.hostname is None and self.route_ref is None:
+            raise LocatedError((), "needs hostname, routeRef, or both: the service alone "
+                               "does not say which of its routes this is")
+        return self
+
+
+class Transport(StrEnum):
+    TCP = "tcp"
+    UDP = "udp"
+    ALL = "all"
+
+
+class RouteMatch(_Model):
+    """Which requests the route takes ([ext] match fields; ``domains`` and ``transport``
+    are the seed's names). Omitted fields are the gateway's defaults, written out."""
+
+    domains: tuple[RouteHostname, ...] | None = Field(
+        default=None, max_length=100, description="Hostnames matched (`*.` for one label); "
+        "default: [owner.hostname].")
+    ports: tuple[Port, ...] = Field(default=DEFAULT_ROUTE_PORTS, min_length=1, max_length=64,
+                                    description="Listening ports matched; default [443].")
+    path: RoutePath = Field(default=DEFAULT_ROUTE_PATH, description="Request-path prefix "
+                            "matched; default /.")
+    transport: Transport = Field(default=Transport.TCP, description="default tcp.")
+
+    @model_validator(mode="after")
+    def _unique(self) -> RouteMatch:
+        for field, values in (("domains", self.domains or ()), ("ports", self.ports)):
+            seen: dict[object, int] = {}
+            for index, value in enumerate(values):
+                if value in seen:
+                    raise LocatedError((field, index), f"duplicates {field}[{seen[value]}] "
+                                       f"({value})")
+                seen[value] = index
+        return self
+
+
+class RouteAction(_Model):
+    """What the route does with a request: forward it to the owner service's target."""
+
+    type: Literal["forward"] = "forward"
+    port: Port = Field(description="The owner service's target port.")
+
+
+class RemoteIngress(_Model):
+    """Seed 11.2 ``IGatewayRouteConfig.remoteIngress``."""
+
+    enabled: Bool
+    edge_filter: tuple[Annotated[str, Strict(), Field(min_length=1, max_length=253)], ...] = (
+        Field(default=(), alias="edgeFilter"))
+
+
+class Route(_Model):
+    """A gateway route this repo owns (seed 11.2 ``IGatewayRouteConfig`` with its owner)."""
+
+    api_version: Literal["reconcile/v1"] = Field(alias="apiVersion")
+    kind: Literal["Route"]
+    name: Identifier = Field(description="The route's name (IGatewayRouteConfig.name); "
+                             "unique in the repo.")
+    owner: RouteOwner
+    match: RouteMatch = RouteMatch()
+    action: RouteAction
+    priority: Annotated[int, Strict(), Field(ge=-1_000_000, le=1_000_000)] = Field(
+        description="Higher values are matched first by the gateway. Required: the Gateway "
+        "API's tie-break by age is exactly what an explicit priority avoids.")
+    managed_route_kind: ManagedRouteKind | None = Field(default=None, alias="managedRouteKind")
+    remote_ingress: RemoteIngress | None = Field(default=None, alias="remoteIngress")
+
+    @property
+    def domains(self) -> tuple[str, ...]:
+        """``match.domains`` as the gateway gets it: the owner's hostname by default."""
+        if self.match.domains is not None:
+            return self.match.domains
+        return (self.owner.hostname,) if self.owner.hostname is not None else ()
+
+    @model_validator(mode="after")
+    def _rules(self) -> Route:
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        hostname = self.owner.hostname
+        if hostname is not None and self.match.domains is not None \
+                and hostname not in self.match.domains:
+            problems.append((("match", "domains"), f"does not hold owner.hostname {hostname}: "
+                             "a route owned by a hostname matches that hostname"))
+        if self.managed_route_kind is ManagedRouteKind.LETSENCRYPT_HTTP01_FORWARD:
+            if not self.match.path.startswith(ACME_CHALLENGE_PATH):
+                problems.append((("match", "path"), f"a letsencrypt-http01-forward route "
+                                 f"must be path-specific to {ACME_CHALLENGE_PATH} (it is "
+                                 f"{self.match.path!r}), or it takes the hostname's normal "
+                                 "traffic"))
+            if not self.domains:
+                problems.append((("owner", "hostname"), "a letsencrypt-http01-forward route "
+                                 "answers challenges for a hostname: set owner.hostname"))
+        if problems:
+            raise LocatedErrors(problems)
+        return self
+
+    @property
+    def owner_key(self) -> tuple[str, str | None, str | None]:
+        """(service name, hostname, routeRef): one route per key."""
+        return (self.owner.service, self.owner.hostname, self.owner.route_ref)
+
+
+Document = Settings | Service | Grant | Hold | Route
+DOCUMENT_KINDS: dict[str, type[Settings] | type[Service] | type[Grant] | type[Hold]
+                    | type[Route]] = {
     "Settings": Settings,
     "Service": Service,
     "Grant": Grant,
     "Hold": Hold,
+    "Route": Route,
 }
 
 
@@ -660,6 +818,7 @@ class DesiredState(_Model):
     services: tuple[Service, ...]
     grants: tuple[Grant, ...]
     holds: tuple[Hold, ...] = ()
+    routes: tuple[Route, ...] = ()
     sources: dict[str, SourceRef] = Field(
         default_factory=dict, description="'Kind/name' -> where it was declared."
     )

@@ -21,7 +21,8 @@ else is a bug, so the rules live here and nowhere else:
   waiting cannot prove it, so the convergence gate stops polling it.
 
 Each change kind owns its part of a cluster's proof (``core.kinds``: ``release.assess``,
-the digest, runtime state and replicas; ``egress.assess``, the egress in effect); the
+the digest, runtime state and replicas; ``egress.assess``, the egress in effect;
+``route.assess``, the gateway routes in effect with their priority and target); the
 judge asks them in turn and owns the rest (silence, the runtime record, the rollout).
 Its vocabulary (``Why``) is ``core.whys``', re-exported here.
 
@@ -38,7 +39,7 @@ from enum import StrEnum
 
 from pydantic import ConfigDict
 
-from reconciler.core.kinds import egress, release
+from reconciler.core.kinds import egress, release, route
 from reconciler.core.kinds.egress import egress_key
 from reconciler.core.live import (
     FAILED_STATUSES,
@@ -50,6 +51,7 @@ from reconciler.core.live import (
     ObservationKind,
     ReadFailure,
 )
+from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import safe
 from reconciler.core.whys import UNPROVEN_WHYS, Assessment, Why
 
@@ -83,6 +85,9 @@ class Target(_Model):
     app_id: str
     digest: str
     egress: tuple[EgressRule, ...] | None = None
+    #: Issue 21: the gateway routes of this app every expected cluster must report in
+    #: effect with their priority and target (None: the repo declares none: not checked).
+    routes: tuple[GatewayRoute, ...] | None = None
 
 
 class ClusterProof(_Model):
@@ -155,9 +160,10 @@ _Assessment = Assessment
 
 
 def judge_cluster(observation: Observation, digest: str,
-                  egress: tuple[EgressRule, ...] | None) -> ClusterProof:
-    """One cluster's answer about one app, against the pinned digest and egress."""
-    return _proof(observation.cluster_id, _assess(observation, digest, egress))
+                  egress: tuple[EgressRule, ...] | None,
+                  routes: tuple[GatewayRoute, ...] | None = None) -> ClusterProof:
+    """One cluster's answer about one app, against the pinned digest, egress and routes."""
+    return _proof(observation.cluster_id, _assess(observation, digest, egress, routes))
 
 
 def _proof(cluster: str, assessment: _Assessment) -> ClusterProof:
@@ -171,7 +177,8 @@ def _proof(cluster: str, assessment: _Assessment) -> ClusterProof:
 
 
 def _assess(observation: Observation, digest: str,
-            egress_rules: tuple[EgressRule, ...] | None) -> _Assessment:
+            egress_rules: tuple[EgressRule, ...] | None,
+            routes: tuple[GatewayRoute, ...] | None = None) -> _Assessment:
     """``judge_cluster``'s rules. An answer's assessment depends on its runtime alone
     (for one digest and egress), never on which cluster sent it."""
 
@@ -192,6 +199,9 @@ def _assess(observation: Observation, digest: str,
     last_error = safe(runtime.last_error) if runtime.last_error else None
     running = runtime.resolved_digest
     found = egress.assess(observation, egress_rules, running, last_error)
+    if found is not None:
+        return found
+    found = route.assess(observation, routes, running, last_error)
     if found is not None:
         return found
     return None, "", running, last_error
@@ -242,11 +252,11 @@ def judge(target: Target, live: LiveService | ReadFailure | None,
             cluster_id=cluster, kind=ObservationKind.SILENT, reason="never probed")
         runtime = observation.runtime
         if observation.kind is not ObservationKind.ANSWERED or runtime is None:
-            return judge_cluster(observation, target.digest, target.egress)
+            return judge_cluster(observation, target.digest, target.egress, target.routes)
         assessment = assessed.get(id(runtime))
         if assessment is None:
             assessment = assessed[id(runtime)] = _assess(observation, target.digest,
-                                                         target.egress)
+                                                         target.egress, target.routes)
         return _proof(cluster, assessment)
 
     clusters = tuple(one(cluster) for cluster in sorted(set(expected)))

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from reconciler.core.names import Capability
+from reconciler.core.routing import GatewayRoute
 
 #: Per class, one set object per distinct set of explicitly given field names (see
 #: ``LeanModel``); a class built with more shapes than that keeps a set per instance.
@@ -172,6 +173,11 @@ class ClusterRuntime(_Model):
     replica_counts: ReplicaCounts | None = None
     egress: tuple[EgressRule, ...] | None = None
     egress_dropped: tuple[EgressRule, ...] = ()
+    #: [ext] the gateway routes in effect on this cluster's ingress that the app owns
+    #: (docs/extensions.md §5); None: the cluster did not say (proves no route). Left
+    #: out of the wire when None, so plans without routes read as they always did.
+    routes: tuple[GatewayRoute, ...] | None = Field(default=None,
+                                                    exclude_if=lambda v: v is None)
 
 
 class Endpoint(_Model):
@@ -240,6 +246,11 @@ class LiveSnapshot(_Model):
     services: dict[str, LiveService | ReadFailure]  # by serviceId
     grants: tuple[LiveGrant, ...] | None = None  # None: the grants could not be read
     grants_error: str | None = None
+    #: Issue 21: the gateway routes this client owns and, apart, other clients' routes
+    #: (``client_id`` set); None: not read (no Route document, no route pruning) or
+    #: unreadable (``routes_error`` says why).
+    routes: tuple[GatewayRoute, ...] | None = None
+    routes_error: str | None = None
     mesh: MeshView
     observations: dict[str, tuple[Observation, ...]] = Field(
         default_factory=dict, description="appId -> one observation per expected cluster.")

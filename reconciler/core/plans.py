@@ -54,6 +54,7 @@ from reconciler.core.kinds import (
     ReleaseRef,
     kind_of,
 )
+from reconciler.core.kinds.route import ROUTE_ACTIONS
 from reconciler.core.live import Observation
 from reconciler.core.preflight import ServicePreflight
 from reconciler.core.review import Review
@@ -203,7 +204,9 @@ class Plan(_Model):
                      if p.proof is not Proof.CONVERGED and p.service not in changed)
 
     def counts(self) -> dict[str, int]:
-        counts = {a.value: 0 for a in Action}
+        # Route counts only on a plan that holds a route change (format 2.4).
+        counts = {a.value: 0 for a in Action if a not in ROUTE_ACTIONS
+                  or any(c.action is a for c in self.changes)}
         for change in self.changes:
             counts[change.action.value] += 1
         counts["blockers"] = len(self.blockers)

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict
 
 from reconciler.core.desired import DesiredState
 from reconciler.core.kinds import kind_of
+from reconciler.core.kinds.route import RouteChange
 from reconciler.core.live import EgressRule
 
 if TYPE_CHECKING:  # ``core.plans`` imports this module: a plan carries its review
@@ -60,6 +61,7 @@ class Target(StrEnum):
     RELEASE = "release"  # promote and rollback both write it
     GRANT = "grant"  # one user's grant on one service
     CREATE = "create"
+    ROUTE = "route"  # one gateway route, by its owner key (issue 21)
 
 
 
@@ -185,9 +187,13 @@ def _blocker_key(b: BlockerRef) -> tuple[str, str | None, str | None, str | None
 
 
 def target_of(change: Change) -> tuple[Target, str, str | None]:
-    """What a change writes: (kind, service id, user for a grant). Two changes with one
-    target cannot both be applied; the head's replaces the base's."""
+    """What a change writes: (kind, service id, user for a grant / "hostname/routeRef"
+    for a route). Two changes with one target cannot both be applied; the head's
+    replaces the base's."""
     kind = Target(kind_of(change).target)
+    if isinstance(change, RouteChange):
+        _, hostname, route_ref = change.route_key
+        return kind, change.service_id, f"{hostname or ''}/{route_ref or ''}"
     return kind, change.service_id, change.user_id if kind is Target.GRANT else None
 
 
@@ -203,6 +209,12 @@ def touched_services(base: DesiredState, head: DesiredState) -> tuple[tuple[str,
     for key in grants_before.keys() | grants_after.keys():
         if grants_before.get(key) != grants_after.get(key):
             touched.add(ids.get(key[1], key[1]))
+    routes_before = {r.name: r for r in base.routes}
+    routes_after = {r.name: r for r in head.routes}
+    for name in routes_before.keys() | routes_after.keys():
+        if routes_before.get(name) != routes_after.get(name):
+            touched.update(r.owner.service for r in (routes_before.get(name),
+                                                     routes_after.get(name)) if r is not None)
     return tuple(sorted(touched)), base.settings != head.settings
 
 
@@ -213,7 +225,8 @@ def modification(base: Change, head: Change) -> ModifiedChange:
     extra = kind_of(head).modification(base, head) if base.action in kind_of(head).actions \
         else {}
     return ModifiedChange.model_validate({
-        "target": kind, "service": head.service, "user_id": user,
+        "target": kind, "service": head.service,
+        "user_id": None if kind is Target.ROUTE else user,  # a route's third part is its key
         "action": head.action.value, "base_action": base.action.value,
         "idempotency_key": head.idempotency_key, "base_idempotency_key": base.idempotency_key,
         "summary": head.summary, "base_summary": base.summary, **extra})

@@ -26,6 +26,8 @@ class Why(StrEnum):
     NO_EGRESS = "no_egress_report"
     EGRESS_DROPPED = "egress_dropped"
     EGRESS_DIFFERS = "egress_not_in_effect"
+    NO_ROUTES = "no_route_view"  # issue 21: ``core.kinds.route``
+    ROUTE_NOT_IN_EFFECT = "route_not_in_effect"
     # the control plane's rollout, for the service as a whole
     SERVICE_UNREADABLE = "service_unreadable"
     NOT_ROLLED_OUT = "rollout_not_to_pinned_digest"
@@ -36,7 +38,7 @@ class Why(StrEnum):
 
 #: Whys that are a gap in evidence (unproven) rather than evidence of something else.
 UNPROVEN_WHYS = frozenset({Why.SILENT, Why.NO_DIGEST, Why.NO_REPLICA_COUNTS, Why.NO_EGRESS,
-                           Why.SERVICE_UNREADABLE, Why.ROLLOUT_STATUS_UNKNOWN})
+                           Why.SERVICE_UNREADABLE, Why.ROLLOUT_STATUS_UNKNOWN, Why.NO_ROUTES})
 
 #: What one cluster's answer proves, without the cluster's name: (why, detail, running,
 #: last_error); ``why`` None means converged.

@@ -28,6 +28,7 @@ from reconciler.core.kinds import (
     PromoteChange,
     RollbackChange,
 )
+from reconciler.core.kinds.route import RouteChange
 from reconciler.core.live import EgressRule, Observation, ObservationKind
 from reconciler.core.plans import (
     Action,
@@ -56,6 +57,10 @@ REASONS = {
     "grant_not_declared": "no Grant document declares this live grant and pruning is on",
     "service_not_on_control_plane": "the repo declares a service the control plane does not "
     "have",
+    "route_missing": "the control plane holds no such route of this client at its owner key",
+    "route_differs": "the live route at the owner key differs from the declared one",
+    "route_not_declared": "no Route document declares this route of ours and pruning of "
+    "routes is on",
 }
 
 VERDICT_LINE = {
@@ -190,6 +195,8 @@ def summary_line(plan: Plan) -> str:
         f"{counts['rollback']} to roll back",
         f"{counts['set_egress']} egress",
         f"{counts['set_grant']} grant",
+        *([f"{counts.get('sync_route', 0) + counts.get('delete_route', 0)} route(s)"]
+          if "sync_route" in counts or "delete_route" in counts else []),
         f"{counts['blockers']} blocker(s)",
         f"{counts['drift']} drift",
     ]
@@ -217,6 +224,13 @@ def change_detail(change: Change) -> list[str]:
         if change.egress_removed:
             lines.append(f"  removed: {rules_text(change.egress_removed)}")
         return lines
+    if isinstance(change, RouteChange):
+        before = change.route_before.summary() if change.route_before else "absent"
+        after = change.route_after.summary() if change.route_after else "deleted"
+        route = change.route_after or change.route_before
+        owner = route.ownership.describe() if route is not None else "?"
+        return [f"route {safe(route.name if route else '?')} ({safe(owner)}): "
+                f"{safe(before)} → {safe(after)}"]
     if not isinstance(change, GrantChange):  # a kind with no detail of its own here
         return [safe(change.summary)]
     lines = [f"grant for {safe(change.user_id)}: {caps_text(change.capabilities_before)} → "
@@ -526,6 +540,8 @@ def modified_phrase(m: ModifiedChange, wrap: Callable[[str], str] = _plain,
             return f"changes {user}'s grant on {svc} pending on the base"
         return (f"{' and '.join(clauses)} in {user}'s grant on {svc} (pending on the base)"
                 + (warn if m.capabilities_dropped_vs_base else ""))
+    if m.target is Target.ROUTE:
+        return f"changes a route of {svc} pending on the base: {wrap(m.summary)}"
     if m.fields and len(m.fields) <= 2:
         return (f"changes {svc}'s pending creation: "
                 + ", ".join(f"{f.field} {wrap(f.base or '<none>')} → {wrap(f.head or '<none>')}"

@@ -28,6 +28,7 @@ from typing import Any, cast
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from reconciler.core.kinds import KINDS, ChangeBase, kind_of
+from reconciler.core.kinds.route import ROUTE_ACTIONS, ROUTE_FIELDS
 from reconciler.core.plans import Action, Change, Plan
 from reconciler.core.sanitize import redact, redact_value
 from reconciler.render import common
@@ -44,10 +45,11 @@ from reconciler.render import common
 #: --worktree; edits a plan left out). A 2.2 plan still loads and stays bound to its commit.
 #: 2.3 also adds ``preflights[].configuration_digest`` (the control plane's, learnt from
 #: the probe preflight, that the release evidence is bound to).
-#: 2.4 adds the promotion blocker codes of a repo with environments (``not_soaked``,
-#: ``not_proven_upstream``, ``window_closed``, ``frozen``, ``policy_denied``: each message
-#: says when it can go) and an emergency override's ``notes`` line (``override-window:``).
-#: docs/json-plan.md describes every field.
+#: 2.4 adds the blocker codes of holds and environments (``held``, ``not_soaked``,
+#: ``not_proven_upstream``, ``window_closed``, ``frozen``, ``policy_denied``) and the
+#: gateway route actions ``sync_route`` and ``delete_route`` (``changes[].route_before``
+#: / ``route_after``, present only on route changes; their counts only when a plan holds
+#: one), the route blockers, drift and reasons, and the judge's route reasons.
 FORMAT_VERSION = "2.4"
 MAJOR = FORMAT_VERSION.split(".")[0]
 SCHEMA_ID = "https://reconcile.dev/schemas/plan.schema.json"
@@ -116,8 +118,11 @@ _ABSENT_JSON: dict[str, Any] = json.loads(json.dumps(
 
 def change_fields(change: Change) -> dict[str, Any]:
     """A change as one flat JSON object, every kind's fields present (those of other
-    kinds at their defaults): the shape every JSON view of a change has."""
-    return {**_ABSENT_JSON, **change.model_dump(mode="json")}
+    kinds at their defaults): the shape every JSON view of a change has -- but for the
+    route kind's (2.4), written only on route changes, so a plan without routes reads
+    as a 2.3 plan did."""
+    absent = {k: v for k, v in _ABSENT_JSON.items() if k not in ROUTE_FIELDS}
+    return {**absent, **change.model_dump(mode="json")}
 
 
 def _change_to_wire(change: Change) -> dict[str, Any]:
@@ -238,7 +243,9 @@ def wire_schema() -> dict[str, Any]:
         "verdict": {"enum": ["go", "no_go", "no_changes"]},
         "content_digest": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
         "counts": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
-                   "required": [a.value for a in Action] + ["blockers", "drift"]},
+                   # route counts appear only on plans that hold a route change (2.4)
+                   "required": [a.value for a in Action if a not in ROUTE_ACTIONS]
+                   + ["blockers", "drift"]},
         "source_note": {"anyOf": [{"type": "string"}, {"type": "null"}],
                         "description": "derived: a worktree preview, or uncommitted edits "
                         "the plan left out, as the first line of every view says it"},

@@ -77,6 +77,7 @@ from reconciler.core.kinds import (
     PromoteChange,
     RollbackChange,
 )
+from reconciler.core.kinds.route import RouteChange
 from reconciler.core.live import EgressRule
 from reconciler.core.plans import (
     VERBS,
@@ -207,6 +208,9 @@ def destructive(change: Change) -> str | None:
     if isinstance(change, RollbackChange):
         return (f"rolls back {_version(change.release_before)} → "
                 f"{_version(change.release_after)}")
+    if isinstance(change, RouteChange) and change.route_after is None \
+            and change.route_before is not None:
+        return f"deletes route {code(change.route_before.name, 64)}"
     return None
 
 
@@ -436,7 +440,9 @@ def _environment(plan: Plan) -> str:
     line += "**Plan:** " + (f"{counts['create']} create · " if counts.get("create") else "")
     line += (f"{counts['promote']} promote · {counts['rollback']} rollback · "
              f"{counts['set_egress']} egress · {counts['set_grant']} grant · "
-             f"{counts['blockers']} blocker(s) · {counts['drift']} drift")
+             + (f"{counts.get('sync_route', 0) + counts.get('delete_route', 0)} route · "
+                if "sync_route" in counts or "delete_route" in counts else "")
+             + f"{counts['blockers']} blocker(s) · {counts['drift']} drift")
     if plan.converging:
         line += f" · {len(plan.converging):,} not proven converged"
     line += "\n\n"

@@ -10,7 +10,10 @@ per-app bodies, an ``ETag`` from this cluster's runtime revision, ``304`` on
 the real upstream), the cluster faults on the wire, and the deployer: a loop that pulls the
 desired rollouts and egress from the control plane, converges after this cluster's delay
 (asynchronously: the control plane never waits for it), filters egress through the operator
-allow-list, and reports per-reporter rollout status back.
+allow-list, and reports per-reporter rollout status back. Issue 21: the same loop pulls the
+gateway routes and swaps them in after the cluster's delay; each app's status carries
+[ext] ``routes``, the routes in effect here that the app owns (so the batch route carries
+them too), and the ``route-stuck`` fault keeps an old route table.
 
 The deployer's work per tick is proportional to what changed, not to the fleet: a full
 pass over every app runs only when the desired state, the allow-list or a fault that
@@ -83,6 +86,16 @@ def read_runtime(state_dir: Path, cluster_id: str) -> dict[str, JsonDict]:
     return dict(data.get("apps", {}))
 
 
+def read_routes(state_dir: Path, cluster_id: str) -> list[JsonDict]:
+    """The gateway routes a cluster had in effect when it stopped ([] for a new one)."""
+    try:
+        data = json.loads((cluster_dir(state_dir, cluster_id) / "routes.json").read_text(
+            encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return []
+    return list(data.get("routes", []))
+
+
 def _encode(value: object) -> bytes:
     """JSON exactly as ``serving.JsonHandler.send_json`` sends it."""
     return json.dumps(value, separators=(",", ":")).encode("utf-8")
@@ -152,6 +165,11 @@ class Cluster:
         self._encoded: dict[str, bytes] = {}
         self._encoded_view: str | None = None
         self.report_seq = 0
+        #: Issue 21: the gateway routes in effect on this cluster's ingress, the routes the
+        #: control plane last handed out, and (canonical text, when due) of the pending swap.
+        self.route_table: list[JsonDict] = read_routes(self.state_dir, self.id)
+        self.desired_routes: list[JsonDict] | None = None
+        self.routes_due: tuple[str, float] | None = None
         self.synced = threading.Event()
         self._cp_ctx = serving.client_context(self.state_dir / pki.CA_FILE)
         self._cp: http.client.HTTPSConnection | None = None
@@ -277,7 +295,10 @@ class Cluster:
             self.report_seq += 1
         if not answer.get("unchanged"):
             self._new_desired({s["appId"]: s for s in answer.get("services", [])})
+            with self.lock:
+                self.desired_routes = list(answer.get("routes", []))
             self.version = int(answer["version"])
+        self.converge_routes()
         adopting = self.adopt and bool(self.desired)
         self.converge()
         if adopting:
@@ -404,6 +425,42 @@ class Cluster:
         if touched:
             self._persist(snapshot)
 
+    def converge_routes(self) -> None:
+        """Swap in the control plane's routes after this cluster's delay, all at once, as
+        an ingress reloads its configuration. The ``route-stuck`` fault keeps the routes in
+        effect now: the cluster goes on serving an old route (issue 21)."""
+        snapshot = ""
+        with self.lock:
+            if self.desired_routes is None:
+                return
+            wanted = store.canonical(self.desired_routes)
+            if wanted == store.canonical(self.route_table):
+                self.routes_due = None
+                return
+            if self.faults.get("route-stuck") is not None:
+                return
+            now = time.monotonic()
+            if self.routes_due is None or self.routes_due[0] != wanted:
+                delay = 0.0 if self.adopt else self.delay_ms / 1000
+                self.routes_due = (wanted, now + delay)
+            if self.routes_due[1] > now:
+                return
+            self.route_table = list(self.desired_routes)
+            self.routes_due = None
+            self.revision += 1
+            self._encoded.clear()
+            snapshot = json.dumps({"routes": self.route_table}, sort_keys=True)
+        path = self.dir / "routes.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(snapshot, encoding="utf-8")
+        tmp.replace(path)
+
+    def routes_of(self, app_id: str) -> list[JsonDict]:
+        """[ext] The routes in effect on this ingress that ``app_id`` owns (caller holds
+        the lock): each ``{ownership, route}`` as the gateway applies it."""
+        return [{"ownership": r["ownership"], "route": r["route"]} for r in self.route_table
+                if r["ownership"]["appId"] == app_id]
+
     def _apply(self, app_id: str, want: JsonDict, record: JsonDict | None,
                allow: list[str] | None, blocked: bool, target: tuple[Any, ...]) -> JsonDict:
         plan = want["plan"]
@@ -468,7 +525,8 @@ class Cluster:
         record = self.effective(app_id)
         if record is None:
             return None
-        return {"appId": app_id, "state": "ACTIVE", "runtime": record}
+        return {"appId": app_id, "state": "ACTIVE", "runtime": record,
+                "routes": self.routes_of(app_id)}
 
     # -- [ext] batch status ---------------------------------------------------------
 

@@ -8,7 +8,8 @@ every request, the control-plane faults, and one internal route the clusters use
 (``POST /sandbox/internal/sync``: report rollout status, fetch the desired rollouts and
 egress), kept apart from the contract's methods and guarded by a shared secret. The
 greenfield preflight and the [ext] creation are ``greenfield``'s (``--no-greenfield``
-leaves the creation out of the table); the [ext] batch reads are ``batchreads``'.
+leaves the creation out of the table); the [ext] batch reads are ``batchreads``'; the
+gateway route requests are ``gateway``'s (the clusters pull the routes with their rollouts).
 
 Each request runs in one ``BEGIN IMMEDIATE`` transaction (see ``store``). Must not reach
 into the clusters: they pull from here.
@@ -31,7 +32,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reconciler.sandbox import batchreads, faults, greenfield, pki, rollouts, serving, store
+from reconciler.sandbox import (
+    batchreads,
+    faults,
+    gateway,
+    greenfield,
+    pki,
+    rollouts,
+    serving,
+    store,
+)
 
 JsonDict = dict[str, Any]
 
@@ -42,7 +52,7 @@ SECRET_FILE = "cluster-secret"
 #: Audited request fields (never the identity, a token or a jwt).
 AUDIT_KEYS = ("serviceId", "releaseId", "idempotencyKey", "expectedRolloutGeneration",
               "expectedCurrentRolloutId", "expectedEgressRevision", "userId", "capabilities",
-              "egress", "requestId", "operationId")
+              "egress", "requestId", "operationId", "ownership", "delete")
 IDEMPOTENCY_TTL_MS = 7 * 86_400_000
 
 
@@ -95,6 +105,8 @@ class ControlPlane:
         self._echoed_tokens: dict[str, str] = {}
         # Issue 12: the preflight, and the [ext] creation unless switched off.
         self.creations = greenfield.Greenfield(self, DomainError, enabled=greenfield_execution)
+        # Issue 21: the seed's gateway route requests.
+        self.gateway = gateway.Gateway(self, DomainError)
         self.methods: dict[str, Callable[[sqlite3.Connection, JsonDict], JsonDict]] = {
             "getIdentityByToken": self.get_identity_by_token,
             "getServiceById": self.get_service_by_id,
@@ -108,6 +120,7 @@ class ControlPlane:
             "setServiceEgress": self.set_egress,
             "getCapabilities": self.get_capabilities,
             **self.creations.methods(),
+            **self.gateway.methods(),
         }
         # [ext] issue 13: getServicesReleases and the etag of the fleet reads, or neither.
         self.methods = batchreads.with_batch_reads(
@@ -494,7 +507,8 @@ class ControlPlane:
                                  "plan": data.get("imageDeployment"),
                                  "egress": data.get("egress"),
                                  "egressRevision": data.get("egressRevision", 0)})
-            return {"version": version, "services": services}
+            return {"version": version, "services": services,
+                    "routes": gateway.all_routes(conn)}
 
 
 class Handler(serving.JsonHandler):

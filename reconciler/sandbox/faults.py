@@ -34,6 +34,7 @@ CLUSTER_KINDS: dict[str, str] = {
                      "previous digest, stale attestation, as stuck does; accept any other "
                      "digest, a rollback to the previous one included",
     "failed": "runtimeState FAILED with a lastError, replicas failed",
+    "route-stuck": "never apply a gateway route change: keep serving the routes in effect",
     "garbage": "the status routes (per app and batch) answer invalid JSON",
     "truncated": "the status routes (per app and batch) answer JSON cut in the middle",
     "ansi": "lastError full of ANSI escapes and control characters",

@@ -35,6 +35,12 @@ Seed document (YAML or JSON)::
     dirtyNamespaces: [legacy-ledger]           # namespaces with leftover resources
     grants:
       - {userId: deploy-bot, serviceId: svc-checkout, capabilities: [deployment:preflight]}
+    routes:                                    # gateway routes, as another client's
+      - clientId: edge-team
+        ownership: {appId: status-page, hostname: shop.sandbox.test, routeRef: status}
+        route: {name: shop-status, match: {domains: [shop.sandbox.test], path: /status/},
+                action: {type: forward, target: {appId: status-page, port: 8080}},
+                priority: 500}
 
 Every seeded release is in the registry too (its ``platforms``, ``missingManifests``,
 ``evidence`` and ``evidenceSubject`` keys as above, with the same defaults).
@@ -50,7 +56,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from reconciler.sandbox import registry, rollouts, store
+from reconciler.sandbox import gateway, registry, rollouts, store
 
 REGISTRY_HOST = registry.REGISTRY_HOST
 MEDIA_TYPE = registry.INDEX_MEDIA_TYPE
@@ -105,6 +111,19 @@ DEFAULT_SEED: dict[str, Any] = {
     ],
     "registry": [{"repository": "shop/ledger", "tag": "v1.0.0", "evidence": "complete"}],
     "dirtyNamespaces": ["legacy-ledger"],
+    # Another client's route on the hostname the example repo routes: reconcile must list
+    # it in its routing analysis and never write or prune it.
+    "routes": [{
+        "clientId": "edge-team",
+        "ownership": {"appId": "status-page", "hostname": "shop.sandbox.test",
+                      "routeRef": "status"},
+        "route": {"name": "shop-status",
+                  "match": {"domains": ["shop.sandbox.test"], "ports": [443],
+                            "path": "/status/"},
+                  "action": {"type": "forward",
+                             "target": {"appId": "status-page", "port": 8080}},
+                  "priority": 500},
+    }],
 }
 
 
@@ -126,7 +145,8 @@ def apply_seed(conn: sqlite3.Connection, seed: dict[str, Any], *, now: int | Non
     if not isinstance(services, list):
         raise SeedError("services must be a list")
     for table in ("services", "releases", "reports", "grants", "idempotency",
-                  "registry_indexes", "registry_tags", "greenfield_operations"):
+                  "registry_indexes", "registry_tags", "greenfield_operations",
+                  "gateway_routes"):
         conn.execute(f"DELETE FROM {table}")
     for entry in services:
         try:
@@ -194,6 +214,11 @@ def apply_seed(conn: sqlite3.Connection, seed: dict[str, Any], *, now: int | Non
     for grant in seed.get("grants", []):
         caps = [str(c) for c in grant.get("capabilities", [])]
         store.set_grant(conn, str(grant["userId"]), str(grant["serviceId"]), caps)
+    for entry in seed.get("routes", []):
+        try:
+            gateway.seed_route(conn, str(entry["clientId"]), entry["ownership"], entry["route"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SeedError(f"every route needs clientId, ownership and route: {exc}") from exc
     store.set_meta(conn, "seed", json.dumps(seed, sort_keys=True))
     store.bump_version(conn)
 

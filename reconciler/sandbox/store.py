@@ -3,7 +3,7 @@
 Owns the schema (services, releases, per-reporter rollout reports, grants, users, machine
 tokens and sessions stored as SHA-256 hashes, idempotency keys with the payload hash and
 the stored response, the audit log, the simulated registry's indexes and tags, greenfield
-operations, and a few meta values) and the transaction helper.
+operations, gateway routes (``gateway``'s rows), and a few meta values) and the transaction helper.
 Every request runs in one ``BEGIN IMMEDIATE`` transaction, so writers are serialised by
 SQLite itself: two promotions racing on one generation cannot both pass the
 compare-and-swap, and a reply is only sent after its transaction committed (WAL,
@@ -59,6 +59,10 @@ CREATE TABLE IF NOT EXISTS greenfield_operations (
     id TEXT PRIMARY KEY, idempotency_key TEXT NOT NULL UNIQUE, service_id TEXT NOT NULL,
     rollout_id TEXT NOT NULL, data TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS operations_by_service ON greenfield_operations (service_id);
+CREATE TABLE IF NOT EXISTS gateway_routes (
+    app_id TEXT NOT NULL, hostname TEXT NOT NULL, route_ref TEXT NOT NULL,
+    client_id TEXT NOT NULL, data TEXT NOT NULL, updated_at INTEGER NOT NULL,
+    PRIMARY KEY (app_id, hostname, route_ref));
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL, source TEXT NOT NULL,
     method TEXT NOT NULL, fields TEXT NOT NULL, result TEXT NOT NULL);
@@ -103,7 +107,10 @@ def initialise(conn: sqlite3.Connection) -> None:
 #: (their ETag); an update that writes the same value does not. A new table whose rows
 #: those methods show belongs here.
 REVISED_TABLES: dict[str, str] = {
-    "services": "data", "releases": "data", "reports": "data", "grants": "capabilities"}
+    "services": "data", "releases": "data", "reports": "data", "grants": "capabilities",
+    # Not shown by those methods, but a client that keeps the routes it read after an
+    # etag may reuse them on a notModified for it (docs/extensions.md §5).
+    "gateway_routes": "data"}
 STATE_REVISION = "state-revision"
 STATE_INSTANCE = "state-instance"
 

@@ -20,7 +20,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from reconciler.core import staleness
+from reconciler.core import routing, staleness
 from reconciler.core.events import Hook, PostApply, PreApply
 from reconciler.core.kinds import (
     CreateChange,
@@ -29,6 +29,8 @@ from reconciler.core.kinds import (
     PromoteChange,
     kind_of,
 )
+from reconciler.core.kinds import route as route_kind
+from reconciler.core.kinds.route import RouteChange
 from reconciler.core.outcomes import EXPIRED, ChangeResult, Outcome
 from reconciler.core.plans import Change
 from reconciler.core.sanitize import safe
@@ -96,6 +98,14 @@ async def _send(client: ControlPlaneClient, change: Change) -> tuple[bool, str]:
             change.service_id, [r.model_dump() for r in change.egress_after],
             idempotency_key=change.idempotency_key, expected_revision=pre.egress_revision)
         return reply.replayed, ""
+    if isinstance(change, RouteChange):
+        # Idempotent by content (seed 11.2): "changed nothing" is a replay's answer.
+        route = change.route_after or change.route_before
+        assert route is not None
+        changed = await client.sync_gateway_client_route(
+            routing.ownership_wire(route.ownership),
+            routing.to_wire(change.route_after) if change.route_after else None)
+        return not changed, ""
     assert change.release_after.release_id
     assert pre.rollout_generation is not None
     if isinstance(change, PromoteChange):
@@ -114,7 +124,13 @@ async def _send(client: ControlPlaneClient, change: Change) -> tuple[bool, str]:
 
 async def _landed(client: ControlPlaneClient, change: Change) -> bool:
     """After a CAS refusal of a change we sent before: is its result what is live now?
-    (Only what the service's own state shows: ``Kind.shows``.)"""
+    (Only what the service's own state shows: ``Kind.shows``; a route: the routes listed.)"""
+    if isinstance(change, RouteChange):
+        try:
+            ours, _ = await client.get_gateway_client_routes()
+        except ControlPlaneError:
+            return False
+        return route_kind.shows(change.route_after, ours, change.route_key)
     if not kind_of(change).waits_for_convergence:
         return False
     try:

@@ -1,7 +1,8 @@
 """The live snapshot: one concurrent pass over the control plane and every cluster.
 
 Owns the sequencing of a read: the control plane's side (``controlplane.fleet``: the
-services, the releases of every managed service, the grants) and every expected
+services, the releases of every managed service, the grants, and -- when the repo has
+routes to reconcile -- the gateway routes) and every expected
 cluster's status for every managed service's ``appId`` (``probing``) -- both in flight
 together -- folded into one immutable ``core.live.LiveSnapshot``. Expected clusters =
 the settings' list ∪ the clusters DNS advertised ∪ every managed service's current
@@ -34,10 +35,18 @@ from pathlib import Path
 
 from reconciler.core import attribution
 from reconciler.core.desired import DesiredState
+from reconciler.core.kinds import route as route_kind
 from reconciler.core.live import LiveService, LiveSnapshot
+from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import redact
 from reconciler.shell import heap
-from reconciler.shell.controlplane import ControlPlaneClient, fleet, token_from_env
+from reconciler.shell.controlplane import (
+    ControlPlaneClient,
+    ControlPlaneError,
+    UnknownMethod,
+    fleet,
+    token_from_env,
+)
 from reconciler.shell.controlplane.fleet import Memory as Memory
 from reconciler.shell.endpoints import ConfigError, Connection, ssl_context
 from reconciler.shell.keys import load_signer_key
@@ -83,6 +92,20 @@ def credential_problems(conn: Connection, env: Mapping[str, str]) -> list[str]:
             except ConfigError as exc:
                 problems.append(f"{what}: {exc}")
     return problems
+
+
+async def read_routes(client: ControlPlaneClient
+                      ) -> tuple[tuple[GatewayRoute, ...] | None, str | None]:
+    """Issue 21: ``getGatewayClientRoutes`` -- ours, then other clients' -- or None and
+    why not. Read only when the repo has routes to reconcile (``route_kind.relevant``): a
+    failure is a ``routes_unreadable`` blocker, never "no routes"."""
+    try:
+        ours, theirs = await client.get_gateway_client_routes()
+    except UnknownMethod:
+        return None, "the control plane does not offer getGatewayClientRoutes"
+    except ControlPlaneError as exc:
+        return None, redact(exc.message)
+    return (*ours, *theirs), None
 
 
 def observe(
@@ -138,6 +161,10 @@ async def _observe(
         try:
             app_ids = list(dict.fromkeys(s.app_id for s in desired.services))
             probe_task = asyncio.create_task(prober.observe_apps(app_ids, progress=progress))
+            wants_routes = route_kind.relevant(desired)
+            # With a memory, the routes are read after the fleet (see ``Memory.routes``).
+            routes_task = asyncio.create_task(read_routes(client)) \
+                if wants_routes and memory is None else None
             try:
                 read = await fleet.read(
                     client, list(dict.fromkeys(s.service_id for s in desired.services)),
@@ -145,8 +172,20 @@ async def _observe(
             except BaseException:
                 # A total control-plane failure ends the snapshot; stop probing too.
                 probe_task.cancel()
-                await asyncio.gather(probe_task, return_exceptions=True)
+                if routes_task is not None:
+                    routes_task.cancel()
+                await asyncio.gather(probe_task, *([routes_task] if routes_task else []),
+                                     return_exceptions=True)
                 raise
+            routes, routes_error = await routes_task if routes_task is not None \
+                else (None, None)
+            if wants_routes and memory is not None:
+                if memory.fleet is not None and read is memory.fleet \
+                        and memory.routes is not None:
+                    routes = memory.routes  # nothing changed since they were read
+                else:
+                    routes, routes_error = await read_routes(client)
+                memory.routes = routes if memory.fleet is read else None
             observations = await probe_task
             mesh = await prober.resolve()
         finally:
@@ -173,6 +212,8 @@ async def _observe(
         services=read.services,
         grants=read.grants,
         grants_error=read.grants_error,
+        routes=routes,
+        routes_error=routes_error,
         app_ids=read.app_ids,
         mesh=mesh,
         observations=observations,

@@ -43,6 +43,7 @@ from reconciler.core.desired import (
     Hold,
     LocatedError,
     LocatedErrors,
+    Route,
     Service,
     Settings,
     SourceRef,
@@ -231,6 +232,7 @@ def _assemble(located: Sequence[crosscheck.Located]) -> DesiredState | None:
     services: list[Service] = []
     grants: list[Grant] = []
     holds: list[Hold] = []
+    routes: list[Route] = []
     for doc in located:
         model = doc.document
         if isinstance(model, Service):
@@ -242,11 +244,14 @@ def _assemble(located: Sequence[crosscheck.Located]) -> DesiredState | None:
         elif isinstance(model, Hold):
             holds.append(model)
             key = f"Hold/{model.service}/{model.digest}"
+        elif isinstance(model, Route):
+            routes.append(model)
+            key = f"Route/{model.name}"
         else:
             key = "Settings"
         sources.setdefault(key, SourceRef(path=doc.path, line=doc.line))
     return DesiredState(settings=settings[0], services=tuple(services), grants=tuple(grants),
-                        holds=tuple(holds), sources=sources)
+                        holds=tuple(holds), routes=tuple(routes), sources=sources)
 
 
 # --------------------------------------------------------------------------- documents
@@ -256,7 +261,7 @@ _KINDS: Final = tuple(DOCUMENT_KINDS)
 
 def validate_document(
     document: YamlDocument,
-) -> tuple[Settings | Service | Grant | Hold | None, list[Diagnostic]]:
+) -> tuple[Settings | Service | Grant | Hold | Route | None, list[Diagnostic]]:
     """One document against its kind's model: the model, or the diagnostics."""
     value = document.value
 

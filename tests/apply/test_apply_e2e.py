@@ -41,8 +41,9 @@ def test_apply_converges_then_a_second_plan_is_empty_and_a_second_apply_sends_no
         repo: Repo, sandbox: Sandbox) -> None:
     first = repo.run("apply", str(repo.path), "--auto-approve")
     assert first.code == Exit.OK, first.out + first.err
-    # 5 writes and the creation of ledger, the reference repo's new service (issue 12).
-    assert "6 applied" in first.out and "Converged" in first.out
+    # 5 writes, the creation of ledger, the reference repo's new service (issue 12), and the
+    # two routes of shop.sandbox.test (issue 21).
+    assert "8 applied" in first.out and "Converged" in first.out
     sent = writes(sandbox)
     assert sorted(str(w["method"]) for w in sent) == sorted([
         "configureServiceDeploymentMachineUser", "setServiceEgress", "setServiceEgress",

@@ -23,7 +23,8 @@ def test_every_action_belongs_to_exactly_one_kind() -> None:
     assert sorted(owners) == sorted(Action) and len(owners) == len(set(owners))
     # The execution order and the verbs come from the kinds: grants, egress, then the rest.
     assert kinds.ACTION_ORDER == {Action.SET_GRANT: 0, Action.SET_EGRESS: 1,
-                                  Action.PROMOTE: 2, Action.ROLLBACK: 2, Action.CREATE: 2}
+                                  Action.PROMOTE: 2, Action.ROLLBACK: 2, Action.CREATE: 2,
+                                  Action.SYNC_ROUTE: 3, Action.DELETE_ROUTE: 3}
     assert kinds.VERBS[Action.SET_EGRESS] == "set egress"
 
 

@@ -72,7 +72,7 @@ GOLDEN_GITHUB = [
     "::error file=repo/services/a.yaml,line=1,col=1,title=apiVersion::required key "
     "`apiVersion` is missing (expected reconcile/v1)",
     "::error file=repo/services/a.yaml,line=1,col=7,title=kind::unknown kind 'Nope'; "
-    "expected one of Settings, Service, Grant, Hold",
+    "expected one of Settings, Service, Grant, Hold, Route",
     "::error file=repo/services/search.yaml,line=11,col=11,title=release.digest::"
     "'sha256:zz",  # ...the rest of the digest and the rule
 ]
@@ -117,7 +117,7 @@ def test_a_repo_outside_the_workspace_keeps_its_path(broken: Path, tmp_path: Pat
 def test_a_valid_repo_prints_no_annotation(repo: Path, validate: Callable[..., Run]) -> None:
     run = validate("--format", "github", str(repo))
     assert run.code == 0
-    assert run.lines == ["valid: 5 services, 2 grants, 1 settings in 7 files"]
+    assert run.lines == ["valid: 5 services, 2 grants, 2 routes, 1 settings in 8 files"]
     sarif = validate("--format", "sarif", str(repo))
     assert sarif.code == 0
     log = json.loads(sarif.out)
@@ -297,7 +297,7 @@ def test_sarif_over_a_broken_repo(broken: Path, validate: Callable[..., Run],
         ("repo/services/search.yaml", {"startLine": 11, "startColumn": 11}),
     ]
     assert results[3]["message"]["text"] == \
-        "unknown kind 'Nope'; expected one of Settings, Service, Grant, Hold"
+        "unknown kind 'Nope'; expected one of Settings, Service, Grant, Hold, Route"
     assert results[1]["properties"] == {"field": "services[0].we%ird:key,x"}
 
 

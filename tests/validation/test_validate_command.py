@@ -14,7 +14,7 @@ from tests.validation.conftest import EXAMPLES, Run
 def test_the_reference_repo_is_valid(validate: Callable[..., Run]) -> None:
     run = validate(str(EXAMPLES))
     assert run.code == 0
-    assert run.out.strip() == "valid: 5 services, 2 grants, 1 settings in 7 files"
+    assert run.out.strip() == "valid: 5 services, 2 grants, 2 routes, 1 settings in 8 files"
     assert run.err == ""
 
 

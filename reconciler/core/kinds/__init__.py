@@ -1,8 +1,9 @@
 """The change kinds, one module each, behind one dispatch.
 
 A kind is one place (gitops-engine keeps one health check per resource kind behind
-``pkg/health/health.go``): ``release`` (promote, rollback), ``egress``, ``grant`` and
-``create`` each own their change model, their diff (called by ``core.planning``), their
+``pkg/health/health.go``): ``release`` (promote, rollback), ``egress``, ``grant``,
+``create`` and ``route`` (issue 21) each own their change model, their diff (called by
+``core.planning``), their
 preconditions and idempotency key, their part of the judge's proof (``core.evidence``),
 their part of the staleness rule (``core.staleness``) and of a review
 (``core.review``), and their summary. This module owns the dispatch: ``Change`` (the
@@ -22,7 +23,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from reconciler.core.kinds import create, egress, grant, release
+from reconciler.core.kinds import create, egress, grant, release, route
 from reconciler.core.kinds.base import (
     Action,
     ChangeBase,
@@ -38,20 +39,23 @@ from reconciler.core.kinds.create import CreateChange
 from reconciler.core.kinds.egress import EgressChange
 from reconciler.core.kinds.grant import GrantChange
 from reconciler.core.kinds.release import PromoteChange, RollbackChange
+from reconciler.core.kinds.route import RouteChange
 
 __all__ = [
     "ACTION_ORDER", "KINDS", "VERBS", "Action", "Change", "ChangeBase", "Check",
     "CreateChange", "Diff", "EgressChange", "Freshness", "GrantChange", "Kind",
-    "Preconditions", "PromoteChange", "ReleaseRef", "RollbackChange", "idempotency_key",
+    "Preconditions", "PromoteChange", "ReleaseRef", "RollbackChange", "RouteChange",
+    "idempotency_key",
     "kind_of",
 ]
 
 #: Every kind, in execution order.
-KINDS: tuple[Kind[Any], ...] = (grant.KIND, egress.KIND, release.KIND, create.KIND)
+KINDS: tuple[Kind[Any], ...] = (grant.KIND, egress.KIND, release.KIND, create.KIND,
+                                route.KIND)
 
 #: One intended change: the model of its kind, chosen by ``action``.
 Change = Annotated[
-    PromoteChange | RollbackChange | EgressChange | GrantChange | CreateChange,
+    PromoteChange | RollbackChange | EgressChange | GrantChange | CreateChange | RouteChange,
     Field(discriminator="action"),
 ]
 

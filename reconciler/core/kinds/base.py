@@ -40,6 +40,8 @@ class Action(StrEnum):
     PROMOTE = "promote"
     ROLLBACK = "rollback"
     CREATE = "create"
+    SYNC_ROUTE = "sync_route"  # issue 21: ``core.kinds.route``
+    DELETE_ROUTE = "delete_route"
 
 
 class Preconditions(_Model):

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 import httpx
 
+from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import safe
 from reconciler.shell.controlplane.errors import ProtocolError, UnknownMethod
 from reconciler.shell.controlplane.session import Session
@@ -41,6 +42,7 @@ from reconciler.shell.controlplane.wire import (
     WrittenReply,
     etag_of,
     not_modified,
+    parse_client_routes,
     releases_page,
     written,
 )
@@ -146,6 +148,30 @@ class ControlPlaneClient(Session):
         method = "getServiceDeploymentGrants"
         reply = await self.read_as(method, {}, GrantsReply)
         return Grants(grants=reply.grants, etag=etag_of(reply.etag, method))
+
+    async def get_gateway_client_routes(
+            self) -> tuple[tuple[GatewayRoute, ...], tuple[GatewayRoute, ...]]:
+        """``getGatewayClientRoutes`` (seed 11.2): the routes this client owns, and [ext]
+        the routes other clients own (read-only, for the routing analysis)."""
+        method = "getGatewayClientRoutes"
+        return parse_client_routes(await self.read(method, {}), method)
+
+    async def sync_gateway_client_route(self, ownership: dict[str, Any],
+                                        route: dict[str, Any] | None) -> bool:
+        """``syncGatewayClientRoute`` (seed 11.2): create or replace the route at
+        ``ownership``, or delete it (``route`` None). Idempotent by content, so safe to
+        re-send; returns whether the control plane says it changed anything."""
+        method = "syncGatewayClientRoute"
+        request: dict[str, Any] = {"ownership": ownership}
+        if route is None:
+            request["delete"] = True
+        else:
+            request["route"] = route
+        response = await self.read(method, request)
+        changed = response.get("changed")
+        if not isinstance(changed, bool):
+            raise ProtocolError(f"{method}: response.changed is not a boolean")
+        return changed
 
     # -- keyed writes -------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from reconciler.core.cpcodes import ControlPlaneCode
 from reconciler.core.live import LiveGrant, LiveService, ReadFailure
+from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import safe
 from reconciler.shell.controlplane.client import SERVICES_RELEASES, ControlPlaneClient
 from reconciler.shell.controlplane.errors import ControlPlaneError, DomainError, UnknownMethod
@@ -100,6 +101,10 @@ class Memory:
     etag: str | None = None
     managed: tuple[str, ...] = ()
     fleet: Fleet | None = None
+    #: Issue 21: the gateway routes read *after* ``fleet`` was read at ``etag`` (so no
+    #: older than it); the sandbox's revision moves with every route too, so a
+    #: ``{notModified}`` for ``etag`` means they are still the control plane's word.
+    routes: tuple[GatewayRoute, ...] | None = None
 
     def usable(self, managed: tuple[str, ...]) -> bool:
         return self.fleet is not None and self.etag is not None and self.managed == managed

@@ -13,6 +13,8 @@ sanitized (``core.sanitize.safe``) on the way into ``core.live``; a malformed re
 Leniency where one bad entry must not sink the rest: a service (or a release) that
 does not fit its model is kept as its raw value, and ``parse_service`` then makes that
 one service a ``ProtocolError`` (the fleet read turns it into a ``ReadFailure``).
+The gateway routes of ``getGatewayClientRoutes`` and of a cluster's status (issue 21)
+are read by ``parse_client_route``.
 
 Pure: parses values handed to it; no I/O.
 """
@@ -25,6 +27,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import Field, JsonValue, ValidationError
 
+from reconciler.core.desired import DEFAULT_ROUTE_PATH, DEFAULT_ROUTE_PORTS, DEFAULT_ROUTE_TRANSPORT
 from reconciler.core.live import (
     EgressRule,
     ImageRelease,
@@ -34,6 +37,7 @@ from reconciler.core.live import (
     RolloutStatus,
 )
 from reconciler.core.names import Capability
+from reconciler.core.routing import GatewayRoute, RouteOwnership
 from reconciler.core.sanitize import safe
 from reconciler.core.wireshape import WireModel, decode_value, problem
 from reconciler.shell.controlplane.errors import ProtocolError
@@ -392,3 +396,113 @@ def _release(raw: ReleaseWire) -> ImageRelease:
 
 def _text(value: str) -> str:
     return safe(value, 1000)
+
+
+# -- gateway routes (seed 11.2-11.4; docs/extensions.md §5) ------------------------------
+
+
+class RouteOwnershipWire(WireModel):
+    """Seed 11.2 ``IGatewayClientOwnership``."""
+
+    app_id: str
+    hostname: str | None = None
+    route_ref: str | None = None
+
+
+class RouteMatchWire(WireModel):
+    """[ext] the match fields; an omitted one is the gateway's default."""
+
+    domains: tuple[str, ...] = ()
+    ports: tuple[int, ...] = DEFAULT_ROUTE_PORTS
+    path: str = DEFAULT_ROUTE_PATH
+    transport: str = DEFAULT_ROUTE_TRANSPORT
+
+
+class RouteTargetWire(WireModel):
+    app_id: str
+    port: int
+
+
+class RouteActionWire(WireModel):
+    target: RouteTargetWire
+
+
+class RemoteIngressWire(WireModel):
+    enabled: bool = False
+    edge_filter: tuple[str, ...] = ()
+
+
+class RouteConfigWire(WireModel):
+    """Seed 11.2 ``IGatewayRouteConfig``, as far as it is read."""
+
+    name: str
+    match: RouteMatchWire = RouteMatchWire()
+    action: RouteActionWire
+    priority: int = 0
+    managed_route_kind: str | None = None
+    remote_ingress: RemoteIngressWire = RemoteIngressWire()
+
+
+class ClientRouteWire(WireModel):
+    """Seed 11.2 ``IGatewayClientRoute``: ``{ownership, route, clientId?}``."""
+
+    ownership: RouteOwnershipWire
+    route: RouteConfigWire
+    client_id: str | None = None
+
+
+class ClientRoutesWire(WireModel):
+    """``getGatewayClientRoutes``' reply: ours, and [ext] other clients' when listed."""
+
+    routes: tuple[ClientRouteWire, ...]
+    other_client_routes: tuple[ClientRouteWire, ...] | None = None
+
+
+def parse_client_route(raw: Any, *, ours: bool) -> GatewayRoute:
+    """One ``IGatewayClientRoute`` as a ``core.routing.GatewayRoute`` with every field
+    the gateway defaults filled in, so a route a writer stored with its defaults left out
+    reads the same as one written out. ``ours``: listed among the caller's own routes
+    (``client_id`` None). Raises ``ProtocolError`` naming the field."""
+    try:
+        wire = raw if isinstance(raw, ClientRouteWire) else _decode(
+            ClientRouteWire, raw, "route entry")
+    except _Malformed as exc:
+        raise ProtocolError(f"gateway route: {exc}") from None
+    return _route(wire, ours=ours)
+
+
+def _route(wire: ClientRouteWire, *, ours: bool) -> GatewayRoute:
+    route, owner = wire.route, wire.ownership
+    return GatewayRoute(
+        ownership=RouteOwnership(
+            app_id=_text(owner.app_id),
+            hostname=None if owner.hostname is None else _text(owner.hostname),
+            route_ref=None if owner.route_ref is None else _text(owner.route_ref)),
+        name=_text(route.name),
+        domains=tuple(sorted(_text(d) for d in route.match.domains)),
+        ports=tuple(sorted(route.match.ports)),
+        path=_text(route.match.path),
+        transport=_text(route.match.transport),
+        priority=route.priority,
+        target_app_id=_text(route.action.target.app_id),
+        target_port=route.action.target.port,
+        managed_route_kind=None if route.managed_route_kind is None
+        else _text(route.managed_route_kind),
+        remote_ingress=route.remote_ingress.enabled,
+        edge_filter=tuple(sorted(_text(e) for e in route.remote_ingress.edge_filter)),
+        client_id=None if ours else (_text(wire.client_id) if wire.client_id is not None
+                                     else "another client"),
+    )
+
+
+def parse_client_routes(response: Mapping[str, Any], method: str
+                        ) -> tuple[tuple[GatewayRoute, ...], tuple[GatewayRoute, ...]]:
+    """``getGatewayClientRoutes``' reply: (our routes, [ext] other clients' routes --
+    empty when the control plane does not list them)."""
+    try:
+        wire = _decode(ClientRoutesWire, response, "response")
+    except _Malformed as exc:
+        raise ProtocolError(f"{method}: {exc}") from None
+    own = tuple(_route(r, ours=True) for r in wire.routes)
+    others = tuple(_route(r, ours=False) for r in wire.other_client_routes or ())
+    return own, others

@@ -1,0 +1,183 @@
+"""The route change kind through the planner and the one judge (pure, issue 21).
+
+The reference desired state and snapshot of ``tests.plan.builders``, with Route documents
+added and the gateway's answer (ours and another client's routes) in the snapshot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reconciler.core import planning, routing
+from reconciler.core.codes import BlockerCode, DriftCode
+from reconciler.core.desired import DesiredState, Route, Service, Settings
+from reconciler.core.evidence import Proof, Why
+from reconciler.core.kinds.route import RouteChange
+from reconciler.core.live import LiveSnapshot, Observation, ObservationKind
+from reconciler.core.plans import Action, Verdict
+from reconciler.core.routing import GatewayRoute, RouteOwnership
+from tests.plan.builders import (
+    CURRENT,
+    SETTINGS,
+    reference_desired,
+    reference_live,
+    runtime,
+    service_doc,
+)
+
+HOST = "shop.sandbox.test"
+
+
+def route_doc(name: str, priority: int, *, route_ref: str | None = None, path: str = "/",
+              ports: list[int] | None = None, port: int = 8080, **extra: Any) -> Route:
+    owner: dict[str, Any] = {"service": "checkout", "hostname": HOST}
+    if route_ref is not None:
+        owner["routeRef"] = route_ref
+    return Route.model_validate({
+        "apiVersion": "reconcile/v1", "kind": "Route", "name": name, "owner": owner,
+        "match": {"ports": ports or [443], "path": path}, "action": {"port": port},
+        "priority": priority, **extra})
+
+
+NORMAL = route_doc("shop-web", 100, ports=[80, 443])
+ACME = route_doc("shop-acme", 200, route_ref="acme", ports=[80],
+                 path="/.well-known/acme-challenge/", port=8089,
+                 managedRouteKind="letsencrypt-http01-forward")
+FOREIGN = GatewayRoute(
+    ownership=RouteOwnership(app_id="status-page", hostname=HOST, route_ref="status"),
+    name="shop-status", domains=(HOST,), ports=(443,), path="/status/", priority=500,
+    target_app_id="status-page", target_port=8080, client_id="edge-team")
+
+
+def desired(*routes: Route, prune: bool = False) -> DesiredState:
+    """The reference repo with checkout pinned to what runs (so only routes differ)."""
+    base = reference_desired()
+    steady = Service.model_validate(service_doc("checkout", "v2.3.0",
+                                                [{"host": "api.stripe.com"}]))
+    base = base.model_copy(update={"services": tuple(
+        steady if s.name == "checkout" else s for s in base.services)})
+    settings = base.settings
+    if prune:
+        settings = Settings.model_validate({**SETTINGS, "policy": {"routes": {"prune": True}}})
+    return base.model_copy(update={"routes": routes, "settings": settings})
+
+
+def applied(*routes: Route) -> tuple[GatewayRoute, ...]:
+    return tuple(routing.from_declared(r, "checkout") for r in routes)
+
+
+def live(ours: tuple[GatewayRoute, ...] = (), *, in_effect: dict[str, tuple[GatewayRoute, ...]]
+         | None = None, foreign: bool = True) -> LiveSnapshot:
+    """The reference snapshot with our routes listed and each cluster serving
+    ``in_effect[cluster]`` (default: ``ours``) for checkout."""
+    snapshot = reference_live()
+    rows = []
+    for obs in snapshot.observations["checkout"]:
+        serving = (in_effect or {}).get(obs.cluster_id, ours)
+        assert obs.runtime is not None
+        rows.append(obs.model_copy(update={"runtime": obs.runtime.model_copy(
+            update={"routes": serving})}))
+    observations = {**snapshot.observations, "checkout": tuple(rows)}
+    return snapshot.model_copy(update={
+        "routes": (*ours, *((FOREIGN,) if foreign else ())), "observations": observations})
+
+
+def test_two_declared_routes_same_priority_overlapping_is_no_go_with_an_example() -> None:
+    api = route_doc("shop-api", 100, route_ref="api", path="/api/")
+    plan = planning.plan(desired(NORMAL, api), live())
+    assert plan.verdict is Verdict.NO_GO
+    [blocker] = [b for b in plan.blockers if b.code is BlockerCode.ROUTE_AMBIGUOUS]
+    assert "'shop-web'" in blocker.message and "'shop-api'" in blocker.message
+    assert "https://shop.sandbox.test/api/ (tcp)" in blocker.message
+    raised = route_doc("shop-api", 150, route_ref="api", path="/api/")
+    again = planning.plan(desired(NORMAL, raised), live())
+    assert not [b for b in again.blockers if b.code.value.startswith("route")]
+
+
+def test_a_narrow_route_under_a_broader_higher_one_is_shadowed() -> None:
+    narrow = route_doc("shop-api", 50, route_ref="api", path="/api/")
+    plan = planning.plan(desired(NORMAL, narrow), live())
+    [blocker] = [b for b in plan.blockers if b.code is BlockerCode.ROUTE_SHADOWED]
+    assert "'shop-api'" in blocker.message and "can never match" in blocker.message
+    assert "'shop-web'" in blocker.message
+    assert plan.verdict is Verdict.NO_GO
+
+
+def test_http01_and_normal_route_sync_independently_and_a_replay_sends_nothing() -> None:
+    plan = planning.plan(desired(NORMAL, ACME), live())
+    routes = [c for c in plan.changes if isinstance(c, RouteChange)
+              and c.action is Action.SYNC_ROUTE]
+    assert {c.route_after.key for c in routes if c.route_after} == {
+        ("checkout", HOST, None), ("checkout", HOST, "acme")}
+    assert plan.verdict is Verdict.GO
+    assert plan.counts()["sync_route"] == 2
+    # After the sync, every cluster serving both: no change, and the judge proves it.
+    done = planning.plan(desired(NORMAL, ACME), live(applied(NORMAL, ACME)))
+    assert [c for c in done.changes if c.action in (Action.SYNC_ROUTE,
+                                                    Action.DELETE_ROUTE)] == []
+    checkout = done.proof_of("checkout")
+    assert checkout is not None and checkout.proof is Proof.CONVERGED
+
+
+def test_another_clients_route_is_analysed_but_never_written_or_pruned() -> None:
+    under = route_doc("shop-status-mine", 100, route_ref="mine", path="/status/x")
+    plan = planning.plan(desired(NORMAL, under), live())
+    shadowed = [b for b in plan.blockers if b.code is BlockerCode.ROUTE_SHADOWED]
+    assert shadowed and "owned by client edge-team" in shadowed[0].message
+    pruning = planning.plan(desired(NORMAL, prune=True), live(applied(NORMAL)))
+    assert not [c for c in pruning.changes if c.action is Action.DELETE_ROUTE]
+    assert not [c for c in pruning.changes if isinstance(c, RouteChange)
+                and c.route_after and c.route_after.client_id is not None]
+
+
+def test_a_route_of_ours_no_longer_declared_is_pruned_only_with_prune_true() -> None:
+    stale = applied(NORMAL, ACME)
+    kept = planning.plan(desired(NORMAL), live(stale))
+    assert not [c for c in kept.changes if c.action is Action.DELETE_ROUTE]
+    assert [d.code for d in kept.drift if d.code is DriftCode.ROUTE_NOT_DECLARED]
+    pruned = planning.plan(desired(NORMAL, prune=True), live(stale))
+    [delete] = [c for c in pruned.changes if isinstance(c, RouteChange)
+                and c.action is Action.DELETE_ROUTE]
+    assert delete.route_before is not None and delete.route_before.name == "shop-acme"
+
+
+def test_one_cluster_keeping_the_old_route_is_named_by_the_judge() -> None:
+    old = applied(route_doc("shop-web", 90, ports=[80, 443], port=7070))
+    new = applied(NORMAL)
+    snapshot = live(new, in_effect={"sn1": old, "sn2": new, "sn3": new})
+    plan = planning.plan(desired(NORMAL), snapshot)
+    assert not [c for c in plan.changes if c.action is Action.SYNC_ROUTE]
+    proof = plan.proof_of("checkout")
+    assert proof is not None and proof.proof is Proof.NOT_CONVERGED
+    [pending] = proof.pending()
+    assert pending.cluster == "sn1" and pending.why is Why.ROUTE_NOT_IN_EFFECT
+    assert "priority 90" in pending.detail and "checkout:7070" in pending.detail
+    assert plan.verdict is Verdict.GO  # never "no changes" while sn1 serves the old route
+
+
+def test_a_cluster_without_a_route_view_proves_nothing() -> None:
+    snapshot = live(applied(NORMAL))
+    rows = tuple(o.model_copy(update={"runtime": o.runtime.model_copy(update={"routes": None})})
+                 if o.cluster_id == "sn3" and o.runtime is not None else o
+                 for o in snapshot.observations["checkout"])
+    plan = planning.plan(desired(NORMAL), snapshot.model_copy(
+        update={"observations": {**snapshot.observations, "checkout": rows}}))
+    proof = plan.proof_of("checkout")
+    assert proof is not None and proof.proof is Proof.UNPROVEN
+    assert [c.cluster for c in proof.pending()] == ["sn3"]
+
+
+def test_unreadable_routes_block_and_a_repo_without_routes_is_judged_as_before() -> None:
+    plan = planning.plan(desired(NORMAL), reference_live(routes=None, routes_error="boom"))
+    assert [b.code for b in plan.blockers] == [BlockerCode.ROUTES_UNREADABLE]
+    plain = planning.plan(reference_desired(), reference_live())
+    read = planning.plan(reference_desired(), live())  # routes read change nothing
+    assert (plain.verdict, plain.changes, plain.blockers, plain.drift, plain.proofs) == (
+        read.verdict, read.changes, read.blockers, read.drift, read.proofs)
+
+
+def test_observation_routes_are_left_out_of_the_wire_when_absent() -> None:
+    tag, gen = CURRENT["checkout"]
+    row = Observation(cluster_id="sn1", kind=ObservationKind.ANSWERED,
+                      runtime=runtime("checkout", tag, gen))
+    assert "routes" not in row.model_dump(mode="json")["runtime"]

@@ -1,0 +1,150 @@
+"""Issue 21's scenarios end to end: the real CLI against the sandbox over HTTPS.
+
+A committed copy of the reference repo, with Route documents for checkout's hostname
+(the default seed holds another client's route on it: ``shop-status``, priority 500).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from reconciler.exitcodes import Exit
+from reconciler.sandbox.launcher import Sandbox
+from tests.e2e_repo import Repo, repo
+
+__all__ = ["repo"]
+
+pytestmark = pytest.mark.integration
+
+HOST = "shop.sandbox.test"
+NORMAL = f"""\
+apiVersion: reconcile/v1
+kind: Route
+name: shop-web
+owner:
+  service: checkout
+  hostname: {HOST}
+match:
+  ports: [80, 443]
+action:
+  port: 8080
+priority: 100
+"""
+ACME = f"""\
+apiVersion: reconcile/v1
+kind: Route
+name: shop-acme
+owner:
+  service: checkout
+  hostname: {HOST}
+  routeRef: acme
+match:
+  ports: [80]
+  path: /.well-known/acme-challenge/
+action:
+  port: 8089
+priority: 200
+managedRouteKind: letsencrypt-http01-forward
+"""
+
+
+def api(priority: int) -> str:
+    return (NORMAL.replace("name: shop-web", "name: shop-api")
+            .replace(f"  hostname: {HOST}\n", f"  hostname: {HOST}\n  routeRef: api\n")
+            .replace("  ports: [80, 443]\n", "  ports: [443]\n  path: /api/\n")
+            .replace("priority: 100", f"priority: {priority}"))
+
+
+def write_routes(repo: Repo, *documents: str) -> None:
+    path: Path = repo.path / "routes" / "shop.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("---\n".join(documents), encoding="utf-8")
+    repo.commit("routes")
+
+
+def route_writes(sandbox: Sandbox) -> list[dict[str, object]]:
+    return [a for a in sandbox.audit() if a["method"] == "syncGatewayClientRoute"]
+
+
+def test_same_priority_overlap_is_no_go_with_an_example_then_raising_one_is_go(
+        repo: Repo) -> None:
+    write_routes(repo, NORMAL, api(100))
+    plan = repo.run("plan", str(repo.path), "--detailed-exitcode")
+    assert plan.code == 3, plan.out + plan.err
+    assert "route_ambiguous" in plan.out or "both match" in plan.out, plan.out
+    assert "'shop-web'" in plan.out and "'shop-api'" in plan.out
+    assert "https://shop.sandbox.test/api/ (tcp)" in plan.out
+    write_routes(repo, NORMAL, api(150))
+    plan = repo.run("plan", str(repo.path), "--detailed-exitcode", "--format", "json")
+    assert plan.code == 2, plan.out + plan.err
+    document = json.loads(plan.out)
+    assert document["verdict"] == "go"
+    assert not [b for b in document["blockers"] if b["code"].startswith("route")]
+
+
+def test_a_narrow_route_under_a_broader_higher_one_is_shadowed(repo: Repo) -> None:
+    write_routes(repo, NORMAL, api(50))
+    plan = repo.run("plan", str(repo.path), "--detailed-exitcode", "--format", "json")
+    assert plan.code == 3, plan.out + plan.err
+    [blocker] = [b for b in json.loads(plan.out)["blockers"] if b["code"] == "route_shadowed"]
+    assert "'shop-api'" in blocker["message"] and "'shop-web'" in blocker["message"]
+
+
+def test_http01_and_normal_sync_independently_the_replay_sends_nothing_and_the_other_clients_route_is_untouched(  # noqa: E501
+        repo: Repo, sandbox: Sandbox) -> None:
+    write_routes(repo, NORMAL, ACME)
+    first = repo.run("apply", str(repo.path), "--auto-approve")
+    assert first.code == Exit.OK, first.out + first.err
+    assert "Converged" in first.out
+    sent = route_writes(sandbox)
+    keys = sorted(json.dumps(w["ownership"], sort_keys=True) for w in sent)
+    assert keys == sorted(json.dumps(k, sort_keys=True) for k in (
+        {"appId": "checkout", "hostname": HOST},
+        {"appId": "checkout", "hostname": HOST, "routeRef": "acme"}))
+    for cluster, apps in sandbox.cluster_status().items():
+        assert "checkout" in apps, cluster
+    again = repo.run("plan", str(repo.path), "--detailed-exitcode")
+    assert again.code == Exit.OK, again.out + again.err
+    replay = repo.run("apply", str(repo.path), "--auto-approve")
+    assert replay.code == Exit.OK and "No changes" in replay.out, replay.out + replay.err
+    assert len(route_writes(sandbox)) == len(sent), "the replay sent a route write"
+    status_key = {"appId": "status-page", "hostname": HOST, "routeRef": "status"}
+    assert all(w["ownership"] != status_key for w in route_writes(sandbox))
+
+
+def test_prune_deletes_only_our_undeclared_route_never_the_other_clients(
+        repo: Repo, sandbox: Sandbox) -> None:
+    write_routes(repo, NORMAL, ACME)
+    assert repo.run("apply", str(repo.path), "--auto-approve").code == Exit.OK
+    settings = json.loads((repo.path / "settings.yaml").read_text())
+    settings.setdefault("policy", {})["routes"] = {"prune": True}
+    (repo.path / "settings.yaml").write_text(json.dumps(settings, indent=2) + "\n")
+    write_routes(repo, NORMAL)
+    plan = repo.run("plan", str(repo.path), "--format", "json")
+    document = json.loads(plan.out)
+    deletes = [c for c in document["changes"] if c["actions"] == ["delete_route"]]
+    assert [c["route_before"]["name"] for c in deletes] == ["shop-acme"], plan.out
+    done = repo.run("apply", str(repo.path), "--auto-approve")
+    assert done.code == Exit.OK, done.out + done.err
+    deleted = [w for w in route_writes(sandbox) if w.get("delete")]
+    assert [w["ownership"] for w in deleted] == [
+        {"appId": "checkout", "hostname": HOST, "routeRef": "acme"}]
+
+
+def test_one_cluster_keeping_the_old_route_fails_the_gate_naming_it(
+        repo: Repo, sandbox: Sandbox) -> None:
+    write_routes(repo, NORMAL, ACME)
+    assert repo.run("apply", str(repo.path), "--auto-approve").code == Exit.OK
+    sandbox.fault("sn2", "route-stuck")
+    write_routes(repo, NORMAL.replace("priority: 100", "priority: 120")
+                 .replace("port: 8080", "port: 9090"), ACME)
+    applied = repo.run("apply", str(repo.path), "--auto-approve")
+    assert applied.code == Exit.NOT_CONVERGED, applied.out + applied.err
+    assert "Converged" not in applied.out
+    text = applied.out + applied.err
+    assert "sn2" in text and "priority 100" in text, text
+    gate = repo.run("plan", str(repo.path), "--detailed-exitcode")
+    assert gate.code == 2, gate.out  # the judge does not prove sn2: never "no changes"

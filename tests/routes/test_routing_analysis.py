@@ -1,0 +1,154 @@
+"""The pure routing analysis (``core.routing``): examples, and properties over a small
+universe of hosts, ports and paths where a brute-force oracle can check every claim."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reconciler.core import routing
+from reconciler.core.desired import Route
+from reconciler.core.routing import FindingCode, GatewayRoute, Request, RouteOwnership
+
+HOSTS = ["a.x", "b.x", "*.x", "c.y"]
+PATHS = ["/", "/a", "/a/", "/a/b", "/b"]
+PORTS = [80, 443]
+TRANSPORTS = ["tcp", "udp", "all"]
+#: Every request the routes above can tell apart (wildcards need a concrete label).
+UNIVERSE = [Request(h, p, path, t)
+            for h in ["a.x", "b.x", "www.x", "c.y", routing.ANY_HOST]
+            for p in PORTS for path in [*PATHS, "/a/bc", "/bz"] for t in ["tcp", "udp"]]
+
+
+def route(name: str, priority: int, *, domains: tuple[str, ...] = ("a.x",),
+          ports: tuple[int, ...] = (443,), path: str = "/", transport: str = "tcp",
+          client: str | None = None) -> GatewayRoute:
+    return GatewayRoute(ownership=RouteOwnership(app_id="app", route_ref=name), name=name,
+                        domains=domains, ports=ports, path=path, transport=transport,
+                        priority=priority, target_app_id="app", target_port=8080,
+                        client_id=client)
+
+
+routes = st.builds(
+    lambda name, priority, domains, ports, path, transport: route(
+        name, priority, domains=tuple(sorted(set(domains))), ports=tuple(sorted(set(ports))),
+        path=path, transport=transport),
+    name=st.sampled_from(["r1", "r2", "r3", "r4"]),
+    priority=st.integers(0, 2),
+    domains=st.lists(st.sampled_from(HOSTS), max_size=2),
+    ports=st.lists(st.sampled_from(PORTS), min_size=1, max_size=2),
+    path=st.sampled_from(PATHS),
+    transport=st.sampled_from(TRANSPORTS),
+)
+
+
+def test_same_priority_overlap_is_ambiguous_with_an_example_then_a_raise_fixes_it() -> None:
+    web = route("web", 100, path="/")
+    api = route("api", 100, path="/api/")
+    [finding] = routing.analyse([web, api])
+    assert finding.code is FindingCode.AMBIGUOUS
+    assert {finding.route.name, finding.other.name} == {"web", "api"}
+    assert str(finding.example) == "https://a.x/api/ (tcp)"
+    assert "'web'" in finding.message() and "'api'" in finding.message()
+    assert routing.analyse([web, api.model_copy(update={"priority": 101})]) == []
+
+
+def test_narrow_route_under_a_broader_higher_one_is_shadowed_naming_the_cover() -> None:
+    broad = route("broad", 200, path="/")
+    narrow = route("narrow", 100, path="/api/")
+    [finding] = routing.analyse([broad, narrow])
+    assert finding.code is FindingCode.SHADOWED
+    assert finding.route.name == "narrow" and finding.other.name == "broad"
+    assert "can never match" in finding.message() and "'broad'" in finding.message()
+
+
+def test_http01_above_normal_is_neither() -> None:
+    normal = route("web", 100, ports=(80, 443))
+    acme = route("acme", 200, ports=(80,), path="/.well-known/acme-challenge/")
+    assert routing.analyse([normal, acme]) == []
+
+
+def test_a_foreign_route_counts_but_two_foreign_routes_are_not_ours() -> None:
+    ours = route("ours", 10, domains=("a.x",))
+    theirs = route("theirs", 10, domains=("*.x",), client="other-client")
+    theirs_too = route("theirs-too", 10, domains=("*.x",), client="other-client")
+    findings = routing.analyse([ours], [theirs, theirs_too])
+    assert [(f.route.name, f.other.name) for f in findings] == [("ours", "theirs"),
+                                                               ("ours", "theirs-too")]
+    assert "owned by client other-client" in findings[0].message()
+
+
+def test_a_live_route_of_ours_with_a_declared_key_is_replaced_not_compared() -> None:
+    declared = route("web", 10)
+    live_old = route("web", 10, path="/old/")
+    assert routing.analyse([declared], [live_old]) == []
+
+
+def test_disjoint_hosts_ports_transports_or_paths_never_meet() -> None:
+    base = route("a", 1, path="/p")
+    for other in (route("b", 1, domains=("b.x",)), route("b", 1, ports=(80,)),
+                  route("b", 1, transport="udp"), route("b", 1, path="/q"),
+                  route("b", 1, domains=("*.y",))):
+        assert routing.common_request(base, other) is None, other.summary()
+    assert routing.analyse([base, route("b", 1, path="/q")]) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(routes, routes)
+def test_overlap_is_exactly_what_the_brute_force_oracle_finds(
+        left: GatewayRoute, right: GatewayRoute) -> None:
+    example = routing.common_request(left, right)
+    both = [r for r in UNIVERSE if routing.matches(left, r) and routing.matches(right, r)]
+    assert (example is not None) == bool(both)
+    if example is not None:
+        assert routing.matches(left, example) and routing.matches(right, example)
+    assert (routing.common_request(right, left) is None) == (example is None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(routes, routes)
+def test_covers_is_sound_on_the_universe(outer: GatewayRoute, inner: GatewayRoute) -> None:
+    # Sound: a route called covered really is (a shadowed blocker is never false). The
+    # converse is not claimed: a route covered only by a union of routes is not flagged.
+    if routing.covers(outer, inner):
+        assert all(routing.matches(outer, r) for r in UNIVERSE if routing.matches(inner, r))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(routes, min_size=1, max_size=4, unique_by=lambda r: r.name))
+def test_every_finding_is_true_of_the_gateway_and_no_same_priority_overlap_is_missed(
+        declared: list[GatewayRoute]) -> None:
+    findings = routing.analyse(declared)
+    for finding in findings:
+        assert routing.matches(finding.route, finding.example)
+        if finding.code is FindingCode.AMBIGUOUS:
+            assert finding.route.priority == finding.other.priority
+            assert routing.matches(finding.other, finding.example)
+        else:
+            assert finding.other.priority > finding.route.priority
+            assert all(routing.matches(finding.other, r) for r in UNIVERSE
+                       if routing.matches(finding.route, r))
+    flagged = {frozenset((f.route.name, f.other.name)) for f in findings
+               if f.code is FindingCode.AMBIGUOUS}
+    for a, b in itertools.combinations(declared, 2):
+        if a.priority == b.priority and any(
+                routing.matches(a, r) and routing.matches(b, r) for r in UNIVERSE):
+            assert frozenset((a.name, b.name)) in flagged
+
+
+def test_from_declared_writes_every_default_out() -> None:
+    doc = Route.model_validate({
+        "apiVersion": "reconcile/v1", "kind": "Route", "name": "web",
+        "owner": {"service": "checkout", "hostname": "shop.example.net"},
+        "action": {"port": 8080}, "priority": 5})
+    wire = routing.to_wire(routing.from_declared(doc, "checkout"))
+    assert wire == {
+        "name": "web",
+        "match": {"domains": ["shop.example.net"], "ports": [443], "path": "/",
+                  "transport": "tcp"},
+        "action": {"type": "forward", "target": {"appId": "checkout", "port": 8080}},
+        "priority": 5,
+        "remoteIngress": {"enabled": False, "edgeFilter": []},
+    }
