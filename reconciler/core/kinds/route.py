@@ -99,8 +99,26 @@ def wanted(desired: DesiredState) -> dict[Key, tuple[GatewayRoute, Service]]:
 def expected_routes(desired: DesiredState, svc: Service) -> tuple[GatewayRoute, ...] | None:
     """The routes every expected cluster must report in effect for ``svc``; None when
     the repo declares no route for it (routes are then not judged)."""
-    mine = tuple(route for route, owner in wanted(desired).values() if owner.name == svc.name)
-    return mine or None
+    if not desired.routes:
+        return None
+    return _by_service(desired).get(svc.name)
+
+
+#: The last desired state's routes by owner service: asked once per service by the judge,
+#: so building them again each time would make a 10,000-service plan quadratic.
+_LAST: list[tuple[DesiredState, dict[str, tuple[GatewayRoute, ...]]]] = []
+
+
+def _by_service(desired: DesiredState) -> dict[str, tuple[GatewayRoute, ...]]:
+    last = _LAST[0] if _LAST else None  # one read: another thread may replace it
+    if last is not None and last[0] is desired:
+        return last[1]
+    grouped: dict[str, list[GatewayRoute]] = {}
+    for route, owner in wanted(desired).values():
+        grouped.setdefault(owner.name, []).append(route)
+    index = {name: tuple(routes) for name, routes in grouped.items()}
+    _LAST[:] = [(desired, index)]
+    return index
 
 
 def route_key(action: str, key: Key, after: GatewayRoute | None,
