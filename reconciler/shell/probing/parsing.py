@@ -34,8 +34,8 @@ from reconciler.core.live import ClusterRuntime, ReplicaCounts
 from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import safe
 from reconciler.core.wireshape import WireModel, decode, decode_value, problem
-from reconciler.shell.controlplane import ProtocolError, parse_client_route
-from reconciler.shell.controlplane.wire import EgressWire, egress_rules
+from reconciler.shell.controlplane import parse_client_route
+from reconciler.shell.controlplane.wire import ClientRouteWire, EgressWire, egress_rules
 
 T = TypeVar("T")
 
@@ -86,7 +86,7 @@ class StatusWire(WireModel):
     app_id: str | None = None
     state: str | None = None
     runtime: RuntimeWire | None = None
-    routes: list[JsonValue] | None = None  # [ext] the routes in effect (issue 21)
+    routes: tuple[ClientRouteWire, ...] | None = None  # [ext] the routes in effect (issue 21)
 
 
 class _EntryWire(WireModel):
@@ -250,13 +250,10 @@ def _part(kind: str, raw: Hashable, make: Callable[[Any], T], shared: Shared | N
     return make(raw) if shared is None else shared.get(kind, raw, make)
 
 
-def _routes(raw: list[JsonValue]) -> tuple[GatewayRoute, ...]:
+def _routes(raw: tuple[ClientRouteWire, ...]) -> tuple[GatewayRoute, ...]:
     """[ext] the routes in effect (docs/extensions.md §5), defaults filled in as for the
     control plane's listing, so the judge compares like with like."""
-    try:
-        return tuple(parse_client_route(r, ours=True) for r in raw)
-    except ProtocolError as exc:
-        raise Malformed(f"routes: {exc}") from None
+    return tuple(parse_client_route(r, ours=True) for r in raw)
 
 
 def _counts(raw: CountsWire) -> ReplicaCounts:
