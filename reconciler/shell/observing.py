@@ -134,7 +134,7 @@ async def observe_async(
     survive between snapshots); when omitted they are created and closed here.
     ``memory`` keeps the control plane's last clean read for a conditional re-read
     (the watcher keeps one across resyncs; a one-shot plan has none)."""
-    with heap.bulk():  # millions of live objects built, no garbage: see ``shell.heap``
+    with heap.settled():  # millions of live objects built: see ``shell.heap``
         return await _observe(desired, conn, env=env, progress=progress, prober=prober,
                               client=client, memory=memory)
 

@@ -118,3 +118,13 @@ def test_bulk_pauses_the_collector_and_restores_it() -> None:
         assert not gc.isenabled()  # left as it was found
     finally:
         gc.enable()
+
+
+def test_settled_freezes_what_was_alive_and_hands_it_back() -> None:
+    before = gc.get_freeze_count()
+    with heap.settled():
+        frozen = gc.get_freeze_count()
+        assert frozen > before and gc.isenabled()  # still collecting what is made inside
+        with heap.settled():
+            assert gc.get_freeze_count() == frozen  # nested: one freeze
+    assert gc.get_freeze_count() == 0
