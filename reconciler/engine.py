@@ -232,10 +232,14 @@ EVIDENCE_BLOCKERS = frozenset({
     BlockerCode.CLUSTER_UNNAMED})
 
 
-def state_dir(desired: DesiredState, root: Path, env: Mapping[str, str]) -> Path:
-    """Where the journal lives: env > settings (relative to the repo) > the user's state."""
+def state_dir(desired: DesiredState, root: Path, env: Mapping[str, str],
+              environment: str | None = None) -> Path:
+    """Where the journal lives: env > settings (relative to the repo) > the user's state.
+    In an environment of a pipeline, ``RECONCILE_STATE_DIR`` holds one directory per
+    environment: two control planes' applies never share a journal."""
     if env.get("RECONCILE_STATE_DIR"):
-        return Path(env["RECONCILE_STATE_DIR"]).expanduser()
+        base_dir = Path(env["RECONCILE_STATE_DIR"]).expanduser()
+        return base_dir / environment if environment else base_dir
     if desired.settings.state_dir:
         return (root / desired.settings.state_dir).resolve()
     base = Path(env.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
@@ -435,7 +439,8 @@ class Reconciler:
                                   "was sent", Exit.REFUSED_COMMIT)
             _refuse_mismatch("it was made for another environment",
                              binding.environment(saved, where))
-        directory = state_dir(desired, self.root, self.env)
+        directory = state_dir(desired, self.root, self.env,
+                              self.stage.name if self.stage is not None else None)
         if gitrepo.state_dir_inside_repo(self.root, directory) \
                 and not gitrepo.ignored(self.root, directory):
             raise EngineError(f"refusing to apply: the state directory {directory} is inside "
