@@ -262,15 +262,20 @@ def failed_result(root: Path | None, exc: EngineError) -> PlanResult:
 EVIDENCE_BLOCKERS = SILENT_CLUSTER_CODES
 
 
-def state_dir(desired: DesiredState, root: Path, env: Mapping[str, str]) -> Path:
-    """Where the journal lives: env > settings (relative to the repo) > the user's state."""
-    return state_dir_of(desired.settings, root, env)
+def state_dir(desired: DesiredState, root: Path, env: Mapping[str, str],
+              environment: str | None = None) -> Path:
+    """Where the journal lives: env > settings (relative to the repo) > the user's state.
+    In an environment of a pipeline, ``RECONCILE_STATE_DIR`` holds one directory per
+    environment: two control planes' applies never share a journal."""
+    return state_dir_of(desired.settings, root, env, environment)
 
 
-def state_dir_of(settings: Settings, root: Path, env: Mapping[str, str]) -> Path:
+def state_dir_of(settings: Settings, root: Path, env: Mapping[str, str],
+                 environment: str | None = None) -> Path:
     """``state_dir`` from the Settings document alone (``reconcile config`` shows it)."""
     if env.get("RECONCILE_STATE_DIR"):
-        return Path(env["RECONCILE_STATE_DIR"]).expanduser()
+        base_dir = Path(env["RECONCILE_STATE_DIR"]).expanduser()
+        return base_dir / environment if environment else base_dir
     if settings.state_dir:
         return (root / settings.state_dir).resolve()
     base = Path(env.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
@@ -527,7 +532,8 @@ class Reconciler:
                                   "was sent", Exit.REFUSED_COMMIT)
             _refuse_mismatch("it was made for another environment",
                              binding.environment(saved, where))
-        directory = state_dir(desired, self.root, self.env)
+        directory = state_dir(desired, self.root, self.env,
+                              self.stage.name if self.stage is not None else None)
         if gitrepo.state_dir_inside_repo(self.root, directory) \
                 and not gitrepo.ignored(self.root, directory):
             raise EngineError(f"refusing to apply: the state directory {directory} is inside "

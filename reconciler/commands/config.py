@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from reconciler.commands import options, output, selection
+from reconciler.commands import options, output, stages
 from reconciler.core.crosscheck import Located
 from reconciler.core.desired import Settings
 from reconciler.core.sanitize import safe
@@ -79,6 +79,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "(default: the current directory)")
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="text for people (default), json for scripts")
+    stages.add_env_flag(parser)
     options.add_connection_flags(parser)
     parser.set_defaults(handler=run)
 
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from reconciler.engine import read_commit
 
     try:
-        root = selection.desired_root(args.path, command="config")
+        root, _ = stages.select(args, args.path, command="config")
         result, _ = read_commit(root)
     except EngineError as exc:
         return output.report_error(exc)

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from reconciler.commands import selection
+from reconciler.commands import stages
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -40,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="terminal text, or one JSON document")
     parser.add_argument("--limit", type=int, default=20, metavar="N",
                         help="show at most the N newest applies (default 20)")
+    stages.add_env_flag(parser)
     parser.set_defaults(handler=run)
 
 
@@ -47,17 +48,24 @@ def journal_path(args: argparse.Namespace) -> Path:
     """``--journal`` > ``RECONCILE_STATE_DIR`` > the state directory apply would use."""
     if args.journal:
         return Path(args.journal)
-    if os.environ.get("RECONCILE_STATE_DIR"):
-        return Path(os.environ["RECONCILE_STATE_DIR"]).expanduser() / "journal.jsonl"
     from reconciler import engine
+    from reconciler.shell import environments
 
-    root = selection.desired_root(args.path, command="history")  # like plan and apply
+    if os.environ.get("RECONCILE_STATE_DIR"):
+        base_dir = Path(os.environ["RECONCILE_STATE_DIR"]).expanduser()
+        if getattr(args, "env_name", None) is None and \
+                environments.find_pipeline_root(Path(args.path)) is None:
+            return base_dir / "journal.jsonl"  # one root: nothing else to find
+        _, found = stages.select(args, args.path, command="history")
+        return (base_dir / found.name if found else base_dir) / "journal.jsonl"
+    root, stage = stages.select(args, args.path, command="history")  # like plan and apply
     result, _ = engine.read_commit(root)
     if result.state is None:
         raise EngineError(f"{root}: the desired state is invalid ({len(result.diagnostics)} "
                           "problem(s)), so its state directory is unknown; pass --journal "
                           "FILE or set RECONCILE_STATE_DIR")
-    return engine.state_dir(result.state, root, os.environ) / "journal.jsonl"
+    return engine.state_dir(result.state, root, os.environ,
+                            stage.name if stage else None) / "journal.jsonl"
 
 
 def run(args: argparse.Namespace) -> int:

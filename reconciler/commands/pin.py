@@ -24,7 +24,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from reconciler.commands import options, output, selection
+from reconciler.commands import options, output, stages
 from reconciler.core import pinning
 from reconciler.core.live import ReadFailure
 from reconciler.core.sanitize import safe
@@ -66,6 +66,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--no-plan", action="store_true",
                         help="do not observe the clusters and plan the service afterwards "
                         "(show the diff only)")
+    stages.add_env_flag(parser)
     options.add_connection_flags(parser)
     parser.set_defaults(handler=run)
 
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
               "(see: reconcile pin --help)", file=sys.stderr)
         return int(Exit.USAGE)
     try:
-        root = selection.desired_root(args.path, command="pin")
+        root, _ = stages.select(args, args.path, command="pin")
         overrides = options.overrides_from(args)
         if args.check:
             return check(engine.check_pins(root, args.service, overrides=overrides))

@@ -82,6 +82,8 @@ def render_run(run_json: dict[str, Any]) -> list[str]:
     if run_json.get("duration_seconds") is not None:
         head.append(f"{run_json['duration_seconds']:.1f}s")
     lines = ["  ".join(head)]
+    # an emergency override of a window or freeze (plan/apply --override-window REASON)
+    lines.extend(f"  ! {safe(str(o), 400)}" for o in run_json.get("overrides") or [])
     blockers = run_json.get("blockers") or []
     for blocker in blockers[:10]:
         lines.append(f"  ✗ {safe(str(blocker.get('code')), 60)}: "

@@ -440,6 +440,8 @@ class Journal:
             "services": services[:MAX_SERVICES], "services_total": len(services),
             "blockers": [{"code": b.code.value, "message": b.message[:300]}
                          for b in plan.blockers[:50]],
+            # an emergency override of a promotion window or freeze (issue 19), said
+            "overrides": [n[:500] for n in plan.notes if n.startswith("override-window:")],
             "changes": [{"key": c.idempotency_key, "service": c.service,
                          "action": c.action.value, "summary": c.summary[:300]}
                         for c in plan.changes],
@@ -531,6 +533,7 @@ class Run:
     saved_plan: bool = False
     services: list[str] = field(default_factory=list)
     blockers: list[dict[str, Any]] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)
     changes: list[dict[str, Any]] = field(default_factory=list)
     sent: list[str] = field(default_factory=list)  # keys with an intent after the start
     results: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> last result
@@ -601,6 +604,7 @@ class Run:
             "plan_fingerprint": self.fingerprint, "verdict": self.verdict,
             "saved_plan": self.saved_plan, "services": self.services,
             "blockers": self.blockers,
+            "overrides": self.overrides,
             "duration_seconds": done.get("duration_seconds"),
             "gate": done.get("gate"), "changes": self.outcomes() or [
                 {**c, "outcome": "not_sent"} for c in self.changes],
@@ -628,6 +632,7 @@ def history(path: Path, *, on_torn: Callable[[TornTail], None] | None = None) ->
                       saved_plan=bool(entry.get("saved_plan")),
                       services=list(entry.get("services") or []),
                       blockers=list(entry.get("blockers") or []),
+                      overrides=[str(o) for o in entry.get("overrides") or []],
                       changes=list(entry.get("changes") or []))
             runs.append(run)
             by_id[key] = run

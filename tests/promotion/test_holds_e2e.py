@@ -46,19 +46,32 @@ def test_a_committed_freeze_holds_every_prod_promotion_until_unfreeze(
     [frozen] = blockers(plan, "frozen")
     assert '"incident 4711" until' in str(frozen["message"])
     assert frozen["services"] == ["checkout"]
-    # staging is not frozen
-    code, _ = plan_json(soaked, "staging")
-    assert code in (Exit.OK, Exit.CHANGES)
     # An emergency override lifts it, and says so.
     code, plan = plan_json(soaked, "prod", "--override-window", "hotfix for 4711")
     assert code == Exit.CHANGES
     assert any("override-window: hotfix for 4711" in n for n in plan["notes"])
+    assert any("lifted: frozen" in n for n in plan["notes"])
 
     undone = soaked.run("unfreeze", str(soaked.path), "--env", "prod")
     assert undone.code == Exit.OK, undone.err
     assert not (soaked.path / "freezes" / "prod.yaml").exists()
     code, _ = plan_json(soaked, "prod")
     assert code == Exit.CHANGES
+
+
+def test_an_emergency_override_applies_through_a_freeze_and_history_says_so(
+        soaked: PipelineRepo) -> None:
+    assert soaked.run("freeze", str(soaked.path), "--env", "prod", "--reason", "incident 4712",
+                      "--until", "2026-12-31T00:00:00Z").code == Exit.OK
+    refused = soaked.run("apply", str(soaked.path), "--env", "prod", "--auto-approve")
+    assert refused.code == Exit.REFUSED_NO_GO and "frozen" in refused.err
+    forced = soaked.run("apply", str(soaked.path), "--env", "prod", "--auto-approve",
+                        "--override-window", "hotfix for 4712")
+    assert forced.code == Exit.OK, forced.out + forced.err
+    history = soaked.run("history", str(soaked.path), "--env", "prod")
+    assert history.code == Exit.OK, history.err
+    assert "override-window: hotfix for 4712" in history.out
+    assert soaked.prod.rollout_statuses()["svc-checkout"]["expectedDigest"] == NEW
 
 
 POLICY = """apiVersion: reconcile/v1
