@@ -5,7 +5,9 @@ would: validate the reference repo, plan it (a promotion, a rollback, egress and
 changes, with live evidence from every cluster), plan a PR against its base
 (``plan --base``: what the branch introduces vs what was already pending), apply
 it (the gate waits until every cluster proves the new digests), and plan again (no
-changes). Stops the sandbox it started. Each step is the real CLI in a child process,
+changes). Then a release sn3 refuses (the ``refuse-digest`` fault) is reverted in git,
+held, rolled back and proven (``apply --on-gate-failure revert``), and ``history`` tells
+it. Stops the sandbox it started. Each step is the real CLI in a child process,
 exactly as a user types it.
 """
 
@@ -55,6 +57,29 @@ def _pr_repo() -> Path:
     return pr
 
 
+def _revert_repo(sandbox: launcher.Sandbox) -> Path:
+    """A throwaway git repo of the reference repo whose last commit promotes checkout to
+    a new release v2.5.0 -- which the demo then makes sn3 refuse (issue 20)."""
+    repo = STATE / "revert-demo"
+    if repo.exists():
+        shutil.rmtree(repo)
+    shutil.copytree(ROOT / REPO, repo)
+    git = ["git", "-C", str(repo), "-c", "user.email=demo@example.net", "-c", "user.name=demo"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    checkout = repo / "services" / "checkout.yaml"
+    text = checkout.read_text(encoding="utf-8")
+    pinned = next(line.split("digest:", 1)[1].strip() for line in text.splitlines()
+                  if line.strip().startswith("digest:"))
+    new = sandbox.push("checkout", "v2.5.0")
+    checkout.write_text(text.replace(pinned, new).replace("tag: v2.4.0", "tag: v2.5.0"),
+                        encoding="utf-8")
+    subprocess.run([*git, "commit", "-qam", "promote checkout to v2.5.0"], check=True)
+    sandbox.fault("sn3", "refuse-digest", digest=new)
+    return repo
+
+
 def main() -> int:
     print(f"Starting the sandbox (control plane + 3 clusters) in {STATE} ...", flush=True)
     if (STATE / "sandbox.json").exists():
@@ -77,6 +102,22 @@ def main() -> int:
             ("make it so, then prove it on every cluster",
              ["apply", str(REPO), "--auto-approve"], {0}),
             ("nothing left to do", ["plan", str(REPO), "--detailed-exitcode"], {0}),
+        ]
+        for title, args, ok in steps:
+            code = _step(title, args, env)
+            if code not in ok:
+                print(f"\ndemo: `reconcile {shlex.join(args)}` exited {code}", file=sys.stderr)
+                return 1
+        # Issue 20: sn3 refuses the next release; the way back is reverted in git first.
+        revert = str(_revert_repo(sandbox).relative_to(ROOT))
+        steps = [
+            ("sn3 refuses v2.5.0: revert in git, hold it, roll back, prove it (exit 15)",
+             ["apply", revert, "--auto-approve", "--only", "checkout",
+              "--on-gate-failure", "revert"], {15}),
+            ("after the revert: nothing left to do", ["plan", revert, "--only", "checkout",
+                                                      "--detailed-exitcode"], {0}),
+            ("the story: failed release, revert commit, proven rollback",
+             ["history", revert, "--limit", "3"], {0}),
         ]
         for title, args, ok in steps:
             code = _step(title, args, env)

@@ -565,17 +565,14 @@ class Reconciler:
         tracing.note_plan(fresh)  # the verdict on the apply's root span
         try:
             # Before any refusal, so `reconcile history` lists refused applies too.
-            run = journal.run_started(fresh, saved=saved)
+            # with what ran proven before this apply replaced it (issue 20, lastproven)
+            run = journal.run_started(fresh, saved=saved, proven=lastproven.running_before(
+                desired, fresh, snapshot))
         except JournalError as exc:
             raise EngineError(f"{exc}; nothing was sent") from exc
         if notify is not None and fresh.verdict is Verdict.NO_GO:
             notify.outcome(fresh)
         refuse_no_go(fresh)
-        try:  # issue 20: what ran proven before this apply replaced it (core.lastproven)
-            journal.proven(run, "before-apply",
-                           lastproven.running_before(desired, fresh, snapshot))
-        except JournalError as exc:
-            raise EngineError(f"{exc}; nothing was sent") from exc
         sending = fresh.changes
         if saved is not None:
             saved = restrict(saved, only)
@@ -644,8 +641,6 @@ class Reconciler:
             report = report.model_copy(update={"gate": gate,
                                                "expired": report.expired or gate.expired})
         try:
-            if report.gate is not None:
-                journal.proven(run, "gate", report.gate.proofs)
             journal.run_finished(run, report)
         except JournalError as exc:
             sent = journal.sent_lines()

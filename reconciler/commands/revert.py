@@ -71,8 +71,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "release-hold", help="remove the hold on a service's digest, by a commit",
         description="Remove the kind: Hold document on SERVICE's DIGEST and commit, so the "
         "digest may be pinned again.")
-    hold.add_argument("service", metavar="SERVICE")
-    hold.add_argument("digest", metavar="DIGEST")
+    hold.add_argument("service", metavar="SERVICE", help="the held service's name")
+    hold.add_argument("digest", metavar="DIGEST",
+                      help="the held digest (sha256:…), as the Hold document names it")
     hold.add_argument("-C", "--path", default=".", metavar="PATH",
                       help="where the desired state is (default: the current directory)")
     hold.set_defaults(handler=run_release)

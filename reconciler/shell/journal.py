@@ -419,7 +419,7 @@ class Journal:
     # -- run records ------------------------------------------------------------------
 
     def run_started(self, plan: Plan, *, saved_plan: bool = False,
-                    saved: Plan | None = None) -> str:
+                    saved: Plan | None = None, proven: Sequence[ServiceProof] = ()) -> str:
         """Record that an apply of ``plan`` (the fresh plan, already restricted to
         ``--only``) begins, before it may be refused and before anything is sent; return
         its run id, for ``run_finished``. A run that never finishes reads back as refused
@@ -445,6 +445,8 @@ class Journal:
             "changes": [{"key": c.idempotency_key, "service": c.service,
                          "action": c.action.value, "summary": c.summary[:300]}
                         for c in plan.changes],
+            # issue 20: the releases the judge proved running before this apply
+            "proven": _proven(proven),
         })
         self.started[run] = time.monotonic()
         return run
@@ -465,41 +467,45 @@ class Journal:
                 "converged": gate.converged, "attempts": gate.attempts,
                 "waited_seconds": round(gate.waited_seconds, 3),
                 "pending": [{"service": p.service, "reasons": p.reasons()[:10]}
-                            for p in gate.pending()[:50]]},
+                            for p in gate.pending()[:50]],
+                "proven": _proven(gate.proofs)},  # issue 20: what the gate proved
         })
 
 
     # -- issue 20: what the judge proved, and reverts ----------------------------------
-
-    def proven(self, run: str, stage: str, proofs: Sequence[ServiceProof]) -> None:
-        """Record each ``proofs`` entry the one judge found converged (``stage``: ``gate``,
-        or ``before-apply`` for the releases running when an apply began): the facts
-        ``core.lastproven`` asks for. Nothing is written when none converged."""
-        done = [{"service": p.service, "digest": p.digest,
-                 "clusters": [c.cluster for c in p.clusters]}
-                for p in proofs if p.converged]
-        if done:
-            self._append({"event": "proven", "key": run, "stage": stage, "proofs": done})
 
     def reverted(self, key: str, record: dict[str, Any]) -> None:
         """Record a revert (its key, the services, digests, commit or pull request)."""
         self._append({"event": "revert", "key": key, **record})
 
 
+def _proven(proofs: Sequence[ServiceProof]) -> list[dict[str, Any]]:
+    """The proofs the one judge found converged, as the journal keeps them (issue 20)."""
+    return [{"service": p.service, "digest": p.digest,
+             "clusters": [c.cluster for c in p.clusters]}
+            for p in proofs if p.converged][:MAX_SERVICES]
+
+
 def proven_facts(path: Path, *, on_torn: Callable[[TornTail], None] | None = None,
                  ) -> list[ProvenFact]:
-    """Every ``proven`` record of the journal at ``path``, oldest first (none: [])."""
+    """Every proof the journal at ``path`` keeps (``core.lastproven``): a run's
+    ``proven`` (stage ``before-apply``) and its gate's (stage ``gate``), oldest first."""
     facts: list[ProvenFact] = []
     for _number, entry in read_entries(path, on_torn=on_torn):
-        if entry.get("event") != "proven":
+        event = entry.get("event")
+        if event == "run_started":
+            stage, proofs = "before-apply", entry.get("proven")
+        elif event == "run_finished" and isinstance(entry.get("gate"), dict):
+            stage, proofs = "gate", entry["gate"].get("proven")
+        else:
             continue
-        for proof in entry.get("proofs") or ():
+        for proof in proofs or ():
             if isinstance(proof, dict):
                 facts.append(ProvenFact(
                     service=str(proof.get("service")), digest=str(proof.get("digest")),
                     at_ms=int(entry.get("ts") or 0),
                     clusters=tuple(str(c) for c in proof.get("clusters") or ()),
-                    run=str(entry.get("key")), stage=str(entry.get("stage"))))
+                    run=str(entry.get("key")), stage=stage))
     return facts
 
 

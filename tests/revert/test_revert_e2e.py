@@ -237,3 +237,53 @@ def json_text(event: dict[str, object]) -> str:
     import json
 
     return json.dumps(event)
+
+
+def test_reconcile_revert_by_hand_commits_once_then_apply_rolls_back(
+        repo_factory: Callable[..., Repo], sandbox: Sandbox) -> None:
+    repo = repo_factory(sandbox, attempts=60, interval_seconds=0.3)
+    sandbox.fault("sn3", "refuse-digest", digest=NEW)
+    failed = repo.run("apply", str(repo.path), "--auto-approve", "--only", "checkout")
+    assert failed.code == Exit.NOT_CONVERGED, failed.out + failed.err
+    assert not revert_commits(repo.path)  # --on-gate-failure stop: as before
+
+    done = repo.run("revert", "checkout", "-C", str(repo.path))
+    assert done.code == 0, done.out + done.err
+    assert "pinned back to v2.3.0" in done.out and "proven: journal:" in done.out
+    assert "proven: control plane:" in done.out and "revert committed" in done.out
+    again = repo.run("revert", "checkout", "-C", str(repo.path))
+    assert again.code == 0 and "already reverted" in again.out, again.out + again.err
+    assert len(revert_commits(repo.path)) == 1
+
+    rolled = repo.run("apply", str(repo.path), "--auto-approve", "--only", "checkout")
+    assert rolled.code == Exit.OK, rolled.out + rolled.err
+    assert len(rollback_keys(sandbox)) == 1
+
+
+def test_a_revert_without_a_proven_release_writes_nothing(
+        repo_factory: Callable[..., Repo], sandbox: Sandbox) -> None:
+    repo = repo_factory(sandbox, attempts=60, interval_seconds=0.3)
+    head = out(repo.path, "rev-parse", "HEAD")
+    refused = repo.run("revert", "checkout", "-C", str(repo.path))  # an empty journal
+    assert refused.code == Exit.ERROR, refused.out + refused.err
+    assert "refusing to guess" in refused.err and "nothing written" in refused.err
+    assert out(repo.path, "rev-parse", "HEAD") == head
+
+
+def test_two_appliers_reacting_to_one_failure_make_one_revert_and_one_rollback(
+        repo_factory: Callable[..., Repo], sandbox: Sandbox) -> None:
+    import concurrent.futures
+
+    repo = repo_factory(sandbox, attempts=60, interval_seconds=0.3)
+    sandbox.fault("sn3", "refuse-digest", digest=NEW)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda _i: apply_reverting(repo), range(2)))
+    codes = sorted(code for code, _o, _e in runs)
+    assert all(c in (Exit.OK, Exit.NOT_CONVERGED, Exit.CONFLICT, Exit.REFUSED_NO_GO,
+                     Exit.ERROR) for c in codes), runs
+    sandbox.wait_settled()
+    settle = repo.run("apply", str(repo.path), "--auto-approve", "--only", "checkout")
+    assert settle.code == Exit.OK, (runs, settle.out, settle.err)
+    assert len(revert_commits(repo.path)) == 1, runs
+    assert len(list((repo.path / "holds").glob("*.yaml"))) == 1
+    assert len(rollback_keys(sandbox)) == 1, rollbacks(sandbox)
