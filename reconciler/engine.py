@@ -827,6 +827,7 @@ class ShardedWatchSteps(WatchSteps):
         self.since = clock()  # unreconciled shards count from here at the latest
         self.fresh: set[int] = set()  # taken since the last plan: resync now
         self.planned: frozenset[int] = frozenset()  # the shards the last plan covered
+        self.observed: frozenset[int] = frozenset()  # the shards the last snapshot read
         self.ids: dict[str, str] = {}  # name -> serviceId of the last desired state
         self.dropped: set[int] = set()  # dropped by a fence or a deadline, not yet reported
 
@@ -961,17 +962,38 @@ class ShardedWatchSteps(WatchSteps):
         names = sharding.services_in(self.held, self.ids, self.count)
         return names or NOTHING
 
+    def _names(self, desired: DesiredState, shards: frozenset[int]) -> frozenset[str]:
+        self.ids = {s.name: s.service_id for s in desired.services}
+        return sharding.services_in(shards, self.ids, self.count)
+
+    async def observe(self, desired: DesiredState) -> LiveSnapshot:
+        """Read only the owned shards' services (the control plane's releases and the
+        clusters' apps for them), not the fleet."""
+        self.fresh.clear()
+        self.observed = frozenset(self.held)
+        return await super().observe(
+            sharding.narrow(desired, self._names(desired, self.observed)))
+
+    async def _ask_again(self, desired: DesiredState, provenance: Provenance,
+                         ) -> Greenfield | None:
+        narrowed = sharding.narrow(desired, self._names(desired, self.observed))
+        return await super()._ask_again(narrowed, provenance)
+
     def plan(self, desired: DesiredState, snapshot: LiveSnapshot,
              provenance: Provenance, *, max_age: float | None = None) -> Plan:
-        self.planned = frozenset(self.held)
-        self.fresh.clear()
-        self.only = self.owned_names(desired)
-        return super().plan(desired, snapshot, provenance, max_age=max_age)
+        """The plan of the shards both observed and still held (a shard taken since is
+        planned at the resync its taking triggers)."""
+        self.planned = self.observed & frozenset(self.held)
+        names = self._names(desired, self.planned)
+        self.only = names or NOTHING
+        return super().plan(sharding.narrow(desired, names), snapshot, provenance,
+                            max_age=max_age)
 
     async def apply(self, hook: Hook) -> ApplyRun:
         """Apply the owned services at the commit HEAD is at, each write fenced."""
         desired, provenance = load_consistent(self.root)
         only = self.owned_names(desired)
+        desired = sharding.narrow(desired, only)
         async with Reconciler(self.root, desired, overrides=self.overrides,
                               env=self.env) as reconciler:
             return await reconciler.apply(

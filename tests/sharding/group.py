@@ -69,8 +69,8 @@ class Member:
                     return event
             checked = len(self.seen)
             time.sleep(0.1)
-        raise AssertionError(f"{self.name}: no matching event in {timeout}s; last: "
-                             f"{[(e['event'], e.get('message', '')[:90]) for e in self.seen[-12:]]}")
+        last = [(e["event"], e.get("message", "")[:90]) for e in self.seen[-12:]]
+        raise AssertionError(f"{self.name}: no matching event in {timeout}s; last: {last}")
 
     def intents(self) -> list[dict[str, Any]]:
         path = self.state / "journal.jsonl"
