@@ -165,6 +165,18 @@ class Group:
             time.sleep(0.1)
 
 
+def wait_converged(repo: Repo, timeout: float = 300.0) -> None:
+    """Until the one judge says the whole repo has no changes left (`plan
+    --detailed-exitcode` exits 0): the group converged, whoever applied what."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = repo.run("plan", str(repo.path), "--detailed-exitcode")
+        if got.code == 0:
+            return
+        assert time.monotonic() < deadline, f"not converged in {timeout:g}s: {got.out[-800:]}"
+        time.sleep(1.0)
+
+
 def fully_owned(count: int, by: set[str] | None = None) -> Callable[[dict[int, str]], bool]:
     def check(owners: dict[int, str]) -> bool:
         return sorted(owners) == list(range(count)) and (
