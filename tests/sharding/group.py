@@ -59,7 +59,7 @@ class Member:
                 return self.seen
 
     def wait_for(self, predicate: Callable[[dict[str, Any]], bool],
-                 timeout: float = 60.0) -> dict[str, Any]:
+                 timeout: float = 120.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         checked = 0
         while time.monotonic() < deadline:
@@ -118,7 +118,7 @@ class Group:
         return member
 
     def member_id(self, member: Member) -> str:
-        event = member.wait_for(lambda e: "member" in e, timeout=60)
+        event = member.wait_for(lambda e: "member" in e, timeout=180)
         return str(event["member"])
 
     def stop_all(self) -> None:

@@ -42,7 +42,7 @@ def test_three_watchers_own_sixteen_shards_once_and_take_over_a_killed_one(
     try:
         a, b, c = (group.start(n) for n in "abc")
         ids = {group.member_id(m): m for m in (a, b, c)}
-        owners, _ = group.wait_owners(fully_owned(16, set(ids)), timeout=60)
+        owners, _ = group.wait_owners(fully_owned(16, set(ids)), timeout=180)
         # every shard owned by exactly one member (a key has one value), in fair shares
         assert Counter(owners.values()) == Counter(quotas(list(ids), 16))
         for m in (a, b, c):  # each says what it owns, and it is what etcd says
@@ -139,7 +139,7 @@ def test_etcd_unreachable_stops_every_write_says_so_and_resumes_when_it_returns(
         a, b = group.start("a"), group.start("b")
         starts = [m.wait_for(lambda e: e["event"] == "start") for m in (a, b)]
         ids = {group.member_id(m) for m in (a, b)}
-        group.wait_owners(fully_owned(2, ids), timeout=60)
+        group.wait_owners(fully_owned(2, ids), timeout=180)
         wait_converged(repo)
         sent = len(writes(sandbox))
         etcd.stop()
@@ -159,7 +159,7 @@ def test_etcd_unreachable_stops_every_write_says_so_and_resumes_when_it_returns(
         etcd.start()
         for m in (a, b):
             m.wait_for(lambda e: e["event"] == "coordination-ok", timeout=60)
-        group.wait_owners(fully_owned(2, ids), timeout=60)
+        group.wait_owners(fully_owned(2, ids), timeout=180)
         deadline = time.monotonic() + 120
         while not [w for w in writes(sandbox)[sent:] if w["method"] == "setServiceEgress"]:
             assert time.monotonic() < deadline, "the change was never applied after etcd returned"
@@ -215,7 +215,7 @@ def test_twenty_rounds_of_random_kill_9_make_no_duplicate_rollout_and_converge(
         names = ["a", "b", "c"]
         live = {n: group.start(n) for n in names}
         ids = {group.member_id(m): n for n, m in live.items()}
-        group.wait_owners(fully_owned(4, set(ids)), timeout=60)
+        group.wait_owners(fully_owned(4, set(ids)), timeout=180)
         wait_converged(repo)
         before = egress_revisions(sandbox)
         changed: Counter[str] = Counter()
