@@ -261,3 +261,50 @@ def test_twenty_rounds_of_random_kill_9_make_no_duplicate_rollout_and_converge(
                     print(e["ts"], e["event"], e.get("message", "")[:150])
     assert not unreconciled, unreconciled
     assert kills >= 5, seed
+
+
+def metric(start: dict[str, object], name: str) -> float:
+    import urllib.request
+
+    host, port = str(start["metrics"]).rsplit(":", 1)
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as reply:
+        for line in reply.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"no {name} in /metrics")
+
+
+def test_a_shard_nobody_reconciles_for_two_intervals_is_reported_everywhere(
+        repo: Repo, sandbox: Sandbox, etcd: Etcd) -> None:
+    """The owners cannot read the live side (the control plane answers 503), so no shard
+    finishes a reconcile: after two resyncs the watcher says so in its log, /readyz and
+    metrics, and watch-status exits 1 naming them -- never a quiet 'Synced'."""
+    group = Group(repo, etcd, shards=2, resync=3.0, extra=("--metrics-port", "0"))
+    try:
+        a = group.start("a")
+        start = a.wait_for(lambda e: e["event"] == "start")
+        a.wait_for(lambda e: e["event"] == "plan")
+        deadline = time.monotonic() + 120
+        while readyz(start)[0] != 200:
+            assert time.monotonic() < deadline, readyz(start)
+            time.sleep(0.2)
+        assert metric(start, "reconcile_shards_unreconciled") == 0
+        sandbox.fault("control-plane", "5xx", every=1)
+        said = a.wait_for(lambda e: e["event"] == "shards-unreconciled", timeout=60)
+        assert said["shards"] == [0, 1] and said["level"] == "warning"
+        assert all("not reconciled for" in line for line in said["lines"])
+        code, body = readyz(start)
+        assert code == 503 and "shard 0 (owner " in body and "not reconciled for" in body
+        assert metric(start, "reconcile_shards_unreconciled") == 2
+        status = repo.run("watch-status", str(repo.path), "--shards", "--coordinate",
+                          f"{etcd.url}/{GROUP}", "--resync", "3")
+        assert status.code == 1, status.out + status.err
+        assert "2 shard(s) not reconciled for two resync intervals" in status.out
+        sandbox.clear_faults()
+        a.wait_for(lambda e: e["event"] == "shards-reconciled", timeout=60)
+        deadline = time.monotonic() + 30
+        while readyz(start)[0] != 200:
+            assert time.monotonic() < deadline, readyz(start)
+            time.sleep(0.2)
+    finally:
+        group.stop_all()
