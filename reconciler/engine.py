@@ -14,15 +14,17 @@ through the ``Progress`` hook).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
 import os
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from reconciler.core import (
     binding,
@@ -107,6 +109,8 @@ from reconciler.shell.controlplane import (
 from reconciler.shell.endpoints import ConfigError, Connection, Effective, Overrides
 from reconciler.shell.journal import Journal, JournalError
 from reconciler.shell.progress import NullProgress, Progress
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:  # the GitHub client (githubkit) loads only when a comment is written
     from reconciler.shell import coordination as coordination_types
@@ -1047,6 +1051,7 @@ class ShardRound:
     ages: tuple[tuple[int, float | None], ...] = ()  # shard -> seconds since its last finish
     late: tuple[sharding.ShardAge, ...] = ()
     error: str | None = None
+    fatal: bool = False  # the group refused this member (another shard count): stop
 
 
 class ShardedWatchSteps(WatchSteps):
@@ -1079,8 +1084,18 @@ class ShardedWatchSteps(WatchSteps):
         self.since = clock()  # unreconciled shards count from here at the latest
         self.fresh: set[int] = set()  # taken since the last plan: resync now
         self.planned: frozenset[int] = frozenset()  # the shards the last plan covered
+        self.observed: frozenset[int] = frozenset()  # the shards the last snapshot read
         self.ids: dict[str, str] = {}  # name -> serviceId of the last desired state
         self.dropped: set[int] = set()  # dropped by a fence or a deadline, not yet reported
+        # The coordination thread (``start``): its loop, the rounds' results not yet read
+        # by the watcher, and a lock for what both threads touch (``held`` and the sets).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._rounds: concurrent.futures.Future[None] | None = None
+        self._lock = threading.RLock()
+        self._results: list[ShardRound] = []
+        self._last: ShardRound | None = None
+        self._ready = asyncio.Event()
 
     # -- joining and the ownership round ------------------------------------------------
 
@@ -1099,11 +1114,9 @@ class ShardedWatchSteps(WatchSteps):
 
     async def _join(self) -> coordination_types.Etcd:
         if self.etcd is None:
-            loaded = self.load()
-            if loaded.state is None:
+            if self.group is None:  # named by ``start`` or ``observe``, on their thread
                 raise self.coordination.CoordinationError(
                     "no valid desired state to name the group by yet")
-            self.group = self._group_of(loaded.state)
             self.etcd = self.coordination.Etcd(
                 self.target, self.group, self.member,
                 timeout=max(1.0, min(3.0, self.timing.retry)))
@@ -1124,13 +1137,82 @@ class ShardedWatchSteps(WatchSteps):
 
     def _drop(self) -> tuple[int, ...]:
         """Forget every shard (the next round reports them lost)."""
-        lost = tuple(sorted(self.held))
-        self.dropped.update(lost)
-        self.held.clear()
-        self.fresh.clear()
+        with self._lock:
+            lost = tuple(sorted(self.held))
+            self.dropped.update(lost)
+            self.held = {}
+            self.fresh.clear()
         return lost
 
+    def _held_now(self) -> dict[int, int]:
+        with self._lock:
+            return dict(self.held)
+
+    # -- the coordination thread ------------------------------------------------------
+    #
+    # The lease must be renewed while the watcher plans: a plan of thousands of services
+    # holds the watcher's event loop for seconds (more on a loaded machine), which would
+    # let the lease expire under a healthy member. So every etcd call and the round's
+    # timer run on a thread of their own, with their own event loop; the watcher's loop
+    # only reads the rounds' results and asks the fence (both through that loop).
+
+    def start(self) -> None:
+        """Name the group (from the desired state, on the caller's thread) and start
+        the rounds on the coordination thread."""
+        if self._loop is not None:
+            return
+        if self.group is None:
+            loaded = self.load()
+            if loaded.state is not None:
+                self.group = self._group_of(loaded.state)
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(target=loop.run_forever, name="coordination",
+                                        daemon=True)
+        self._thread.start()
+        self._rounds = asyncio.run_coroutine_threadsafe(self._run_rounds(), loop)
+
+    async def _on_loop(self, coro: Coroutine[object, object, T]) -> T:
+        """Run ``coro`` on the coordination loop and wait for it from this one."""
+        assert self._loop is not None
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    async def _run_rounds(self) -> None:
+        while True:
+            try:
+                got = await self._round()
+            except EngineError as exc:  # refused to join (another shard count): final
+                got = ShardRound(error=str(exc), fatal=True)
+            with self._lock:
+                self._results.append(got)
+            self._ready.set()
+            if got.fatal:
+                return
+            await asyncio.sleep(self.timing.retry)
+
     async def round(self) -> ShardRound:
+        """The rounds finished since the last call, merged (the first call waits for the
+        first round): what is owned now, and every shard taken, released or lost since."""
+        if self._loop is None:
+            self.start()
+        await self._on_loop(self._ready_wait())
+        with self._lock:
+            results, self._results = self._results, []
+            last = results[-1] if results else self._last
+            self._last = last
+        if last is None:
+            return ShardRound(error="no round yet")
+        if not results:
+            return dataclasses.replace(last, taken=(), released=(), lost=())
+        return dataclasses.replace(
+            last, taken=tuple(s for r in results for s in r.taken),
+            released=tuple(s for r in results for s in r.released),
+            lost=tuple(sorted({s for r in results for s in r.lost})))
+
+    async def _ready_wait(self) -> None:
+        await self._ready.wait()
+
+    async def _round(self) -> ShardRound:
         """Renew, read the group, decide, take and release, and read every shard's age.
         A member that cannot renew for ``renew_deadline`` seconds drops its shards (one
         retry before the lease itself may expire and another member take them)."""
@@ -1152,41 +1234,45 @@ class ShardedWatchSteps(WatchSteps):
             # not is lost (taken over after our lease expired).
             ours = {s: o.revision for s, o in owners.items()
                     if o.member == self.member and o.lease == self.lease}
-            lost += tuple(s for s in self.held if s not in ours)
-            lost += tuple(s for s in self.dropped if s not in ours)
-            self.dropped.clear()
-            self.held = ours
+            with self._lock:
+                lost += tuple(s for s in self.held if s not in ours)
+                lost += tuple(s for s in self.dropped if s not in ours)
+                self.dropped.clear()
+                self.held = ours
             decision = sharding.decide(self.member, sorted(members),
                                        {s: o.member for s, o in owners.items()}, self.count)
             released = []
             for shard in decision.release:
-                if await etcd.release(shard, self.held[shard]):
+                with self._lock:  # no write is fenced on it from here on
+                    revision = self.held.pop(shard)
+                if await etcd.release(shard, revision):
                     released.append(shard)
-                self.held.pop(shard, None)
                 owners.pop(shard, None)
             taken = []
             for shard in decision.take:
-                revision = await etcd.take(shard, self.lease)
-                if revision is not None:
-                    self.held[shard] = revision
+                got = await etcd.take(shard, self.lease)
+                if got is not None:
+                    with self._lock:
+                        self.held[shard] = got
+                        self.fresh.add(shard)
                     taken.append(shard)
-            self.fresh.update(taken)
             owner_of = {s: o.member for s, o in owners.items()}
-            owner_of.update({s: self.member for s in self.held})
+            owner_of.update({s: self.member for s in self._held_now()})
             statuses = await etcd.statuses()
         except unreachable as exc:
             if self.held and (self.renewed_at is None or time.monotonic() - self.renewed_at
                               >= self.timing.renew_deadline):
                 self._drop()
-            lost, self.dropped = tuple(sorted(self.dropped)), set()
-            return ShardRound(owned=frozenset(self.held), lost=lost, error=str(exc))
+            with self._lock:
+                lost, self.dropped = tuple(sorted(self.dropped)), set()
+            return ShardRound(owned=frozenset(self._held_now()), lost=lost, error=str(exc))
         finished = {s: float(v["finishedAt"]) for s, v in statuses.items()
                     if isinstance(v.get("finishedAt"), int | float)}
         now = self.clock()
         late = sharding.unreconciled(self.count, finished, owner_of, now=now,
                                      since=self.since, interval=self.resync)
         return ShardRound(
-            owned=frozenset(self.held), taken=tuple(taken), released=tuple(released),
+            owned=frozenset(self._held_now()), taken=tuple(taken), released=tuple(released),
             lost=tuple(sorted(set(lost))), members=tuple(sorted(members)),
             owners=tuple(sorted(owner_of.items())),
             ages=tuple((s, now - finished[s] if s in finished else None)
@@ -1194,13 +1280,27 @@ class ShardedWatchSteps(WatchSteps):
             late=tuple(late))
 
     async def leave(self) -> None:
-        """A clean stop: revoke the lease, so the others take the shards at once."""
+        """A clean stop: revoke the lease, so the others take the shards at once; then
+        stop the coordination thread."""
+        if self._loop is None:
+            return
+        if self._rounds is not None:
+            self._rounds.cancel()
+        with contextlib.suppress(Exception):  # leaving must not fail the stop
+            await self._on_loop(self._leave())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 10)
+        self._loop = None
+
+    async def _leave(self) -> None:
+        with self._lock:
+            self.held = {}
         if self.etcd is None:
             return
         with contextlib.suppress(self.coordination.CoordinationError):
             if self.lease is not None:
                 await self.etcd.revoke(self.lease)
-        self.held.clear()
         self.lease = None
         await self.etcd.close()
 
@@ -1210,20 +1310,44 @@ class ShardedWatchSteps(WatchSteps):
         """The services of the shards this member holds now (a name no service has when it
         holds none: ``restrict`` keeps everything for an empty set)."""
         self.ids = {s.name: s.service_id for s in desired.services}
-        names = sharding.services_in(self.held, self.ids, self.count)
+        names = sharding.services_in(self._held_now(), self.ids, self.count)
         return names or NOTHING
+
+    def _names(self, desired: DesiredState, shards: frozenset[int]) -> frozenset[str]:
+        self.ids = {s.name: s.service_id for s in desired.services}
+        return sharding.services_in(shards, self.ids, self.count)
+
+    async def observe(self, desired: DesiredState) -> LiveSnapshot:
+        """Read only the owned shards' services (the control plane's releases and the
+        clusters' apps for them), not the fleet."""
+        if self.group is None:  # the first valid desired state names the group
+            self.group = self._group_of(desired)
+        with self._lock:
+            self.fresh.clear()
+            self.observed = frozenset(self.held)
+        return await super().observe(
+            sharding.narrow(desired, self._names(desired, self.observed)))
+
+    async def _ask_again(self, desired: DesiredState, provenance: Provenance,
+                         ) -> Greenfield | None:
+        narrowed = sharding.narrow(desired, self._names(desired, self.observed))
+        return await super()._ask_again(narrowed, provenance)
 
     def plan(self, desired: DesiredState, snapshot: LiveSnapshot,
              provenance: Provenance, *, max_age: float | None = None) -> Plan:
-        self.planned = frozenset(self.held)
-        self.fresh.clear()
-        self.only = self.owned_names(desired)
-        return super().plan(desired, snapshot, provenance, max_age=max_age)
+        """The plan of the shards both observed and still held (a shard taken since is
+        planned at the resync its taking triggers)."""
+        self.planned = self.observed & frozenset(self._held_now())
+        names = self._names(desired, self.planned)
+        self.only = names or NOTHING
+        return super().plan(sharding.narrow(desired, names), snapshot, provenance,
+                            max_age=max_age)
 
     async def apply(self, hook: Hook) -> ApplyRun:
         """Apply the owned services at the commit HEAD is at, each write fenced."""
         desired, provenance = load_consistent(self.root)
         only = self.owned_names(desired)
+        desired = sharding.narrow(desired, only)
         async with Reconciler(self.root, desired, overrides=self.overrides,
                               env=self.env) as reconciler:
             return await reconciler.apply(
@@ -1234,8 +1358,13 @@ class ShardedWatchSteps(WatchSteps):
         """Just before a write: this member still holds the change's shard, checked in one
         etcd transaction on the owner key's revision; else ``applying.Fenced`` (and the
         shard is dropped). The token goes into the journal with the intent."""
+        if self._loop is None:
+            raise applying.Fenced("this watcher has not joined its group")
+        return await self._on_loop(self._fence(change))
+
+    async def _fence(self, change: Change) -> dict[str, object]:
         shard = sharding.shard_of(change.service_id, self.count)
-        revision = self.held.get(shard)
+        revision = self._held_now().get(shard)
         if revision is None or self.etcd is None or self.lease is None:
             raise applying.Fenced(f"shard {shard} of {change.service} is not ours")
         if self.renewed_at is None or \
@@ -1249,8 +1378,9 @@ class ShardedWatchSteps(WatchSteps):
             raise applying.Fenced(f"etcd unreachable, cannot prove shard {shard} is "
                                   f"ours ({safe(exc, 200)})") from exc
         if checked is None:
-            self.held.pop(shard, None)
-            self.dropped.add(shard)
+            with self._lock:
+                self.held.pop(shard, None)
+                self.dropped.add(shard)
             raise applying.Fenced(f"shard {shard} of {change.service} is no longer ours "
                                   "(taken over, or our lease expired); dropped")
         return {"member": self.member, "group": self.group, "shard": shard,
@@ -1258,12 +1388,16 @@ class ShardedWatchSteps(WatchSteps):
 
     async def publish(self, commit: str | None) -> None:
         """After a finished reconcile: each shard it covered and still holds, now."""
+        if self._loop is not None:
+            await self._on_loop(self._publish(commit, self.planned))
+
+    async def _publish(self, commit: str | None, planned: frozenset[int]) -> None:
         if self.etcd is None or self.lease is None:
             return
         now = self.clock()
         shards = {s: (rev, {"owner": self.member, "finishedAt": now, "commit": commit,
                             "lease": self.lease, "ownerRevision": rev})
-                  for s, rev in self.held.items() if s in self.planned}
+                  for s, rev in self._held_now().items() if s in planned}
         with contextlib.suppress(self.coordination.CoordinationError):
             await self.etcd.publish(shards)
 

@@ -40,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "coordination.etcd)")
     parser.add_argument("--resync", type=float, default=30.0, metavar="SECONDS",
                         help="the watchers' --resync: a shard is late after two (default 30)")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="a table (default), or one JSON object")
     options.add_connection_flags(parser)
     parser.set_defaults(handler=show_shards)
 

@@ -33,6 +33,8 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from reconciler.core.desired import DesiredState
+
 #: The default shard count (``--shards``; settings ``coordination.shards``).
 DEFAULT_SHARDS = 16
 MAX_SHARDS = 4096
@@ -52,6 +54,14 @@ def services_in(shards: Iterable[int], service_ids: Mapping[str, str], count: in
     wanted = frozenset(shards)
     return frozenset(name for name, sid in service_ids.items()
                      if shard_of(sid, count) in wanted)
+
+
+def narrow(desired: DesiredState, names: frozenset[str]) -> DesiredState:
+    """The desired state of the named services only: what one member observes, plans and
+    applies. Grant entries of other services resolve to nothing (``desired_grants``), so
+    a member never plans, let alone prunes, another shard's grants."""
+    return desired.model_copy(update={
+        "services": tuple(s for s in desired.services if s.name in names)})
 
 
 def quotas(members: Sequence[str], count: int) -> dict[str, int]:

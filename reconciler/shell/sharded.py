@@ -1,7 +1,9 @@
 """``reconcile watch --coordinate``: the watcher as one member of a group sharing a
 desired-state root through etcd.
 
-Owns *when*: the ownership round every retry period (and once before the first plan),
+Owns *when* the watcher looks at the ownership rounds (every retry period, and once
+before the first plan; the rounds themselves run on the engine's coordination thread, so
+a long plan never starves the lease),
 a resync as soon as a round took shards, the status published after each finished
 reconcile, the lease revoked on a clean stop; and *what is said* about it: log events,
 the shard metrics and the ``/readyz`` holds (etcd unreachable; shards nobody reconciled
@@ -51,6 +53,9 @@ class Round(Protocol):
 
     @property
     def error(self) -> str | None: ...
+
+    @property
+    def fatal(self) -> bool: ...
 
 
 class ShardSteps(Protocol):
@@ -122,12 +127,14 @@ class ShardedWatcher(Watcher):
     unreachable: bool = False
     rounds: int = 0
     _round_task: asyncio.Task[None] | None = field(default=None, repr=False)
+    _stop: asyncio.Event | None = field(default=None, repr=False)
 
     async def run(self, stop: asyncio.Event) -> None:
         assert self.shards is not None
         if self.metrics is not None:
             self.readiness = self.metrics.readiness
             self.shard_metrics = ShardMetrics(self.metrics)
+        self._stop = stop
         await self._one_round()
         self._round_task = asyncio.create_task(self._rounds(stop))
         try:
@@ -158,6 +165,12 @@ class ShardedWatcher(Watcher):
             self.log.event("shards-lost", f"lost shard(s) {_ranges(got.lost)}: taken over or "
                            "our lease expired; nothing more is sent for them",
                            level="warning", lost=list(got.lost), **fields)
+        if got.fatal:
+            self.log.event("coordination-refused", f"{got.error}; stopping", level="error",
+                           **fields)
+            if self._stop is not None:
+                self._stop.set()
+            return
         if got.error is not None:
             self.readiness.hold("coordination", f"etcd unreachable: {got.error}; no lease, "
                                 "no writes until it answers")

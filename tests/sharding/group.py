@@ -59,7 +59,7 @@ class Member:
                 return self.seen
 
     def wait_for(self, predicate: Callable[[dict[str, Any]], bool],
-                 timeout: float = 60.0) -> dict[str, Any]:
+                 timeout: float = 120.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         checked = 0
         while time.monotonic() < deadline:
@@ -69,8 +69,8 @@ class Member:
                     return event
             checked = len(self.seen)
             time.sleep(0.1)
-        raise AssertionError(f"{self.name}: no matching event in {timeout}s; last: "
-                             f"{[(e['event'], e.get('message', '')[:90]) for e in self.seen[-12:]]}")
+        last = [(e["event"], e.get("message", "")[:90]) for e in self.seen[-12:]]
+        raise AssertionError(f"{self.name}: no matching event in {timeout}s; last: {last}")
 
     def intents(self) -> list[dict[str, Any]]:
         path = self.state / "journal.jsonl"
@@ -118,7 +118,7 @@ class Group:
         return member
 
     def member_id(self, member: Member) -> str:
-        event = member.wait_for(lambda e: "member" in e, timeout=60)
+        event = member.wait_for(lambda e: "member" in e, timeout=180)
         return str(event["member"])
 
     def stop_all(self) -> None:
@@ -163,6 +163,18 @@ class Group:
             if time.monotonic() - started > timeout:
                 raise AssertionError(f"owners never matched in {timeout:g}s: {got}")
             time.sleep(0.1)
+
+
+def wait_converged(repo: Repo, timeout: float = 300.0) -> None:
+    """Until the one judge says the whole repo has no changes left (`plan
+    --detailed-exitcode` exits 0): the group converged, whoever applied what."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = repo.run("plan", str(repo.path), "--detailed-exitcode")
+        if got.code == 0:
+            return
+        assert time.monotonic() < deadline, f"not converged in {timeout:g}s: {got.out[-800:]}"
+        time.sleep(1.0)
 
 
 def fully_owned(count: int, by: set[str] | None = None) -> Callable[[dict[int, str]], bool]:

@@ -27,10 +27,12 @@ pytestmark = pytest.mark.integration
 
 
 def member(repo: Repo, etcd: Etcd, state: Path) -> ShardedWatchSteps:
+    """A member whose rounds come 25 s apart: within one test step, only the rounds the
+    test asks for happen (the first ``round()`` waits for the member's first)."""
     return ShardedWatchSteps(repo.path, overrides=Overrides(),
                              env=repo.env(RECONCILE_STATE_DIR=str(state)),
                              target=f"{etcd.url}/fence", shards=2,
-                             timing=LeaseTiming(30, 20.0, 5.0), resync=2.0)
+                             timing=LeaseTiming(60, 50.0, 25.0), resync=2.0)
 
 
 def intents(state: Path) -> list[dict[str, object]]:
@@ -69,7 +71,6 @@ def test_the_owner_key_revision_stops_a_member_whose_lease_etcd_already_dropped(
         assert all(d.startswith("not sent: ") for d in details), details
         assert not [a for a in sandbox.audit() if a["method"] in WRITES]
         assert intents(tmp_path / "old") == []
-        assert (await old.round()).lost == (0, 1)  # reported, then it rejoins with nothing
         fresh = await new.apply(hook)
         assert fresh.report.writes_ok
         sent = intents(tmp_path / "new")
