@@ -372,16 +372,21 @@ class WebhookSink:
     url: str
     token: str | None = None
     kind: str = "webhook"
-    source: str = "reconcile"
+    #: the CloudEvent ids this sink took: a retry sends only those it did not
+    delivered: set[str] = field(default_factory=set)
 
     async def send(self, note: Notification, timeout: float) -> None:
         source = f"reconcile/{note.environment}"
         for headers, body in cloudevents(note, source):
+            ident = headers.get("ce-id", "")
+            if ident in self.delivered:
+                continue
             if self.token:
                 headers["Authorization"] = f"Bearer {self.token}"
             headers["User-Agent"] = f"reconcile/{__version__}"
             await _post(self.url, timeout=timeout, what=f"webhook {self.name}",
                         headers=headers, content=body)
+            self.delivered.add(ident)
 
 
 @dataclass
@@ -513,8 +518,11 @@ class Deliveries:
         message = "not attempted"
         for attempt in range(1, self.delivery.attempts + 1):
             try:
+                # Each request has its own deadline; this bounds the attempt as a whole
+                # (a webhook sends one event per released service, GitHub up to four).
                 await asyncio.wait_for(sink.send(note, self.delivery.timeout_seconds),
-                                       self.delivery.timeout_seconds * 2)
+                                       self.delivery.timeout_seconds
+                                       * (4 + len(note.cdevent_types())))
             except DeliveryError as exc:
                 message = str(exc)
                 if exc.permanent:

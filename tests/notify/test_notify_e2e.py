@@ -30,6 +30,7 @@ from tests.watch.test_watch_proof import free_port, is_apply_end
 pytestmark = pytest.mark.integration
 
 TOKEN = "ghp_e2eN0tifyT0ken0123456789abcdefghij"
+SLACK_SECRET = "XXsl4ckS3cretPathXX"
 FAST = {"attempts": 3, "backoffSeconds": 0.2, "timeoutSeconds": 2.0, "drainSeconds": 5.0}
 
 
@@ -71,7 +72,8 @@ def test_a_gate_failure_in_watch_apply_is_told_once_per_sink_however_many_resync
                        "tokenEnv": "TEST_GH_TOKEN"},
             "delivery": FAST})
         sandbox.fault("sn1", "stuck")
-        extra = {"TEST_SLACK_URL": slack.url, "TEST_GH_TOKEN": TOKEN}
+        slack_url = slack.url + "/T0000/B0000/" + SLACK_SECRET  # the URL is the secret
+        extra = {"TEST_SLACK_URL": slack_url, "TEST_GH_TOKEN": TOKEN}
         with watching_env(repo, extra, "--apply", "--resync", "1") as w:
             first = w.wait_for(is_apply_end, timeout=90)
             assert first["event"] == "apply-failed", first
@@ -81,6 +83,9 @@ def test_a_gate_failure_in_watch_apply_is_told_once_per_sink_however_many_resync
             w.drain(3)
             resyncs = [e for e in w.seen if e["event"] == "plan" and "resync" in e["message"]]
             assert len(resyncs) >= 3, [e["message"] for e in w.seen]
+        assert w.proc.stderr is not None
+        said = json.dumps(w.seen) + w.proc.stderr.read()
+        assert SLACK_SECRET not in said and TOKEN not in said
         events = hook.ok()
         assert len(events) == 1, [e.headers.get("ce-type") for e in events]
         ce = from_binary_event(HTTPMessage(headers=events[0].headers, body=events[0].body))
