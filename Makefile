@@ -12,8 +12,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# `make demo DEMO_PORT=19443 DEMO_MESH_PORT=19444` (0: any free port); without them the
+# default ports, or free ones when those are taken.
 demo: $(STAMP)
-	$(PY) -m reconciler.demo
+	DEMO_PORT=$(DEMO_PORT) DEMO_MESH_PORT=$(DEMO_MESH_PORT) $(PY) -m reconciler.demo
 	$(PY) -m reconciler.demo_environments
 
 # Only the staging -> prod walk-through (two sandboxes side by side; docs/promotion.md).

@@ -1,6 +1,8 @@
 """``make demo``: the whole loop on one machine, against the sandbox.
 
-Starts the sandbox on its default ports with its default seed, then runs what a user
+Starts the sandbox with its default seed -- on ``DEMO_PORT`` / ``DEMO_MESH_PORT`` when set
+(0: any free port), else on its default ports, or on free ones when those are taken, so
+two people on one host do not collide -- then runs what a user
 would: validate the reference repo, plan it (a promotion, a rollback, egress and grant
 changes, with live evidence from every cluster), plan a PR against its base
 (``plan --base``: what the branch introduces vs what was already pending), apply
@@ -14,6 +16,7 @@ exactly as a user types it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shlex
 import shutil
@@ -78,20 +81,55 @@ def _revert_repo(sandbox: launcher.Sandbox) -> Path:
     subprocess.run([*git, "commit", "-qam", "promote checkout to v2.5.0"], check=True)
     sandbox.fault("sn3", "refuse-digest", digest=new)
     return repo
+DEFAULT_PORTS = (launcher.DEFAULT_PORT, launcher.DEFAULT_MESH_PORT)
+
+
+def _port(name: str) -> int | None:
+    """``DEMO_PORT`` / ``DEMO_MESH_PORT``: a port number, or 0 for any free one."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) > 65535:
+        raise SystemExit(f"demo: {name}={text!r} is not a port (0 for any free one)")
+    return int(text)
+
+
+def _start(port: int | None, mesh_port: int | None) -> launcher.Sandbox:
+    """The sandbox on the ports asked for; with none asked for, on the defaults when they
+    are free, else on free ports (two people on one host, or a sandbox already up)."""
+    try:
+        return launcher.start(STATE, port=launcher.DEFAULT_PORT if port is None else port,
+                              mesh_port=launcher.DEFAULT_MESH_PORT if mesh_port is None
+                              else mesh_port, converge_delay_ms=800)
+    except (OSError, launcher.SandboxError) as exc:
+        taken = (isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE) or \
+            "is taken" in str(exc)
+        if not taken or (port is not None and mesh_port is not None):
+            raise SystemExit(f"demo: cannot start the sandbox: {exc} (set DEMO_PORT= and "
+                             "DEMO_MESH_PORT= to other ports, or 0 for free ones)") from exc
+        print(f"(ports {launcher.DEFAULT_PORT}/{launcher.DEFAULT_MESH_PORT} are taken: "
+              "using free ones)", flush=True)
+        return launcher.start(STATE, port=port or 0, mesh_port=mesh_port or 0,
+                              converge_delay_ms=800)
 
 
 def main() -> int:
+    port, mesh_port = _port("DEMO_PORT"), _port("DEMO_MESH_PORT")
     print(f"Starting the sandbox (control plane + 3 clusters) in {STATE} ...", flush=True)
     if (STATE / "sandbox.json").exists():
         with contextlib.suppress(launcher.SandboxError):
             launcher.attach(STATE).stop()
     for stale in STATE.glob("*.sqlite*"):
         stale.unlink()  # a demo starts from the default seed every time
-    sandbox = launcher.start(STATE, port=18443, mesh_port=18444, converge_delay_ms=800)
+    sandbox = _start(port, mesh_port)
     env = {**os.environ, **sandbox.env(), "RECONCILE_STATE_DIR": str(STATE / "apply-state")}
-    for key in ("RECONCILE_CONTROL_PLANE_URL", "RECONCILE_GATEWAY", "RECONCILE_RESOLVE",
-                "RECONCILE_CA_FILE"):
-        env.pop(key, None)  # the reference settings already point at these defaults
+    if (sandbox.control_plane_port, sandbox.mesh_port) == DEFAULT_PORTS:
+        for key in ("RECONCILE_CONTROL_PLANE_URL", "RECONCILE_GATEWAY", "RECONCILE_RESOLVE",
+                    "RECONCILE_CA_FILE"):
+            env.pop(key, None)  # the reference settings already point at these defaults
+    else:  # the environment points every step at the ports this demo got
+        print(f"(control plane on port {sandbox.control_plane_port}, clusters on port "
+              f"{sandbox.mesh_port}: the RECONCILE_* environment points the steps there)")
     try:
         steps = [
             ("every file, every rule", ["validate", str(REPO)], {0}),

@@ -1,8 +1,8 @@
 """``reconcile sandbox``: run the local control plane and cluster mesh, and drive it.
 
-Owns the command line of the sandbox (``up``, ``down``, ``status``, ``fault``, ``push``,
-``seed``) and what ``up`` prints for clients. Must not implement any server behaviour:
-everything goes through ``reconciler.sandbox.launcher``.
+Owns the command line of the sandbox (``up``, ``down``, ``stop``/``start COMPONENT``,
+``status``, ``fault``, ``push``, ``seed``) and what ``up`` prints for clients. Must not
+implement any server behaviour: everything goes through ``reconciler.sandbox.launcher``.
 """
 
 from __future__ import annotations
@@ -87,6 +87,18 @@ def register(subparsers: Any) -> None:
     down.add_argument("--name", default=argparse.SUPPRESS, metavar="NAME",
                     help="a named sandbox: STATE/NAME (see `reconcile sandbox --help`)")
     down.set_defaults(handler=_named(cmd_down))
+
+    for action, text in (("stop", "stop one component (the control plane or a cluster) "
+                          "to rehearse an outage; its pid is verified first"),
+                         ("start", "start a stopped component again, on its own address "
+                          "and port")):
+        component = sub.add_parser(action, help=text, description=text[0].upper() + text[1:]
+                                   + ". COMPONENT: control-plane or a cluster id (sn1, ...).")
+        component.add_argument("--state", type=Path, default=argparse.SUPPRESS,
+                               help=state_help)
+        component.add_argument("component", metavar="COMPONENT",
+                               help="control-plane, or a cluster id such as sn1")
+        component.set_defaults(handler=cmd_component, component_action=action)
 
     status = sub.add_parser("status", help="what each cluster runs, per app")
     status.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
@@ -215,7 +227,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         args.mesh_port = 0 if args.mesh_port == launcher.DEFAULT_MESH_PORT else args.mesh_port
     try:
         existing = launcher.attach(args.state)
-        if any(launcher.alive(pid) for pid in existing._pids.values()):
+        if any(existing.owns(c)[0] for c in existing._pids):
             print(f"a sandbox is already running in {args.state} "
                   "(reconcile sandbox down; or print its settings: reconcile sandbox env)",
                   file=sys.stderr)
@@ -272,7 +284,7 @@ def cmd_env(args: argparse.Namespace) -> int:
     except (launcher.SandboxError, OSError, ValueError, KeyError) as exc:
         print(f"reconcile sandbox env: {safe(exc, 2000)}", file=sys.stderr)
         return Exit.ERROR
-    if not any(launcher.alive(pid) for pid in sb._pids.values()):
+    if not any(sb.owns(c)[0] for c in sb._pids):
         print(f"reconcile sandbox env: the sandbox in {args.state} is not running "
               "(start one with: reconcile sandbox up --print-env)", file=sys.stderr)
         return Exit.ERROR
@@ -286,13 +298,41 @@ def cmd_down(args: argparse.Namespace) -> int:
     except launcher.SandboxError as exc:
         print(str(exc), file=sys.stderr)
         return Exit.ERROR
-    pids = dict(sb._pids)
-    sb.stop()
+    ours = {c: pid for c, pid in sb._pids.items() if sb.owns(c)[0]}
+    skipped = sb.stop()
     deadline = time.monotonic() + 5
-    while any(launcher.alive(p) for p in pids.values()) and time.monotonic() < deadline:
+    while any(launcher.process_identity(p) is not None for p in ours.values()) \
+            and time.monotonic() < deadline:
         time.sleep(0.05)
-    print(f"stopped {len(pids)} processes")
+    print(f"stopped {len(ours)} processes")
+    for line in skipped:  # a pid reused by another process since: never signalled
+        print(f"not signalled: {line}", file=sys.stderr)
     return Exit.OK
+
+
+def cmd_component(args: argparse.Namespace) -> int:
+    """``sandbox stop|start COMPONENT``: one component down or up again."""
+    action = args.component_action
+    try:
+        sb = launcher.attach(args.state)
+        if action == "stop":
+            pid = sb.pid(args.component)
+            sb.stop_component(args.component)
+            print(f"stopped {args.component} (pid {pid}); start it again with: reconcile "
+                  f"sandbox start {args.component} --state {shlex.quote(str(args.state))}")
+            return Exit.OK
+        if sb.foreground:
+            print(f"reconcile sandbox start: the sandbox in {args.state} runs in the "
+                  "foreground of `reconcile sandbox up`, whose components die with it; "
+                  "start components again only in a detached sandbox (up --detach)",
+                  file=sys.stderr)
+            return Exit.ERROR
+        sb.start_component(args.component)
+        print(f"started {args.component} (pid {sb.pid(args.component)})")
+        return Exit.OK
+    except (launcher.SandboxError, OSError) as exc:
+        print(f"reconcile sandbox {action}: {safe(exc, 2000)}", file=sys.stderr)
+        return Exit.ERROR
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -305,7 +345,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     apps = sorted({app for per in records.values() for app in per})
     rows = [("CLUSTER", "APP", "DIGEST", "STATE", "REPLICAS", "GEN", "LAST ERROR")]
     for cid in sb.clusters:
-        alive = launcher.alive(sb._pids[cid]) if cid in sb._pids else False
+        alive = sb.owns(cid)[0]
         for app in apps:
             rec = records[cid].get(app)
             if rec is None:

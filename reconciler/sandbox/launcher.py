@@ -110,8 +110,13 @@ class Sandbox:
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     _argv: dict[str, list[str]] = field(default_factory=dict, repr=False)
     _pids: dict[str, int] = field(default_factory=dict, repr=False)
+    #: what each started process was (``process_identity``), to tell it from a later
+    #: process that reused its pid before anything signals it
+    _identities: dict[str, str] = field(default_factory=dict, repr=False)
     _parent_fds: tuple[int, int] | None = field(default=None, repr=False)
     _detached: bool = field(default=False, repr=False)
+    #: attached to a sandbox that runs in the foreground of another ``sandbox up``
+    foreground: bool = field(default=False, repr=False)
 
     # -- what a client needs ---------------------------------------------------------
 
@@ -327,6 +332,82 @@ class Sandbox:
         proc = self._procs.get(component)
         return proc.pid if proc is not None else self._pids.get(component)
 
+    def owns(self, component: str) -> tuple[bool, str]:
+        """Whether ``component``'s recorded pid is still the process this sandbox started
+        (its start time, or for a descriptor that has none, its command line), and if
+        not, why -- checked before anything is signalled: a pid reused by another
+        process is never signalled."""
+        proc = self._procs.get(component)
+        if proc is not None:
+            return (proc.poll() is None, "" if proc.poll() is None else "it has exited")
+        pid = self._pids.get(component)
+        if pid is None:
+            return False, "it is not running (no pid recorded)"
+        current = process_identity(pid)
+        if current is None:
+            return False, f"pid {pid} has exited"
+        recorded = self._identities.get(component)
+        if recorded:
+            if current == recorded:
+                return True, ""
+            return False, (f"pid {pid} is another process now (it started at another "
+                           "time than the one the sandbox started); not signalled")
+        if _command_line_is(pid, self._argv.get(component), self.state_dir):
+            return True, ""
+        return False, (f"pid {pid} is not the sandbox's {component} (its command line "
+                       "differs); not signalled")
+
+    def stop_component(self, component: str, timeout: float = 5.0) -> None:
+        """Stop one component (an outage to rehearse), verified first (``owns``);
+        ``SandboxError`` when it is unknown or not this sandbox's running process."""
+        if component not in self._argv:
+            raise SandboxError(f"unknown component {component!r}; one of: "
+                               f"{', '.join(self._argv)}")
+        ours, why = self.owns(component)
+        if not ours:
+            raise SandboxError(f"{component} is not running as this sandbox's process: {why}")
+        pid = self.pid(component)
+        assert pid is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while process_identity(pid) is not None and time.monotonic() < deadline:
+            proc = self._procs.get(component)
+            if proc is not None and proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        if process_identity(pid) is not None and self.owns(component)[0]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self._procs.pop(component, None)
+        self._pids.pop(component, None)
+        self._identities.pop(component, None)
+        _write_descriptor(self)
+
+    def start_component(self, component: str) -> None:
+        """Start a stopped component again on its own address and port (detached: it
+        outlives this process, like the rest of a detached sandbox)."""
+        if component not in self._argv:
+            raise SandboxError(f"unknown component {component!r}; one of: "
+                               f"{', '.join(self._argv)}")
+        if self.owns(component)[0]:
+            raise SandboxError(f"{component} is already running (pid {self.pid(component)})")
+        if component == CONTROL_PLANE:
+            sock = serving.listen_socket("127.0.0.1", self.control_plane_port)
+        else:
+            sock = serving.listen_socket(self.addresses[component], self.mesh_port)
+        try:
+            proc = _spawn(self, component, sock, adopt=False)
+        finally:
+            sock.close()
+        _wait_ready({component: proc}, self.state_dir)
+        if self._detached:
+            self._pids[component] = proc.pid  # attached: recorded, not waited for
+        else:
+            self._procs[component] = proc
+        self._identities[component] = process_identity(proc.pid) or ""
+        _write_descriptor(self)
+
     def kill(self, component: str, sig: int = signal.SIGKILL) -> None:
         pid = self.pid(component)
         if pid is None:
@@ -353,15 +434,25 @@ class Sandbox:
             sock.close()
         _wait_ready({component: proc}, self.state_dir)
         self._procs[component] = proc
+        self._identities[component] = process_identity(proc.pid) or ""
         _write_descriptor(self)
 
-    def stop(self) -> None:
+    def stop(self) -> list[str]:
+        """Stop every process; a recorded pid that is no longer this sandbox's process
+        (``owns``) is not signalled: what was skipped, and why, is returned."""
         components = list(self._procs) or list(self._pids)
+        skipped: list[str] = []
         for component in components:
             with contextlib.suppress(ProcessLookupError, TypeError):
                 pid = self.pid(component)
-                if pid is not None:
-                    os.kill(pid, signal.SIGTERM)
+                if pid is None:
+                    continue
+                ours, why = self.owns(component)
+                if not ours:
+                    if process_identity(pid) is not None:
+                        skipped.append(f"{component}: {why}")
+                    continue
+                os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 3
         for component in components:
             proc = self._procs.get(component)
@@ -381,10 +472,13 @@ class Sandbox:
             self._parent_fds = None
         self._procs.clear()
         self._pids.clear()
+        self._identities.clear()
         with contextlib.suppress(FileNotFoundError):
             descriptor = json.loads((self.state_dir / DESCRIPTOR).read_text())
             descriptor["pids"] = {}
+            descriptor["identities"] = {}
             (self.state_dir / DESCRIPTOR).write_text(json.dumps(descriptor, indent=2))
+        return skipped
 
     def __enter__(self) -> Sandbox:
         return self
@@ -460,6 +554,8 @@ def _write_descriptor(sandbox: Sandbox, extra: dict[str, Any] | None = None) -> 
         "detached": sandbox._detached,
         "argv": sandbox._argv,
         "pids": {name: sandbox.pid(name) for name in sandbox._argv},
+        "identities": {name: sandbox._identities[name] for name in sandbox._argv
+                       if sandbox.pid(name) is not None and name in sandbox._identities},
         "batchReads": sandbox.batch_reads,
         "greenfield": sandbox.greenfield,
     })
@@ -576,6 +672,8 @@ def start(state_dir: Path, *, clusters: int = 3, port: int | None = None,
         for sock in socks.values():
             sock.close()
         _wait_ready(dict(sandbox._procs), state_dir)
+        for component, proc in sandbox._procs.items():
+            sandbox._identities[component] = process_identity(proc.pid) or ""
     except BaseException:
         for sock in socks.values():
             sock.close()
@@ -608,8 +706,55 @@ def attach(state_dir: Path) -> Sandbox:
     )
     sandbox._argv = {k: list(v) for k, v in descriptor.get("argv", {}).items()}
     sandbox._pids = {k: int(v) for k, v in descriptor.get("pids", {}).items() if v}
+    sandbox._identities = {k: str(v) for k, v in (descriptor.get("identities") or {}).items()
+                           if v}
     sandbox._detached = True
+    #: a foreground sandbox's launcher owns its children (they die with it)
+    sandbox.foreground = not bool(descriptor.get("detached", True))
     return sandbox
+
+
+def process_identity(pid: int) -> str | None:
+    """What tells process ``pid`` from a later one that reuses the number: on Linux the
+    boot id and the start time in clock ticks (``/proc/PID/stat`` field 22), elsewhere
+    ``ps -o lstart=``; None when no such process exists."""
+    stat_file = Path(f"/proc/{pid}/stat")
+    try:
+        raw = stat_file.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        raw = b""
+    if raw:
+        fields = raw[raw.rfind(b")") + 2:].split()
+        boot = ""
+        with contextlib.suppress(OSError):
+            boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        # fields[0] is field 3 (state); a zombie has exited as far as we are concerned
+        if fields and fields[0] == b"Z":
+            return None
+        return f"linux:{boot}:{fields[19].decode()}" if len(fields) > 19 else None
+    try:
+        done = subprocess.run(["ps", "-o", "lstart=", "-p", str(pid)], capture_output=True,
+                              text=True, timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return f"ps:{done.stdout.strip()}" if done.returncode == 0 and done.stdout.strip() \
+        else None
+
+
+def _command_line_is(pid: int, argv: list[str] | None, state_dir: Path) -> bool:
+    """For a descriptor written before identities were recorded: whether ``pid`` runs
+    the component's module for this state directory."""
+    if not argv:
+        return False
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    said = [w.decode(errors="replace") for w in words]
+    module = argv[argv.index("-m") + 1] if "-m" in argv else None
+    return module is not None and module in said and str(state_dir) in said
 
 
 def alive(pid: int) -> bool:

@@ -134,13 +134,20 @@ class Control:
             requested, self._requested = self._requested, False
             return requested
 
+    def how_to_resume(self) -> str:
+        """What lifts the suspension from here (said when the watcher starts suspended)."""
+        if self.token is not None:
+            return "POST /resume, or: reconcile watch-ctl resume"
+        return (f"control is off in this watcher: restart it with --control-token-file and "
+                f"`reconcile watch-ctl resume`, or remove {self.state_file}")
+
     def detail(self) -> str | None:
         """What ``/readyz`` adds while suspended; None otherwise."""
         suspension = self.suspension
         if suspension is None:
             return None
         return (f"{suspension.describe()}: nothing is observed, planned or applied until it "
-                "is resumed (POST /resume, or: reconcile watch-ctl resume)")
+                f"is resumed ({self.how_to_resume()})")
 
     # -- the server's side ----------------------------------------------------------
 

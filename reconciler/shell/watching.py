@@ -451,8 +451,10 @@ class Watcher:
         if (suspension is not None) != self.was_suspended:
             self.was_suspended = suspension is not None
             if suspension is not None:
+                assert self.control is not None
                 self.log.event("suspended", f"{suspension.describe()}: nothing is observed, "
-                               "planned or applied until resumed", since=suspension.since)
+                               f"planned or applied until resumed "
+                               f"({self.control.how_to_resume()})", since=suspension.since)
                 if self.metrics is not None:
                     self.metrics.held()
             else:

@@ -87,5 +87,14 @@ def test_watch_ctl_refuses_clear_text_beyond_loopback(tmp_path: Path, url: str,
     env["PYTHONPATH"] = str(PROJECT)
     done = subprocess.run([sys.executable, "-m", "reconciler", "watch-ctl", "suspend",
                            "--url", url, "--token-file", str(token)], cwd=PROJECT, env=env,
-                          capture_output=True, text=True, timeout=30)
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == code and "t0ken" not in done.stderr, done.stderr
+
+
+def test_a_suspension_found_with_control_off_says_how_to_lift_it(tmp_path: Path) -> None:
+    control(tmp_path).handle("/suspend", AUTH, "127.0.0.1", b"")
+    off = Control(token=None, state_file=tmp_path / STATE_FILE)
+    assert off.suspended
+    said = off.detail() or ""
+    assert "--control-token-file" in said and str(tmp_path / STATE_FILE) in said
+    assert off.handle("/resume", AUTH, "127.0.0.1", b"").status == 404  # control is off

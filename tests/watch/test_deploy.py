@@ -85,6 +85,16 @@ def test_unit_execstart_is_a_watch_the_cli_accepts() -> None:
     assert args.command == "watch" and args.metrics_port is not None
     assert args.metrics_addr == "127.0.0.1", "loopback by default on a host"
     assert args.log_format == "json"
+    # It applies, and says so where an operator reads first: the head of the file.
+    head = UNIT.read_text().split("[Unit]")[0]
+    assert args.apply and "APPLIES" in head and "--apply" in head
+
+
+def test_the_dockerfile_says_it_only_plans() -> None:
+    steps = parse_dockerfile(DOCKERFILE)
+    [cmd] = instruction(steps, "CMD")
+    assert "--apply" not in argv_of(cmd)
+    assert "It only plans: add --apply" in DOCKERFILE.read_text()
 
 
 def _unit_with_real_binary(tmp_path: Path) -> Path:
@@ -156,7 +166,10 @@ def instruction(steps: list[tuple[str, str]], word: str) -> list[str]:
 def test_dockerfile_runs_as_non_root_with_state_and_tmp_in_volumes() -> None:
     steps = parse_dockerfile(DOCKERFILE)
     [base] = instruction(steps, "FROM")
-    assert re.fullmatch(r"python:3\.\d+-slim", base), base
+    args = dict(a.split("=", 1) for a in instruction(steps, "ARG"))
+    base = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], base)
+    # Pinned by digest, not only by tag: a rebuild gets the base it was tested on.
+    assert re.fullmatch(r"python:3\.\d+-slim@sha256:[0-9a-f]{64}", base), base
     [user] = instruction(steps, "USER")
     assert user.split(":")[0] not in ("root", "0")
     volumes = argv_of(instruction(steps, "VOLUME")[0])
@@ -166,22 +179,64 @@ def test_dockerfile_runs_as_non_root_with_state_and_tmp_in_volumes() -> None:
     assert state and state.group(1) in volumes
     [check] = instruction(steps, "HEALTHCHECK")
     assert "curl" not in check and "wget" not in check
-    assert "/healthz" in check and "urllib" in check
+    script = (DEPLOY / "healthcheck.py").read_text()
+    assert "/healthz" in script and "urllib" in script and "9108" not in script
+    # Dependencies install from the constraints file, never unpinned.
+    [install] = [r for r in instruction(steps, "RUN") if "pip install" in r]
+    assert "--constraint /src/constraints.txt" in install
 
 
-def test_dockerfile_healthcheck_command_passes_against_a_live_endpoint() -> None:
+def test_the_constraints_file_pins_every_runtime_dependency() -> None:
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    def canonical(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    pins = {}
+    for line in (DEPLOY / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"not pinned with ==: {line}"
+            pins[canonical(name)] = version
+    project = tomllib.loads((PROJECT / "pyproject.toml").read_text())["project"]
+    for dependency in project["dependencies"]:
+        req = Requirement(dependency)
+        name = canonical(req.name)
+        assert name in pins, (f"{req.name} is not in examples/deploy/constraints.txt: run "
+                              "examples/deploy/make_constraints.py")
+        assert req.specifier.contains(pins[name], prereleases=True), (req, pins[name])
+
+
+def _cmdline(tmp_path: Path, *argv: str) -> Path:
+    path = tmp_path / "cmdline"
+    path.write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    return path
+
+
+def test_dockerfile_healthcheck_asks_the_port_the_watcher_was_started_with(
+        tmp_path: Path) -> None:
     [check] = instruction(parse_dockerfile(DOCKERFILE), "HEALTHCHECK")
     argv = argv_of(check[check.index("CMD") + 3:].strip())
-    assert argv[:2] == ["python", "-c"]
+    assert argv == ["python", "/usr/local/lib/reconcile-healthcheck.py"]
+    script = str(DEPLOY / "healthcheck.py")
     endpoint = serve("127.0.0.1", 0, CollectorRegistry(), Readiness())
     port = endpoint.server.server_address[1]
-    code = argv[2].replace("127.0.0.1:9108", f"127.0.0.1:{port}")
     try:
-        assert subprocess.run([sys.executable, "-c", code], timeout=30).returncode == 0
+        for flags in (["--metrics-port", str(port)], [f"--metrics-port={port}"]):
+            started = _cmdline(tmp_path, "/usr/local/bin/reconcile", "watch", "/config",
+                               *flags, "--metrics-addr", "0.0.0.0")
+            assert subprocess.run([sys.executable, script, str(started)],
+                                  timeout=30).returncode == 0
     finally:
         endpoint.close()
-    assert subprocess.run([sys.executable, "-c", code], timeout=30,
-                          capture_output=True).returncode != 0, "must fail with no server"
+    gone = subprocess.run([sys.executable, script, str(started)], timeout=30,
+                          capture_output=True, text=True)
+    assert gone.returncode != 0, "must fail with no server"
+    plain = _cmdline(tmp_path, "/usr/local/bin/reconcile", "watch", "/config")
+    assert subprocess.run([sys.executable, script, str(plain)], timeout=30,
+                          capture_output=True).returncode == 0  # nothing to ask
 
 
 @pytest.mark.integration

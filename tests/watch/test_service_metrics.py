@@ -92,5 +92,7 @@ def test_ten_thousand_services_are_forty_thousand_series_and_a_cheap_scrape() ->
     assert len(series) == 4 * 10_000 + 1  # the cardinality the docs state
     print(f"\n10,000 services: observe {observe_s * 1000:.0f} ms, scrape "
           f"{scrape_s * 1000:.0f} ms, {len(body) / 1e6:.1f} MB, {len(series)} series")
-    # Measured alone: observe ~0.4 s, scrape ~0.5 s, 3.4 MB. Bounds for a loaded machine:
-    assert observe_s < 15.0 and scrape_s < 20.0
+    # The size is the cost that does not depend on the machine: 3.7 MB per scrape. The
+    # times are printed, not asserted (on a shared 2-core machine they vary 20-fold: 0.4 s
+    # to observe 10,000 services when idle).
+    assert len(body) < 5_000_000
