@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from reconciler.core import evidence, promotion
+from reconciler.core import evidence, holds, promotion
 from reconciler.core.desired import DesiredState
 from reconciler.core.evidence import Proof, ServiceProof
 from reconciler.core.live import LiveService, LiveSnapshot, Observation
@@ -68,6 +68,8 @@ class ServiceRow:
     reasons: tuple[str, ...]
     clusters: tuple[ClusterRow, ...]
     next: NextPromotion | None = None  # None: first environment, or nothing to promote
+    #: the pinned digest is held (a ``kind: Hold``): since when and why
+    held: str | None = None
 
 
 @dataclass(frozen=True)
@@ -117,19 +119,22 @@ def rows(name: str, desired: DesiredState, snapshot: LiveSnapshot, *,
                                observations)
         converged = proof.proof is Proof.CONVERGED
         since = promotion.proven_since(live, svc.release.digest) if converged else None
+        hold = holds.held(desired, svc.name, svc.release.digest)
         out.append(ServiceRow(
             environment=name, service=svc.name, pinned=svc.release.digest,
             tag=svc.release.tag, proof=proof.proof,
             proven=sum(1 for c in proof.clusters if c.proof is Proof.CONVERGED),
             expected=len(proof.clusters), since=since, reasons=tuple(proof.reasons()),
             clusters=_clusters(proof, svc.release.digest),
-            next=_next(svc.name, svc.release.digest, environment, upstream, freezes, now_ms)))
+            next=_next(svc.name, svc.release.digest, environment, upstream, freezes, now_ms,
+                       desired),
+            held=None if hold is None else f"since {hold.since}: {hold.reason}"))
     return tuple(out)
 
 
 def _next(service: str, pinned: str, environment: Environment | None,
           upstream: promotion.Upstream | None, freezes: Sequence[tuple[Freeze, str]],
-          now_ms: int) -> NextPromotion | None:
+          now_ms: int, desired: DesiredState) -> NextPromotion | None:
     if environment is None or upstream is None or upstream.error is not None:
         return None
     facts = upstream.services.get(service)
@@ -139,9 +144,14 @@ def _next(service: str, pinned: str, environment: Environment | None,
         return None
     gate = promotion.gate(service, candidate, environment, upstream, freezes, now_ms)
     tag = facts.tag if facts.pinned == candidate else None
+    # A digest held here (it failed in this environment) is never the next promotion.
+    hold = holds.held(desired, service, candidate)
+    held = () if hold is None else (
+        f"held: {candidate} is held since {hold.since}: {hold.reason}",)
     return NextPromotion(digest=candidate, tag=tag,
-                         blockers=tuple(f"{b.code.value}: {b.message}" for b in gate.blockers),
-                         eligible_at=gate.eligible_at)
+                         blockers=held + tuple(f"{b.code.value}: {b.message}"
+                                               for b in gate.blockers),
+                         eligible_at=None if hold is not None else gate.eligible_at)
 
 
 def assemble(taken_at: int, environments: Sequence[str],

@@ -38,7 +38,7 @@ def _release(digest: str, tag: str | None) -> str:
 
 def _proven(row: ServiceRow) -> str:
     word = "converged" if row.proof is Proof.CONVERGED else row.proof.value.replace("_", " ")
-    return f"{row.proven}/{row.expected} {word}"
+    return f"{row.proven}/{row.expected} {word}" + (", HELD" if row.held else "")
 
 
 def _next(row: ServiceRow) -> str:
@@ -67,6 +67,11 @@ def text(status: Status, *, clusters: bool = False) -> str:
     out += _table(["service", "env", "pinned", "proven", "since", "next promotion"], rows)
     for env, error in status.errors:
         out.append(f"! {env}: could not be read: {safe(error, 500)}")
+    held = [r for r in status.rows if r.held]
+    if held:
+        out += ["", "held (reconcile release-hold SERVICE DIGEST lifts a hold):"]
+        out += [f"  {r.environment}/{safe(r.service)}: {_short(r.pinned)} "
+                f"{safe(r.held or '', 600)}" for r in held]
     blocked = [(r, b) for r in status.rows if r.next for b in r.next.blockers]
     if blocked:
         out += ["", "waiting:"]
@@ -89,6 +94,7 @@ def document(status: Status) -> dict[str, Any]:
             "tag": r.tag, "proof": r.proof.value, "proven_clusters": r.proven,
             "expected_clusters": r.expected, "since": r.since,
             "reasons": [safe(x, 600) for x in r.reasons],
+            "held": None if r.held is None else safe(r.held, 600),
             "next": None if r.next is None else {
                 "digest": r.next.digest, "tag": r.next.tag, "ready": r.next.ready,
                 "eligible_at": r.next.eligible_at,

@@ -64,3 +64,24 @@ def test_the_document_revert_writes_loads_as_a_hold() -> None:
     model, problems = validating.validate_document(loaded.documents[0])
     assert not problems and isinstance(model, Hold)
     assert model.evidence == ("sn3: lastError: x: y", "rollout r-1 is mismatched")
+
+
+def test_status_marks_a_held_pin_in_text_json_and_markdown() -> None:
+    from reconciler.core import status
+    from reconciler.render import status as status_view
+
+    desired = b.reference_desired()
+    checkout = desired.service_by_name("checkout")
+    assert checkout is not None
+    pinned = checkout.release.digest
+    held = desired.model_copy(update={"holds": (_hold("checkout", pinned),)})
+    made = status.assemble(0, ["prod"], {"prod": status.rows(
+        "prod", held, b.reference_live(), now_ms=0)})
+    rows = {r.service: r for r in made.rows}
+    assert rows["checkout"].held is not None and "pulled-digest-mismatch" in rows["checkout"].held
+    assert all(r.held is None for name, r in rows.items() if name != "checkout")
+    text = status_view.text(made)
+    assert "HELD" in text and "reconcile release-hold" in text
+    document = status_view.document(made)
+    assert [r["service"] for r in document["services"] if r["held"]] == ["checkout"]
+    assert "HELD" in status_view.markdown(made)
