@@ -11,6 +11,7 @@ import pytest
 
 from reconciler.core.codes import BlockerCode, ReasonCode
 from reconciler.core.evidence import ClusterProof, Proof, ServiceProof, Why
+from reconciler.core.kinds.release import PromoteChange, RollbackChange
 from reconciler.core.notifying import (
     CDEVENT_INCIDENT_DETECTED,
     CDEVENT_ROLLEDBACK,
@@ -32,7 +33,8 @@ ENV = "prod"
 
 
 def change(service: str, action: Action = Action.PROMOTE) -> Change:
-    return Change(action=action, service=service, service_id=f"svc-{service}",
+    model = PromoteChange if action is Action.PROMOTE else RollbackChange
+    return model(action=action, service=service, service_id=f"svc-{service}",
                   app_id=f"app-{service}", reason=ReasonCode.NEWER_THAN_CURRENT,
                   summary=f"{action.value} {service}",
                   preconditions=Preconditions(rollout_generation=1),

@@ -53,7 +53,8 @@ def test_healthy_mesh_is_go_with_every_change_kind(faulty: Repo) -> None:
     code, text, data, md = plan_all(faulty)
     assert code == Exit.CHANGES and data["verdict"] == "go"
     assert {c["actions"][0] for c in data["changes"]} == {  # type: ignore[index,union-attr]
-        "promote", "rollback", "set_egress", "set_grant", "create"}  # create: ledger
+        "promote", "rollback", "set_egress", "set_grant", "create",  # create: ledger
+        "sync_route"}  # the example repo's two routes
     assert md.startswith("## reconcile plan: **GO**")
     assert "→ GO" in text
 

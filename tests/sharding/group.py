@@ -25,6 +25,7 @@ from reconciler.shell.coordination import parse_target
 from tests.e2e_repo import PROJECT, Repo
 
 WRITES = {"promoteServiceImageRelease", "rollbackServiceImageRelease", "setServiceEgress",
+          "syncGatewayClientRoute",
           "configureServiceDeploymentMachineUser", "createGreenfieldDeployment"}
 GROUP = "scenario"
 #: Test timing: lease 3 s, renew deadline 2 s, a round every 0.5 s (the minimum etcd

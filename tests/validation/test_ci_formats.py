@@ -86,7 +86,7 @@ def test_github_annotations_over_a_broken_repo(broken: Path, validate: Callable[
     assert run.lines[:4] == GOLDEN_GITHUB[:4]
     assert run.lines[4].startswith(GOLDEN_GITHUB[4])
     assert len(run.lines) == 5
-    assert run.err.strip() == "invalid: 5 problems in 9 files"
+    assert run.err.strip() == "invalid: 5 problems in 10 files"
 
 
 def test_github_paths_without_a_workspace_join_the_validated_path(

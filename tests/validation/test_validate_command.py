@@ -28,7 +28,8 @@ def test_load_repo_fills_the_model_and_sources() -> None:
     assert state.sources["Service/checkout"].line == 3
     assert state.sources["Settings"].path == "settings.yaml"
     assert state.sources["Grant/release-train"].line == 19  # after ledger's grant
-    assert result.files == ("grants/deploy-bot.yaml", "services/catalog.yaml",
+    assert result.files == ("grants/deploy-bot.yaml", "routes/shop.yaml",
+                            "services/catalog.yaml",
                             "services/checkout.yaml", "services/ledger.yaml",
                             "services/notifications.yaml",
                             "services/search.yaml", "settings.yaml")
@@ -69,7 +70,7 @@ def test_every_problem_is_reported_sorted(repo: Path, validate: Callable[..., Ru
     assert run.lines[1].startswith("services/a.yaml:1:7: kind: unknown kind 'Nope'")
     assert run.lines[2].startswith("services/b.yaml:")
     assert run.lines[3].startswith("services/checkout.yaml:17:11: egress[1].port: ")
-    assert run.err.strip() == "invalid: 4 problems in 9 files"
+    assert run.err.strip() == "invalid: 4 problems in 10 files"
 
 
 def test_json_format(repo: Path, validate: Callable[..., Run]) -> None:
