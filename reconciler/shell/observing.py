@@ -165,6 +165,9 @@ async def _observe(
             # With a memory, the routes are read after the fleet (see ``Memory.routes``).
             routes_task = asyncio.create_task(read_routes(client)) \
                 if wants_routes and memory is None else None
+            # What the memory held before this read: ``fleet.read`` returns that same
+            # object only when the control plane said {notModified}.
+            before = memory.fleet if memory is not None else None
             try:
                 read = await fleet.read(
                     client, list(dict.fromkeys(s.service_id for s in desired.services)),
@@ -180,8 +183,7 @@ async def _observe(
             routes, routes_error = await routes_task if routes_task is not None \
                 else (None, None)
             if wants_routes and memory is not None:
-                if memory.fleet is not None and read is memory.fleet \
-                        and memory.routes is not None:
+                if before is not None and read is before and memory.routes is not None:
                     routes = memory.routes  # nothing changed since they were read
                 else:
                     routes, routes_error = await read_routes(client)
