@@ -442,6 +442,7 @@ class Sandbox:
         (``owns``) is not signalled: what was skipped, and why, is returned."""
         components = list(self._procs) or list(self._pids)
         skipped: list[str] = []
+        signalled: list[int] = []
         for component in components:
             with contextlib.suppress(ProcessLookupError, TypeError):
                 pid = self.pid(component)
@@ -453,7 +454,17 @@ class Sandbox:
                         skipped.append(f"{component}: {why}")
                     continue
                 os.kill(pid, signal.SIGTERM)
+                if component not in self._procs:
+                    signalled.append(pid)
         deadline = time.monotonic() + 3
+        # A detached sandbox's processes are not our children: ``down`` returns once they
+        # are gone (or killed at the deadline), not merely signalled.
+        for pid in signalled:
+            while alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         for component in components:
             proc = self._procs.get(component)
             if proc is None:

@@ -44,6 +44,8 @@ import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
+from pydantic import BaseModel
+
 from reconciler.core.events import (
     Event,
     Finished,
@@ -269,6 +271,9 @@ def _error(target: Span, exc: BaseException) -> None:
 # -- the clients, traced ----------------------------------------------------------------
 
 
+_W = TypeVar("_W", bound=BaseModel)
+
+
 class TracedClient(ControlPlaneClient):
     """The control-plane client with a span per call (``controlplane <method>``)."""
 
@@ -285,6 +290,13 @@ class TracedClient(ControlPlaneClient):
         with span(f"controlplane {method}", **{"rpc.method": method,
                                                "reconcile.controlplane.read": True}):
             return await super().read(method, request)
+
+    async def read_as(self, method: str, request: dict[str, Any], shape: type[_W]) -> _W:
+        if _state.tracer is None:
+            return await super().read_as(method, request, shape)
+        with span(f"controlplane {method}", **{"rpc.method": method,
+                                               "reconcile.controlplane.read": True}):
+            return await super().read_as(method, request, shape)
 
 
 class TracedProber(Prober):

@@ -244,7 +244,8 @@ def test_history_after_a_refused_a_converged_and_a_failed_apply(
     assert down["commit"] == last["commit"] == first and stuck["commit"] == git_head(repo)
     assert all(r["plan_fingerprint"] for r in runs)
     assert last["gate"]["converged"] is True and last["duration_seconds"] > 0
-    assert len(last["changes"]) == 6  # 5 writes and the creation of ledger (issue 12)
+    # 5 writes, the creation of ledger (issue 12) and the two routes of the example (issue 21)
+    assert len(last["changes"]) == 8
     assert {c["outcome"] for c in last["changes"]} == {"applied"}
     assert stuck["gate"]["converged"] is False
     assert any("sn1" in reason for p in stuck["gate"]["pending"] for reason in p["reasons"])

@@ -88,7 +88,7 @@ def test_the_trace_of_an_apply_has_one_root_a_span_per_probe_and_per_change(
         [span] = [c for c in changes
                   if attr(c, "reconcile.change.key") == result.change.idempotency_key]
         assert attr(span, "reconcile.change.outcome") == result.outcome.value
-        after = result.change.release_after
+        after = getattr(result.change, "release_after", None)  # a release or a creation
         assert attr(span, "reconcile.digest") == (after.digest if after else None)
         assert [w.name for w in children(found, span, "controlplane ")], span.name
 
