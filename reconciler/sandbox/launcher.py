@@ -392,6 +392,17 @@ class Sandbox:
                                f"{', '.join(self._argv)}")
         if self.owns(component)[0]:
             raise SandboxError(f"{component} is already running (pid {self.pid(component)})")
+        proc = self._launch(component)
+        if self._detached:
+            self._pids[component] = proc.pid  # attached: recorded, not waited for
+        else:
+            self._procs[component] = proc
+        self._identities[component] = process_identity(proc.pid) or ""
+        _write_descriptor(self)
+
+    def _launch(self, component: str) -> subprocess.Popen[bytes]:
+        """Spawn ``component`` on its own address and port and wait until it is ready
+        (``start`` after ``stop``, and ``restart``)."""
         if component == CONTROL_PLANE:
             sock = serving.listen_socket("127.0.0.1", self.control_plane_port)
         else:
@@ -401,12 +412,7 @@ class Sandbox:
         finally:
             sock.close()
         _wait_ready({component: proc}, self.state_dir)
-        if self._detached:
-            self._pids[component] = proc.pid  # attached: recorded, not waited for
-        else:
-            self._procs[component] = proc
-        self._identities[component] = process_identity(proc.pid) or ""
-        _write_descriptor(self)
+        return proc
 
     def kill(self, component: str, sig: int = signal.SIGKILL) -> None:
         pid = self.pid(component)
@@ -424,15 +430,7 @@ class Sandbox:
         if component not in self._argv:
             raise SandboxError(f"unknown component {component!r}")
         self.kill(component, signal.SIGTERM)
-        if component == CONTROL_PLANE:
-            sock = serving.listen_socket("127.0.0.1", self.control_plane_port)
-        else:
-            sock = serving.listen_socket(self.addresses[component], self.mesh_port)
-        try:
-            proc = _spawn(self, component, sock, adopt=False)
-        finally:
-            sock.close()
-        _wait_ready({component: proc}, self.state_dir)
+        proc = self._launch(component)
         self._procs[component] = proc
         self._identities[component] = process_identity(proc.pid) or ""
         _write_descriptor(self)
