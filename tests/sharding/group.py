@@ -13,12 +13,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reconciler.core.sharding import quotas
 from reconciler.sandbox.etcd import Etcd
 from reconciler.shell.coordination import Etcd as Client
 from reconciler.shell.coordination import parse_target
@@ -182,4 +184,15 @@ def fully_owned(count: int, by: set[str] | None = None) -> Callable[[dict[int, s
     def check(owners: dict[int, str]) -> bool:
         return sorted(owners) == list(range(count)) and (
             by is None or set(owners.values()) == by)
+    return check
+
+
+def fairly_owned(count: int, by: set[str]) -> Callable[[dict[int, str]], bool]:
+    """Every shard owned, and each member at exactly its fair share: where a group
+    settles. Fully owned alone is not yet settled: while members join, one may still
+    hold shards over its quota that it releases on its next round."""
+    share = quotas(sorted(by), count)
+
+    def check(owners: dict[int, str]) -> bool:
+        return fully_owned(count, by)(owners) and Counter(owners.values()) == Counter(share)
     return check

@@ -21,6 +21,7 @@ from tests.sharding.group import (
     TTL,
     WRITES,
     Group,
+    fairly_owned,
     fully_owned,
     wait_converged,
 )
@@ -42,9 +43,9 @@ def test_three_watchers_own_sixteen_shards_once_and_take_over_a_killed_one(
     try:
         a, b, c = (group.start(n) for n in "abc")
         ids = {group.member_id(m): m for m in (a, b, c)}
-        owners, _ = group.wait_owners(fully_owned(16, set(ids)), timeout=180)
-        # every shard owned by exactly one member (a key has one value), in fair shares
-        assert Counter(owners.values()) == Counter(quotas(list(ids), 16))
+        # every shard owned by exactly one member (a key has one value), settling in fair
+        # shares (while members join, one may hold extras until its next round)
+        owners, _ = group.wait_owners(fairly_owned(16, set(ids)), timeout=180)
         for m in (a, b, c):  # each says what it owns, and it is what etcd says
             said = m.wait_for(lambda e: e["event"] == "shards" and len(e["owned"]) in (5, 6))
             assert set(said["owned"]) <= {s for s, o in owners.items() if o == said["member"]} \
@@ -66,6 +67,8 @@ def test_three_watchers_own_sixteen_shards_once_and_take_over_a_killed_one(
         owners, _ = group.wait_owners(fully_owned(16, survivors), timeout=TTL + RETRY + 30)
         took = time.monotonic() - killed
         assert took <= TTL + RETRY + SLACK, f"takeover took {took:.2f}s"
+        # and the survivors settle in their new fair shares within a few rounds
+        owners, _ = group.wait_owners(fairly_owned(16, survivors), timeout=10 * RETRY + 30)
         assert Counter(owners.values()) == Counter(quotas(sorted(survivors), 16))
         print(f"takeover after kill -9: {took:.2f}s (TTL {TTL:g}s + retry {RETRY:g}s)")
     finally:
