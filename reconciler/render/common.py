@@ -72,11 +72,32 @@ VERDICT_LINE = {
 
 _UNSEEN: Any = object()
 
+#: How the walk treats a value of each type (``_kind``): left as it is, a string made
+#: safe, or a container or model walked.
+_LEAVE, _STRING, _WALK = 0, 1, 2
+_KINDS: dict[type, int] = {str: _STRING, type(None): _LEAVE, int: _LEAVE, bool: _LEAVE,
+                           float: _LEAVE}
+
+
+def _kind(kind: type) -> int:
+    """Exact ``str`` only is a string: enum members (codes, actions, kinds) are
+    vocabulary, not data. Learnt once per type."""
+    found = _KINDS.get(kind)
+    if found is None:
+        found = _KINDS[kind] = _WALK if issubclass(kind, BaseModel | tuple | list | dict) \
+            else _LEAVE
+    return found
+
 
 class _Sanitizer:
     """One plan's walk (``untrusted``): every string made safe, each distinct string
     checked once, and each object of the plan walked once however often it is shared
-    (a 10,000 × 10 plan shares its clusters' runtimes, cluster ids and digests)."""
+    (a 10,000 × 10 plan shares its clusters' runtimes, cluster ids and digests).
+
+    A 10,000 × 10 plan holds about 330,000 objects and 2 million values: the walk looks
+    at each value's type once (``_KINDS``) and inlines the string and shared-object
+    lookups in its loops, so a value that needs nothing costs a dictionary lookup, not
+    a call (``docs/scaling.md``)."""
 
     def __init__(self) -> None:
         #: string -> its safe form, or None when it is already safe
@@ -88,29 +109,67 @@ class _Sanitizer:
         """``value`` with every string made safe; the very same object when nothing
         changed (the models are frozen, so sharing an unchanged part is safe), which
         keeps a clean 10,000-service plan from being copied model by model."""
-        kind = type(value)
-        # Exact ``str`` only: enum members (codes, actions, kinds) are vocabulary, not data.
-        if kind is str:
+        kind = _KINDS.get(type(value))
+        if kind is None:
+            kind = _kind(type(value))
+        if kind == _LEAVE:
+            return value
+        if kind == _STRING:
             made = self._strings.get(value, _UNSEEN)
             if made is _UNSEEN:
-                safe_form = safe(value, VALUE_LIMIT)
-                made = self._strings[value] = None if safe_form == value else safe_form
+                made = self._check(value)
             return value if made is None else made
-        if value is None or kind is int or kind is bool or not isinstance(
-                value, BaseModel | tuple | list | dict):
-            return value
+        return self._object(value)
+
+    def _check(self, value: str) -> str | None:
+        safe_form = safe(value, VALUE_LIMIT)
+        made = self._strings[value] = None if safe_form == value else safe_form
+        return made
+
+    def _object(self, value: Any) -> Any:
         key = id(value)
         result = self._objects.get(key, _UNSEEN)
         if result is _UNSEEN:
             result = self._objects[key] = self._walk(value)
         return result
 
+    def _changed(self, old: Any) -> Any:
+        """``self(old)``, or ``_UNSEEN`` when that is ``old`` itself (inlined lookups)."""
+        kind = _KINDS.get(type(old))
+        if kind is None:
+            kind = _kind(type(old))
+        if kind == _LEAVE:
+            return _UNSEEN
+        if kind == _STRING:
+            made = self._strings.get(old, _UNSEEN)
+            if made is _UNSEEN:
+                made = self._check(old)
+            return _UNSEEN if made is None else made
+        new = self._objects.get(id(old), _UNSEEN)
+        if new is _UNSEEN:
+            new = self._object(old)
+        return _UNSEEN if new is old else new
+
     def _walk(self, value: Any) -> Any:
+        kinds, strings, objects = _KINDS, self._strings, self._objects
         if isinstance(value, tuple | list):
-            items = [self(v) for v in value]
-            if all(new is old for new, old in zip(items, value, strict=True)):
-                return value
-            return type(value)(items)
+            items: list[Any] | None = None
+            for index, old in enumerate(value):
+                kind = kinds.get(type(old))
+                if kind == _LEAVE:
+                    continue
+                if kind == _STRING:
+                    made = strings.get(old, _UNSEEN)
+                    if made is None:
+                        continue
+                new = self._changed(old) if kind != _WALK or id(old) not in objects \
+                    else objects[id(old)]
+                if new is _UNSEEN or new is old:
+                    continue
+                if items is None:
+                    items = list(value)
+                items[index] = new
+            return value if items is None else type(value)(items)
         if isinstance(value, dict):
             pairs = [(self(k), self(v)) for k, v in value.items()]
             if all(k2 is k and v2 is v for (k2, v2), (k, v) in zip(pairs, value.items(),
@@ -118,11 +177,22 @@ class _Sanitizer:
                 return value
             return dict(pairs)
         # A plan's models forbid extras: their ``__dict__`` is exactly their fields.
-        update = {}
+        update: dict[str, Any] | None = None
         for name, old in value.__dict__.items():
-            new = self(old)
-            if new is not old:
-                update[name] = new
+            kind = kinds.get(type(old))
+            if kind == _LEAVE:
+                continue
+            if kind == _STRING:
+                made = strings.get(old, _UNSEEN)
+                if made is None:
+                    continue
+            new = self._changed(old) if kind != _WALK or id(old) not in objects \
+                else objects[id(old)]
+            if new is _UNSEEN or new is old:
+                continue
+            if update is None:
+                update = {}
+            update[name] = new
         return value.model_copy(update=update) if update else value
 
 
