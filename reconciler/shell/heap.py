@@ -7,17 +7,20 @@ then, the whole heap -- a fifth to a third of the process's CPU time at that siz
 little garbage (measured in ``docs/scaling.md``). Reference counting frees everything
 that is not in a cycle at once either way.
 
-Two contexts, because the two phases make different garbage:
+Two contexts, and one rule for HTTP responses:
 
-- ``bulk`` (planning): no cyclic collection inside. A plan is pure computation; the
-  few cycles it makes are collected at the first collection after it, as they would
-  have been.
-- ``settled`` (a snapshot): the collector keeps running, but everything alive when the
-  context begins (the desired state, the loaded modules) is frozen out of its walks
-  (``gc.freeze``), so a full collection walks only what the snapshot built. It must
-  keep running there: every HTTP response sits in a reference cycle (httpx's response
-  and its bound stream), so pausing the collector would keep every page's body -- 120 MB
-  at 10,000 × 10 -- alive until the end of the pass.
+- ``bulk`` (a snapshot, planning): no cyclic collection inside. The few cycles they make
+  are collected at the first collection after it, as they would have been.
+- ``settled``: the collector keeps running, but everything alive when the context begins
+  (the desired state, the loaded modules) is frozen out of its walks (``gc.freeze``), so
+  a full collection walks only what was built inside.
+- ``release(response)``: every HTTP response httpx returns sits in a reference cycle (the
+  response and its bound stream), so with the collector paused each response -- and
+  its body: 120 MB of pages at 10,000 × 10 -- would stay alive to the end of the pass.
+  Every reader of a reply (``shell.probing.dialing``, ``shell.controlplane.session``)
+  releases it once its body is read: the stream is swapped for an empty one, the cycle
+  is gone, and the response is freed when its last reference goes (checked with a weak
+  reference in ``tests/live/test_wire_models.py``).
 
 Nested uses are one context; the collector is restored only when the outermost ends,
 and only to what it was when it began. Neither may span more than one pass (a
@@ -29,6 +32,8 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+import httpx
 
 _paused = 0
 _was_enabled = False
@@ -65,3 +70,11 @@ def settled() -> Iterator[None]:
         _frozen -= 1
         if _frozen == 0:
             gc.unfreeze()
+
+
+def release(response: httpx.Response) -> httpx.Response:
+    """``response``, its body read, no longer in a reference cycle (see the module
+    docstring): its bound stream -- which refers back to it -- swapped for an empty one.
+    Nothing reads the stream of a response whose body was read; ``content`` stays."""
+    response.stream = httpx.ByteStream(b"")
+    return response

@@ -134,7 +134,9 @@ async def observe_async(
     survive between snapshots); when omitted they are created and closed here.
     ``memory`` keeps the control plane's last clean read for a conditional re-read
     (the watcher keeps one across resyncs; a one-shot plan has none)."""
-    with heap.settled():  # millions of live objects built: see ``shell.heap``
+    # Millions of live objects built, little garbage: no cyclic collection inside (see
+    # ``shell.heap``; every reply's response is released once read, so none waits for it).
+    with heap.bulk():
         return await _observe(desired, conn, env=env, progress=progress, prober=prober,
                               client=client, memory=memory)
 

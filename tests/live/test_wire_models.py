@@ -128,3 +128,49 @@ def test_settled_freezes_what_was_alive_and_hands_it_back() -> None:
         with heap.settled():
             assert gc.get_freeze_count() == frozen  # nested: one freeze
     assert gc.get_freeze_count() == 0
+
+
+def test_a_released_response_is_freed_without_the_collector() -> None:
+    """Over a real socket, httpx's response sits in a cycle with its bound stream: with
+    the collector paused (a snapshot) it would live, body and all, to the end of the pass
+    -- unless released once read (``heap.release``), as every reader of a reply does."""
+    import asyncio
+    import threading
+    import weakref
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import httpx
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"x" * 100_000
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+
+    async def freed(release: bool) -> bool:
+        async with httpx.AsyncClient() as client:
+            with heap.bulk():
+                response = await client.get(url)
+                assert len(response.content) == 100_000
+                if release:
+                    heap.release(response)
+                    assert len(response.content) == 100_000  # the body stays readable
+                ref = weakref.ref(response)
+                del response
+                return ref() is None
+
+    try:
+        assert asyncio.run(freed(release=False)) is False  # the cycle is real
+        assert asyncio.run(freed(release=True)) is True
+    finally:
+        server.shutdown()
+        gc.collect()

@@ -31,6 +31,7 @@ from typing import Any, Final, Self, TypeVar
 import httpx
 from pydantic import BaseModel
 
+from reconciler.shell import heap
 from reconciler.shell.controlplane import envelope
 from reconciler.shell.controlplane.errors import (
     ProtocolError,
@@ -281,7 +282,8 @@ class Session:
             raise
         if response.status_code != 200:
             raise http_status_error(method, response, self._redact)
-        return response.content
+        # Read whole (not streamed): no cycle left to keep its body alive (shell.heap).
+        return heap.release(response).content
 
     def _url_host_port(self) -> str:
         url = httpx.URL(self._url)

@@ -25,6 +25,7 @@ from typing import Any, Final
 
 import httpx
 
+from reconciler.shell import heap
 from reconciler.shell.controlplane import CONNECT_EVENT, describe_transport_error
 from reconciler.shell.endpoints import Connection, ssl_context
 
@@ -133,7 +134,8 @@ class Dialer:
                 failure, cause = Silent(describe_transport_error(exc), transport=True), exc
             else:
                 self._failures.pop(address, None)
-                return response
+                # Read whole (not streamed): no cycle left to keep it alive (shell.heap).
+                return heap.release(response)
         count, _ = self._failures.get(address, (0, ""))
         self._failures[address] = (count + 1, failure.reason)
         raise failure from cause
