@@ -39,6 +39,11 @@ MIN_SECRET_LENGTH = 6
 #: The secrets known to this run, longest first (a secret containing another is replaced
 #: whole). Grows only; ``forget_secrets`` is for tests.
 _SECRETS: list[str] = []
+#: Finds whether any of ``_SECRETS`` occurs in a text, in one scan (None: no secret yet).
+#: Only a detector: the replacing is ``redact``'s loop, so its result is unchanged. A plan
+#: of 10,000 × 10 passes about 800,000 strings through ``safe``, and asking ``secret in
+#: text`` for each of a run's dozen secrets was a third of ``safe``'s time.
+_ANY_SECRET: re.Pattern[str] | None = None
 
 # A URL's query: scheme://... ? then everything up to whitespace, a quote, '<', '>' or '#'.
 _URL_QUERY = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^\s?#'\"<>`]*\?)([^\s#'\"<>`]+)")
@@ -54,6 +59,12 @@ def register_secret(secret: object) -> None:
         return
     _SECRETS.append(secret)
     _SECRETS.sort(key=len, reverse=True)
+    _detect_secrets()
+
+
+def _detect_secrets() -> None:
+    global _ANY_SECRET
+    _ANY_SECRET = re.compile("|".join(map(re.escape, _SECRETS))) if _SECRETS else None
 
 
 def known_secrets() -> tuple[str, ...]:
@@ -63,6 +74,7 @@ def known_secrets() -> tuple[str, ...]:
 def forget_secrets() -> None:
     """Tests only: start from no registered secret."""
     _SECRETS.clear()
+    _detect_secrets()
 
 
 def _query_values(match: re.Match[str]) -> str:
@@ -79,9 +91,10 @@ def _query_values(match: re.Match[str]) -> str:
 def redact(text: str) -> str:
     """``text`` with every registered secret and every URL query value replaced by
     ``<redacted>``. Nothing else changes (no escaping, no bound)."""
-    for secret in _SECRETS:
-        if secret in text:
-            text = text.replace(secret, REDACTED)
+    if _ANY_SECRET is not None and _ANY_SECRET.search(text) is not None:
+        for secret in _SECRETS:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
     if "?" in text and "://" in text:
         text = _URL_QUERY.sub(_query_values, text)
     return text
@@ -127,7 +140,11 @@ def _escape(match: re.Match[str]) -> str:
 def safe(text: object, limit: int = DEFAULT_LIMIT) -> str:
     """Return ``text`` redacted (``redact``), with controls escaped (``\\x1b``) and at
     most ``limit`` characters."""
-    value = _UNSAFE.sub(_escape, redact(str(text)))
+    value = redact(str(text))
+    # Printable ASCII has no control to escape (for ASCII, ``isprintable`` is false for
+    # exactly C0 and DEL): two scans in C instead of a regex substitution.
+    if not (value.isascii() and value.isprintable()):
+        value = _UNSAFE.sub(_escape, value)
     if len(value) > limit:
         return f"{value[:limit]}…(+{len(value) - limit} chars)"
     return value
