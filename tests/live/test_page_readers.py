@@ -76,6 +76,9 @@ def test_a_well_formed_page_is_read_fast_and_as_the_models_read_it() -> None:
     lambda b: b.replace(b"ACTIVE", "ACTÉ".encode(), 1),  # valid, not ASCII
     lambda b: b.replace(b'"appId": "a"', b'"appId": "a\\ud800"', 1),  # lone surrogate
     lambda b: b.replace(b'"appId"', b'"app_id"', 1),  # snake case: the models accept it
+    lambda b: b.replace(b'"nextCursor"', b'"next_cursor"'),  # ...and read it as the cursor
+    lambda b: b.replace(b'"appId": "f"', b'"appId": "f", "app_id": "g"'),  # both names
+    lambda b: b.replace(b'"nextCursor": "c1"', b'"nextCursor": "c1", "next_cursor": "c2"'),
     lambda b: b.replace(b'"nextCursor": "c1"', b'"nextCursor": ""'),
     lambda b: b.replace(b'"nextCursor": "c1"', b'"nextCursor": 5'),
     lambda b: b + b" x",

@@ -111,11 +111,15 @@ class _FastEntry(msgspec.Struct, gc=False, rename="camel"):
 
     app_id: str
     status: msgspec.Raw = msgspec.Raw(b"null")
+    #: The wire models also read a field by its Python name (``app_id``): a page that
+    #: sends one is handed to them, whose reading it is (see ``parse_batch_page``).
+    snake_app_id: msgspec.Raw | None = msgspec.field(default=None, name="app_id")
 
 
 class _FastPage(msgspec.Struct, gc=False, rename="camel"):
     apps: list[_FastEntry]
     next_cursor: Annotated[str, msgspec.Meta(min_length=1, max_length=1000)] | None = None
+    snake_next_cursor: msgspec.Raw | None = msgspec.field(default=None, name="next_cursor")
 
 
 #: The batch page's fast reader (see ``parse_batch_page``).
@@ -343,9 +347,9 @@ def parse_batch_page(content: bytes) -> BatchPage:
     running one app send the same text) are decoded once per pass (``parse_status``).
     It accepts only pages that the wire models accept too: ASCII bytes (so no invalid
     UTF-8 can hide inside a status it does not build), exact types, no coercion. Anything
-    it refuses -- malformed, truncated, a lone surrogate escape, a key in snake case --
-    is read again by the wire models (``_PageWire``), which decide and word the outcome
-    exactly as before."""
+    it refuses -- malformed, truncated, a lone surrogate escape, a key in snake case
+    (which the models read as the field of that name) -- is read again by the wire
+    models (``_PageWire``), which decide and word the outcome exactly as before."""
     if content.isascii():
         try:
             fast = _FAST_PAGE.decode(content)
@@ -354,10 +358,14 @@ def parse_batch_page(content: bytes) -> BatchPage:
         else:
             statuses: dict[str, PageStatus] = {}
             for item in fast.apps:
+                if item.snake_app_id is not None:
+                    break
                 if item.app_id in statuses:
                     raise Malformed(f"batch page: app {safe(item.app_id, 80)} is listed twice")
                 statuses[item.app_id] = bytes(item.status)
-            return BatchPage(statuses=statuses, next_cursor=fast.next_cursor)
+            else:
+                if fast.snake_next_cursor is None:
+                    return BatchPage(statuses=statuses, next_cursor=fast.next_cursor)
     return _parse_batch_page_models(content)
 
 
