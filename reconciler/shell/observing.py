@@ -136,9 +136,14 @@ async def observe_async(
     (the watcher keeps one across resyncs; a one-shot plan has none)."""
     # Millions of live objects built, little garbage: no cyclic collection inside (see
     # ``shell.heap``; every reply's response is released once read, so none waits for it).
-    with heap.bulk():
-        return await _observe(desired, conn, env=env, progress=progress, prober=prober,
-                              client=client, memory=memory)
+    try:
+        with heap.bulk():
+            return await _observe(desired, conn, env=env, progress=progress, prober=prober,
+                                  client=client, memory=memory)
+    finally:
+        # What the pass left in cycles (a request cancelled at its deadline: its
+        # connection) is collected now, while the event loop still runs, not at exit.
+        heap.sweep()
 
 
 async def _observe(
