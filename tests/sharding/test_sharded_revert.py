@@ -79,10 +79,12 @@ def test_an_owned_failure_is_reverted_with_the_fence_and_a_moved_branch_is_repla
         return done
 
     monkeypatch.setattr(engine, "revert_with", revert_with)
+    pull = engine.PullTarget(api_url="http://127.0.0.1:1", repo="acme/fleet", token=None,
+                             requested=True)  # --pr: proposed as without coordination
     got = asyncio.run(engine.revert_after(object(), Path("."), run,  # type: ignore[arg-type]
-                                          "revert", None, lambda _e: None, fence=fence))
+                                          "revert", pull, lambda _e: None, fence=fence))
     assert got.reverted is done and got.revert_error is None
-    assert len(calls) == 3 and all(c["fence"] is fence for c in calls)
+    assert len(calls) == 3 and all(c["fence"] is fence and c["pull"] is pull for c in calls)
     assert [sorted(c["failures"]) for c in calls] == [["checkout"]] * 3
 
 
