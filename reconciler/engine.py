@@ -363,7 +363,15 @@ class ApplyRun:
 
     def revert_story(self) -> list[str]:
         """How the way back ended, in one sentence (empty: no revert was asked for or
-        needed). Whether the rollback is proven is the gate's word -- the one judge's."""
+        needed). Whether the rollback is proven is the gate's word -- the one judge's.
+        A sharded watcher that reverted some services and left others (their shards
+        are no longer its own) says both."""
+        told = self._revert_told()
+        if self.reverted is not None and self.revert_error:
+            told.append(f"not reverted by this watcher: {self.revert_error}")
+        return told
+
+    def _revert_told(self) -> list[str]:
         done = self.reverted
         if done is None:
             return [f"release failed; no revert: {self.revert_error}"] \
@@ -875,19 +883,63 @@ async def apply_async(
 
 async def revert_after(reconciler: Reconciler, root: Path, run: ApplyRun,
                        on_gate_failure: str, pull: PullTarget | None, hook: Hook,
-                       progress: Progress | None = None) -> ApplyRun:
+                       progress: Progress | None = None,
+                       fence: applying.Fence | None = None) -> ApplyRun:
     """``--on-gate-failure revert`` (apply and watch): when the gate ended on a stated
     failure (``core.reverts.failed``; never a silent cluster), the revert and the
-    rollback's apply; the run keeps its own report (the release failed)."""
+    rollback's apply; the run keeps its own report (the release failed).
+
+    ``fence`` (a sharded watcher): asked for each failed service before anything is
+    written -- a service whose shard this member no longer holds is not reverted here
+    (its new owner plans it) -- and before each write of the rollback."""
     failed = reverts.failed(run.report.gate) if on_gate_failure == "revert" else {}
     if not failed:
         return run
-    try:  # issue 20: the way back, re-planned against the branch head
-        done = await revert_with(reconciler, root, sorted(failed), failures=failed,
-                                 pull=pull, hook=hook, rollback=True, progress=progress)
-    except EngineError as exc:
-        return dataclasses.replace(run, revert_error=str(exc))
-    return dataclasses.replace(run, reverted=done)
+    if fence is not None:
+        failed, lost = await _still_fenced(run, failed, fence)
+        if lost:
+            run = dataclasses.replace(run, revert_error="; ".join(lost))
+            if not failed:
+                return run
+    for attempt in range(3):
+        try:  # issue 20: the way back, re-planned against the branch head
+            done = await revert_with(reconciler, root, sorted(failed), failures=failed,
+                                     pull=pull, hook=hook, rollback=True, progress=progress,
+                                     fence=fence)
+        except BranchMoved as exc:
+            # Another writer of this checkout (a member of the same group reverting its
+            # own shards) landed first: re-plan against the new head, a bounded number
+            # of times.
+            if attempt == 2:
+                return dataclasses.replace(run, revert_error=str(exc))
+            continue
+        except EngineError as exc:
+            return dataclasses.replace(run, revert_error=str(exc))
+        return dataclasses.replace(run, reverted=done)  # keeps what was left, if any
+    raise AssertionError("unreachable")
+
+
+async def _still_fenced(run: ApplyRun, failed: Mapping[str, ServiceProof],
+                        fence: applying.Fence,
+                        ) -> tuple[dict[str, ServiceProof], list[str]]:
+    """The failed services this member may still revert: each one's sent change asked
+    of the fence again (one etcd transaction on its shard's owner key), and why each
+    other one is left alone."""
+    sent = {r.change.service: r.change for r in run.report.results}
+    kept: dict[str, ServiceProof] = {}
+    lost: list[str] = []
+    for name, proof in failed.items():
+        change = sent.get(name)
+        if change is None:
+            lost.append(f"{name}: no change of it was sent by this member")
+            continue
+        try:
+            await fence(change)
+        except applying.Fenced as exc:
+            lost.append(f"{name}: {exc}")
+            continue
+        kept[name] = proof
+    return kept, lost
 
 
 # -- the watcher's steps ------------------------------------------------------------------
@@ -1065,8 +1117,15 @@ class ShardedWatchSteps(WatchSteps):
     def __init__(self, root: Path, *, overrides: Overrides, env: Mapping[str, str],
                  target: str, shards: int, timing: sharding.LeaseTiming, resync: float,
                  member: str | None = None, timeout: float | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
-        super().__init__(root, overrides=overrides, env=env, timeout=timeout, clock=clock)
+                 clock: Callable[[], float] = time.time, applying: bool = False,
+                 on_gate_failure: str = "stop", pull: PullTarget | None = None,
+                 stage: environments.Selected | None = None) -> None:
+        # Everything ``WatchSteps`` takes but ``only`` (the shards decide who plans what):
+        # the environment's rules are applied to each member's narrowed plan, so a member's
+        # plan carries the blockers of its own services only.
+        super().__init__(root, overrides=overrides, env=env, timeout=timeout, clock=clock,
+                         applying=applying, on_gate_failure=on_gate_failure, pull=pull,
+                         stage=stage)
         from reconciler.shell import coordination  # loads gRPC only when coordinating
 
         self.coordination = coordination
@@ -1344,15 +1403,21 @@ class ShardedWatchSteps(WatchSteps):
                             max_age=max_age)
 
     async def apply(self, hook: Hook) -> ApplyRun:
-        """Apply the owned services at the commit HEAD is at, each write fenced."""
+        """Apply the owned services at the commit HEAD is at, each write fenced, under
+        the environment's rules; with ``--on-gate-failure revert``, revert the failed
+        services whose shards this member still holds (asked of the fence first), and
+        fence the rollback's writes too."""
         desired, provenance = load_consistent(self.root)
         only = self.owned_names(desired)
         desired = sharding.narrow(desired, only)
         async with Reconciler(self.root, desired, overrides=self.overrides,
-                              env=self.env) as reconciler:
-            return await reconciler.apply(
+                              env=self.env, stage=self.stage) as reconciler:
+            run = await reconciler.apply(
                 desired, provenance, hook=hook, only=only, fence=self.fence,
-                deadline=Deadline.after(self.timeout) if self.timeout is not None else None)
+                deadline=Deadline.after(self.timeout) if self.timeout is not None else None,
+                notify=self.notify)
+            return await revert_after(reconciler, self.root, run, self.on_gate_failure,
+                                      self.pull, hook, fence=self.fence)
 
     async def fence(self, change: Change) -> dict[str, object]:
         """Just before a write: this member still holds the change's shard, checked in one
@@ -1795,14 +1860,16 @@ def revert(root: Path, services: Sequence[str], *, overrides: Overrides,
 async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str], *,
                       failures: Mapping[str, ServiceProof] | None, pull: PullTarget | None,
                       hook: Hook | None, rollback: bool,
-                      progress: Progress | None = None) -> RevertRun:
+                      progress: Progress | None = None,
+                      fence: applying.Fence | None = None) -> RevertRun:
     """The revert, in order: read the branch head (the failed apply's pin may have been
     replaced there since: then a pull request, never an overwrite); the judge's word on
     each service (``failures``: the gate's, else a fresh plan's); the last proven release
     (``core.lastproven``: journal ∧ control plane); the key; a commit already carrying it
     ends here; else the commit (pin splice + hold), landed by fast-forward or proposed;
     then, when ``rollback``, the apply of the reverted commit (the control plane's CAS
-    rollback with its idempotency key) and its gate."""
+    rollback with its idempotency key) and its gate, each write asked of ``fence`` (a
+    sharded watcher's) first."""
     desired, provenance = load_consistent(root)
     if provenance.commit is None or provenance.dirty:
         raise EngineError(f"refusing to revert: {root} has no commit or has uncommitted "
@@ -1810,7 +1877,8 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
     head = provenance.commit
     made, snapshot = await reconciler.plan(desired, provenance, progress)
     proofs = {p.service: p for p in made.proofs}
-    path = state_dir(desired, root, reconciler.env) / "journal.jsonl"
+    path = state_dir(desired, root, reconciler.env, reconciler.stage.name
+                     if reconciler.stage is not None else None) / "journal.jsonl"
     try:
         facts = journal_mod.proven_facts(path, on_torn=lambda _torn: None)
     except JournalError as exc:
@@ -1895,7 +1963,7 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
     if done is not None:
         return await _rolled_back(reconciler, root, RevertRun(key, tuple(items), done,
                                                               already=True), rollback, hook,
-                                  progress)
+                                  progress, fence)
     try:
         commit = revert_git.make_commit(root, head, files, message,
                                         date=f"@{(since_ms or snapshot.taken_at) // 1000} +0000")
@@ -1908,14 +1976,18 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
         return RevertRun(key, tuple(items), commit, pull=_propose(root, commit, key, items,
                                                                   message, why, pull),
                          why_pr=why)
-    if not revert_git.fast_forward(root, commit):
+    try:
+        landed = revert_git.fast_forward(root, commit)
+    except revert_git.RevertGitError as exc:  # a lock held too long: said, never raised
+        raise EngineError(f"{exc}; nothing rolled back") from exc
+    if not landed:
         done = revert_git.find_keyed(root, key)
         if done is None:
-            raise EngineError("the branch moved while the revert was being made; nothing "
+            raise BranchMoved("the branch moved while the revert was being made; nothing "
                               "written: run it again (it is re-planned against the new head)")
         return await _rolled_back(reconciler, root, RevertRun(key, tuple(items), done,
                                                               already=True), rollback, hook,
-                                  progress)
+                                  progress, fence)
     with contextlib.suppress(JournalError):  # git holds the revert; the journal tells it
         journal = Journal.open(path)
         journal.reverted(key, {"commit": commit, "services": [
@@ -1923,11 +1995,17 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
              "evidence": list(i.evidence)[:10]} for i in items]})
     applying.crash_point("revert-after-commit")
     return await _rolled_back(reconciler, root, RevertRun(key, tuple(items), commit),
-                              rollback, hook, progress)
+                              rollback, hook, progress, fence)
+
+
+class BranchMoved(EngineError):
+    """The revert's fast-forward found the branch moved and no commit carrying its key:
+    nothing was written; re-planned against the new head, it may land."""
 
 
 async def _rolled_back(reconciler: Reconciler, root: Path, done: RevertRun, rollback: bool,
-                       hook: Hook | None, progress: Progress | None) -> RevertRun:
+                       hook: Hook | None, progress: Progress | None,
+                       fence: applying.Fence | None = None) -> RevertRun:
     """The apply of the reverted commit: the rollback (planned as any change: its key from
     what it was planned against, so a rerun replays it) and its gate."""
     if not rollback or hook is None:
@@ -1941,7 +2019,7 @@ async def _rolled_back(reconciler: Reconciler, root: Path, done: RevertRun, roll
     desired, provenance = load_consistent(root)
     run = await reconciler.apply(desired, provenance, hook=watched,
                                  only=frozenset(i.service for i in done.items),
-                                 progress=progress)
+                                 progress=progress, fence=fence)
     return dataclasses.replace(done, rollback=run)
 
 

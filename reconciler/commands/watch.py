@@ -124,10 +124,10 @@ def run(args: argparse.Namespace) -> int:
 
     only = selection.only_from(args)
     overrides, env = options.overrides_from(args), os.environ
+    pull = revert.pull_target(args) if args.on_gate_failure == "revert" else None
     steps = WatchSteps(root, overrides=overrides, env=env, only=only, timeout=args.timeout,
                        applying=args.apply, on_gate_failure=args.on_gate_failure,
-                       pull=revert.pull_target(args) if args.on_gate_failure == "revert"
-                       else None, stage=stage)
+                       pull=pull, stage=stage)
     if only:
         loaded = steps.load()  # its blobs are cached: the watcher's first read is cheap
         if loaded.state is not None:
@@ -146,9 +146,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {said}", file=sys.stderr)
         return int(Exit.USAGE)
     if sharded is not None:
+        # Everything the plain watcher takes but --only: --apply (its notifications),
+        # --on-gate-failure revert (fenced: a member reverts only its own shards' services)
+        # and the environment --env selected (its rules, narrowed to the member's services).
         steps = ShardedWatchSteps(root, overrides=overrides, env=env, target=sharded.target,
                                   shards=sharded.shards, timing=sharded.timing,
-                                  resync=args.resync, timeout=args.timeout)
+                                  resync=args.resync, timeout=args.timeout,
+                                  applying=args.apply, on_gate_failure=args.on_gate_failure,
+                                  pull=pull, stage=stage)
     try:
         control = watchcontrol.control_for(args, steps, root, env)
     except EngineError as exc:

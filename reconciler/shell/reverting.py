@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -131,12 +132,40 @@ def _identity(root: Path) -> tuple[str, str]:
     return (name or _IDENTITY[0], email or _IDENTITY[1])
 
 
+#: How often, and how far apart, a fast-forward is tried again while another git process
+#: holds the checkout's index lock (several watchers of one group sharing a checkout, each
+#: reading ``git status``, or another member landing its own revert): git never waits for
+#: the lock itself, and a lock held that long is not a brief one.
+LOCK_TRIES, LOCK_PAUSE = 40, 0.25
+
+
+def _locked(done: subprocess.CompletedProcess[bytes]) -> bool:
+    """git refused because another git process holds a lock of this repository."""
+    said = done.stderr.decode("utf-8", "replace")
+    return done.returncode != 0 and ".lock" in said and "File exists" in said
+
+
 def fast_forward(root: Path, commit: str) -> bool:
     """Move the current branch (index and working tree too) to ``commit`` when that is a
-    fast-forward; False when the branch moved and it is not (nothing changed then)."""
+    fast-forward; False when the branch moved and it is not (nothing changed then).
+
+    A lock held by another git process of the same checkout (``index.lock``, the
+    branch's ref lock) is waited out for ``LOCK_TRIES`` × ``LOCK_PAUSE`` seconds, then
+    is a clear error naming it: git's lock is what keeps two writers from corrupting
+    the index, never something to remove."""
     done = _git(root, "merge", "--ff-only", "--quiet", commit)
+    for _ in range(LOCK_TRIES):
+        if not _locked(done):
+            break
+        time.sleep(LOCK_PAUSE)
+        done = _git(root, "merge", "--ff-only", "--quiet", commit)
     if done.returncode == 0:
         return True
+    if _locked(done):
+        raise RevertGitError(f"git merge --ff-only: another git process held a lock of "
+                             f"{root} for {LOCK_TRIES * LOCK_PAUSE:g}s; the revert commit "
+                             f"{commit[:12]} was not landed: "
+                             f"{safe(done.stderr.decode('utf-8', 'replace').strip(), 300)}")
     if _git(root, "merge-base", "--is-ancestor", "HEAD", commit).returncode == 1:
         return False
     raise RevertGitError("git merge --ff-only failed: "

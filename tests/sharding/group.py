@@ -18,7 +18,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from reconciler.core.sharding import quotas
 from reconciler.sandbox.etcd import Etcd
@@ -95,9 +95,18 @@ class Member:
         return stat.rsplit(")", 1)[1].split()[0] == "T"
 
 
+class Checkout(Protocol):
+    """A committed config repo the members watch (``tests.e2e_repo.Repo``, or the
+    two-environment ``tests.promotion.pipeline_repo.PipelineRepo``)."""
+
+    path: Path
+
+    def env(self, **extra: str) -> dict[str, str]: ...
+
+
 @dataclass
 class Group:
-    repo: Repo
+    repo: Checkout
     etcd: Etcd
     shards: int = 16
     apply: bool = False
