@@ -25,6 +25,7 @@ from reconciler.commands import (
     durations,
     options,
     output,
+    proposing,
     revert,
     selection,
     stages,
@@ -55,6 +56,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "--timeout` does (90s, 5m, 1h); an apply it cuts short is reported "
                         "not converged, naming what is still unproven")
     apply.add_gate_failure_flags(parser)
+    proposing.add_flags(parser)
     parser.add_argument("--resync", type=float, default=30.0, metavar="SECONDS",
                         help="re-read the live side this often (default 30)")
     parser.add_argument("--debounce", type=float, default=0.3, metavar="SECONDS",
@@ -115,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
     # Usage first: a wrong command line is said before anything is searched or read.
     try:
         root, stage = stages.select(args, args.path, command="watch")
+        propose = proposing.target(args, stage)  # watch --env ENV --promote-from UP
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(exc.code)
@@ -127,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     steps = WatchSteps(root, overrides=overrides, env=env, only=only, timeout=args.timeout,
                        applying=args.apply, on_gate_failure=args.on_gate_failure,
                        pull=revert.pull_target(args) if args.on_gate_failure == "revert"
-                       else None, stage=stage)
+                       else None, stage=stage, propose=propose)
     if only:
         loaded = steps.load()  # its blobs are cached: the watcher's first read is cheap
         if loaded.state is not None:
@@ -140,9 +143,10 @@ def run(args: argparse.Namespace) -> int:
     # the loaded blobs are cached, so the watcher's first read stays cheap.
     state = steps.load().state
     sharded = coordinate.resolve(args, env, state.settings if state is not None else None)
-    if isinstance(sharded, str) or (sharded is not None and only):
+    if isinstance(sharded, str) or (sharded is not None and (only or propose)):
         said = sharded if isinstance(sharded, str) else \
-            "--only and --coordinate do not mix: the shards decide who plans what"
+            "--only and --coordinate do not mix: the shards decide who plans what" if only \
+            else "--promote-from and --coordinate do not mix: one watcher proposes"
         print(f"error: {said}", file=sys.stderr)
         return int(Exit.USAGE)
     if sharded is not None:

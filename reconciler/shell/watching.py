@@ -34,6 +34,7 @@ from reconciler.core.live import LiveSnapshot
 from reconciler.core.outcomes import ApplyReport, Outcome
 from reconciler.core.planning import Provenance
 from reconciler.core.plans import Plan, Verdict
+from reconciler.core.proposals import Step
 from reconciler.core.sanitize import redact, safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -88,6 +89,7 @@ EVENT_LEVELS: dict[str, str] = {
     "invalid": "warning", "backoff": "warning", "apply-abandoned": "warning",
     "only-unknown": "warning", "unready": "warning",
     "live-unreadable": "error", "apply-failed": "error", "apply-refused": "error",
+    "promotion-failed": "error",
 }
 
 
@@ -134,7 +136,7 @@ class Log:
 
 #: Error kinds counted by ``reconcile_errors_total`` (each starts at 0).
 ERROR_KINDS = ("control_plane", "config", "git", "journal", "invalid_desired_state",
-               "apply_refused", "apply_failed", "other")
+               "apply_refused", "apply_failed", "promotion", "other")
 REFUSALS = frozenset({Exit.REFUSED_NO_GO, Exit.REFUSED_STALE, Exit.REFUSED_COMMIT,
                       Exit.REFUSED_EVIDENCE, Exit.REFUSED_MISMATCH, Exit.DECLINED})
 
@@ -373,6 +375,9 @@ class Watcher:
     only_unknown: frozenset[str] = frozenset()
     control: Control | None = None  # suspend / resume / reconcile now (shell.control)
     was_suspended: bool = False
+    #: watch --promote-from: when (wall clock, seconds) the next promotion becomes
+    #: eligible; the live side is read again then, not only at the next resync
+    wake_at: float | None = None
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -417,9 +422,13 @@ class Watcher:
                 if moved:
                     await self._reload(head)
                     last_head = head
+                woken = self.wake_at is not None and time.time() >= self.wake_at
+                if woken:
+                    self.wake_at = None  # set again by the proposals after this resync
                 if requested or time.monotonic() - last_resync >= self.resync \
-                        or self._resync_due():
-                    await self._resync("reconcile requested" if requested else "resync")
+                        or self._resync_due() or woken:
+                    await self._resync("reconcile requested" if requested else
+                                       "promotion eligible" if woken else "resync")
                     last_resync = time.monotonic()
                 elif moved:
                     self._replan("files changed" if got else "HEAD moved")
@@ -566,6 +575,50 @@ class Watcher:
             self.metrics.observed()
         self._report_readiness()
         self._replan(why, fresh=True)
+        await self._propose()
+
+    async def _propose(self) -> None:
+        """``watch --promote-from``: after each observation the steps propose what became
+        eligible (the engine decides, opens and journals); the watcher says what is new,
+        counts failures (they never stop it) and wakes up when the next promotion
+        becomes eligible."""
+        propose = getattr(self.steps, "propose", None)
+        if propose is None:
+            return
+        stage = getattr(self.steps, "stage", None)
+        environment = str(getattr(stage, "name", ""))
+        try:
+            done = await propose()
+        except (EngineError, OSError) as exc:
+            self.log.event("promotion-failed", f"could not propose promotions: {safe(exc)}")
+            if self.metrics is not None:
+                self.metrics.error("promotion")
+            return
+        wake: list[int] = []
+        now_ms = int(time.time() * 1000)
+        for item in done:
+            decision = item.decision
+            if decision.eligible_at is not None and decision.eligible_at > now_ms \
+                    and decision.step is Step.WAITING:
+                wake.append(decision.eligible_at)
+            if item.error is not None and self.metrics is not None:
+                self.metrics.error("promotion")
+            if not item.news and item.error is None:
+                continue
+            line = watchview.proposal(
+                environment, decision, number=item.pull.number if item.pull else None,
+                url=item.pull.url if item.pull else "",
+                created=item.pull.created if item.pull else True,
+                error=safe(item.error, 1000) if item.error else None,
+                failures=getattr(getattr(self.steps, "proposer", None), "failures", 0))
+            if line is not None:
+                self._say(line)
+            if item.note:
+                self.log.event("promotion-failed", f"{decision.service}: {safe(item.note)}",
+                               level="warning", service=decision.service)
+        # A little after the eligible time: the soak is measured against the control
+        # plane's clock, and one resync early would only say "waiting" again.
+        self.wake_at = min(wake) / 1000 + 0.5 if wake else None
 
     def _report_readiness(self) -> None:
         """Log each change of ``/readyz``'s answer once."""
