@@ -33,7 +33,7 @@ from reconciler.core.plans import Blocker
 RULES = frozenset({BlockerCode.NOT_SOAKED, BlockerCode.NOT_PROVEN_UPSTREAM,
                    BlockerCode.WINDOW_CLOSED, BlockerCode.FROZEN, BlockerCode.POLICY_DENIED})
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")  # no dots: git refuses ".." and ".lock"
 
 
 class Step(StrEnum):
@@ -89,14 +89,11 @@ class Decision:
     def key(self) -> str:
         """Equal for decisions that say the same thing: a decision is said when its key
         was not said before (a soak's eligible time once, not at every resync)."""
+        # Held by rules: their codes and the eligible time (the soak's progress is no
+        # news); held by a problem (no tag, upstream unreadable): the problem itself.
+        problem = self.reason if self.step is Step.WAITING and not self.codes else ""
         return "|".join((self.service, self.step.value, self.digest or "",
-                         str(self.eligible_at), ",".join(self.codes), self.problem_part))
-
-    @property
-    def problem_part(self) -> str:
-        # Blockers with no time (not proven upstream) are said again when their reason
-        # changes code; a problem (no tag) is part of the reason.
-        return self.reason if self.step is Step.WAITING and not self.codes else ""
+                         str(self.eligible_at), ",".join(self.codes), problem))
 
 
 def branch_name(environment: str, service: str, digest: str) -> str:
@@ -112,6 +109,8 @@ def decide(environment: str, candidate: Candidate, earlier: Sequence[Earlier]) -
     """What to do about ``candidate`` given the proposals already made (oldest first)."""
     name, digest = candidate.service, candidate.digest
     if digest is None:
+        if candidate.problem is not None:  # the previous environment could not be read
+            return Decision(name, Step.WAITING, reason=candidate.problem)
         return Decision(name, Step.NOTHING, reason="the previous environment has no rollout "
                         "of it")
     if candidate.pinned == digest:
