@@ -289,14 +289,16 @@ def state_dir_of(settings: Settings, root: Path, env: Mapping[str, str],
 
 
 def notifier(desired: DesiredState, root: Path, env: Mapping[str, str], gateway: str, *,
-             applying: bool = False, count: Counter | None = None) -> Notifier | None:
+             applying: bool = False, count: Counter | None = None,
+             environment: str | None = None) -> Notifier | None:
     """The repo's notifications (``settings.notifications``), remembered in the state
-    directory; None when it names none (the delivery stack is not even loaded)."""
+    directory (the environment's, in a pipeline); None when it names none (the delivery
+    stack is not even loaded)."""
     if desired.settings.notifications is None:
         return None
     from reconciler.shell.notifying import Notifier
 
-    return Notifier.build(desired.settings, state_dir(desired, root, env), env,
+    return Notifier.build(desired.settings, state_dir(desired, root, env, environment), env,
                           gateway=gateway, applying=applying, count=count)
 
 
@@ -862,7 +864,8 @@ async def apply_async(
     async with Reconciler(root, desired, overrides=overrides, env=env,
                           stage=stage) as reconciler:
         # An --only apply proves a part of the commit: it says nothing about the commit.
-        notify = None if only else notifier(desired, root, env, reconciler.connection.gateway)
+        notify = None if only else notifier(desired, root, env, reconciler.connection.gateway,
+                                            environment=stage.name if stage else None)
         try:
             run = await reconciler.apply(desired, provenance, hook=hook, saved=saved,
                                          only=only, confirm=confirm, progress=progress,
@@ -984,7 +987,8 @@ class WatchSteps:
             self._settings = desired.settings
             self.notify = None if self.only else notifier(
                 desired, self.root, self.env, self._live.connection.gateway,
-                applying=self.applying, count=self.count_notifications)
+                applying=self.applying, count=self.count_notifications,
+                environment=self.stage.name if self.stage is not None else None)
         # Every resync is a new pass: DNS and the clusters' health are asked again (a
         # cluster that appeared, or came back, must be seen); tokens are kept.
         self._live.prober.forget_mesh()
@@ -1830,7 +1834,9 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
     head = provenance.commit
     made, snapshot = await reconciler.plan(desired, provenance, progress)
     proofs = {p.service: p for p in made.proofs}
-    path = state_dir(desired, root, reconciler.env) / "journal.jsonl"
+    path = state_dir(desired, root, reconciler.env,
+                     reconciler.stage.name if reconciler.stage is not None else None) \
+        / "journal.jsonl"
     try:
         facts = journal_mod.proven_facts(path, on_torn=lambda _torn: None)
     except JournalError as exc:
