@@ -1543,9 +1543,12 @@ def load_worktree(root: Path) -> DesiredState:
 
 def pin(root: Path, service: str, tag: str | None, *, write: bool, allow_moved: bool,
         preview: bool, overrides: Overrides, env: Mapping[str, str] | None = None,
-        progress: Progress | None = None) -> PinRun:
+        progress: Progress | None = None,
+        stage: environments.Selected | None = None) -> PinRun:
     """Read the working tree, read the service's releases, resolve (``core.pinning``),
-    rewrite its file (``shell.pinning``; only when ``write``), then plan that service."""
+    rewrite its file (``shell.pinning``; only when ``write``), then plan that service --
+    in an environment of a pipeline (``stage``) with its promotion rules, as ``plan
+    --env`` would plan the commit (a pin before the soak is over is NO-GO there)."""
     env = os.environ if env is None else env
     desired = load_worktree(root)
     svc = _declared(desired, service)
@@ -1587,7 +1590,8 @@ def pin(root: Path, service: str, tag: str | None, *, write: bool, allow_moved: 
     provenance = Provenance(path=str(root.resolve()))
 
     async def planned() -> Plan:
-        async with Reconciler(root, scoped, overrides=overrides, env=env) as reconciler:
+        async with Reconciler(root, scoped, overrides=overrides, env=env,
+                              stage=stage) as reconciler:
             made, _ = await reconciler.plan(scoped, provenance, progress)
             return made
 
