@@ -3,7 +3,8 @@
 Owns what the watcher says when a plan differs from the last one (the verdict, its
 counts, each item that appeared or went away), when an apply ends (each outcome counted,
 every reason the gate is still waiting on) and while an apply runs (each change's
-outcome, the gate's start and polls). The watcher (``shell.watching``) writes them
+outcome, the gate's start and polls), and about the promotions ``watch --promote-from``
+proposes (proposed, waiting until a time, failed). The watcher (``shell.watching``) writes them
 through its ``Log`` (text or JSON lines, timestamps, levels); the metrics are the
 watcher's. Pure: returns strings and the structured fields that go with them.
 """
