@@ -2316,6 +2316,13 @@ class Proposer:
         made = restrict(environment_rules(stage, make_plan(scoped, snapshot, provenance,
                                                            greenfield), scoped, upstream),
                         frozenset({name}))
+        if not any(c.service == name and c.action in promotion.PROMOTING
+                   for c in made.changes):
+            # Going back to a release ENV accepted before (staging rolled back after ENV
+            # took the newer one) is a rollback, not a promotion: never proposed here.
+            return proposals.Decision(name, proposals.Step.NOTHING, digest=digest, tag=tag,
+                                      reason=f"{stage.name} accepted it before: a rollback, "
+                                      "not a promotion"), None
         rules = proposals.rule_blockers(made.blockers, name)
         if rules:  # a policy denies it (the gate above already allowed soak and holds)
             return proposals.decide(stage.name, dataclasses.replace(

@@ -589,8 +589,10 @@ class Watcher:
         environment = str(getattr(stage, "name", ""))
         try:
             done = await propose()
-        except (EngineError, OSError) as exc:
-            self.log.event("promotion-failed", f"could not propose promotions: {safe(exc)}")
+        except Exception as exc:  # proposing is beside the loop: whatever
+            # fails there is said and counted, and the watcher goes on reconciling
+            self.log.event("promotion-failed", f"could not propose promotions: "
+                           f"{safe(exc) or type(exc).__name__}")
             if self.metrics is not None:
                 self.metrics.error("promotion")
             return

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
@@ -108,11 +109,12 @@ class Watch:
 
 
 @contextmanager
-def watching(repo: PipelineRepo, standin: StandIn, *args: str) -> Iterator[Watch]:
+def watching(repo: PipelineRepo, standin: StandIn, *args: str,
+             token: str = TOKEN) -> Iterator[Watch]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "reconciler", "watch", str(repo.path), "--env", "prod",
          "--promote-from", "staging", "--repo", "acme/fleet", "--api-url", standin.api_url,
-         "--log-format", "json", *args], cwd=PROJECT, env=repo.env(GITHUB_TOKEN=TOKEN),
+         "--log-format", "json", *args], cwd=PROJECT, env=repo.env(GITHUB_TOKEN=token),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     watch = Watch(proc)
     try:
@@ -193,6 +195,31 @@ def test_a_staging_rollback_before_the_soak_ends_proposes_nothing(
         w.drain(max(0.0, eligible(waiting) - time.time()) + 4)
         assert not w.named("promotion-proposed")
     assert not standin.state.pull_requests and posts(standin) == 0
+
+
+def test_github_refusing_is_logged_counted_and_retried_and_the_watcher_goes_on(
+        repo: PipelineRepo, standin: StandIn) -> None:
+    repo.write_pipeline(soak="1s")
+    repo.commit("soak 1s")
+    apply(repo, "staging")
+    time.sleep(1.2)
+    with watching(repo, standin, "--resync", "1", "--metrics-port", "0",
+                  token="ghs_" + "x" * 36) as w:
+        start = w.wait_for(lambda e: e["event"] == "start")
+        first = w.wait_for(lambda e: e["event"] == "promotion-failed")
+        assert first["service"] == "checkout" and first["digest"] == NEW
+        assert "401" in first["error"] and first["failures"] == 1
+        assert "x" * 36 not in json.dumps(first)  # the token is never logged
+        again = w.wait_for(lambda e: e["event"] == "promotion-failed")
+        assert again["failures"] == 2  # tried again at the next cycle, counted
+        w.wait_for(lambda e: e["event"] == "plan")  # still reconciling
+        assert w.proc.poll() is None
+        metrics = urllib.request.urlopen(f"http://{start['metrics']}/metrics",
+                                         timeout=10).read().decode()
+        [line] = [x for x in metrics.splitlines()
+                  if x.startswith('reconcile_errors_total{kind="promotion"}')]
+        assert float(line.split()[-1]) >= 2
+    assert not standin.state.pull_requests
 
 
 def test_promote_from_must_name_the_previous_environment(repo: PipelineRepo,
