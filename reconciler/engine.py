@@ -924,6 +924,9 @@ class WatchSteps:
         #: requests after each observation (``propose``)
         self.proposer = Proposer(propose, env) if propose is not None else None
         self._observed: DesiredState | None = None
+        #: ms: when a promotion the last plan holds becomes eligible (None: none is held
+        #: with a time); the watcher observes again then, not only at its next resync
+        self.eligible_at: int | None = None
         self.applying = applying  # watch --apply: a GO plan is not "waiting" for anyone
         #: the notifications of the repo's settings (built with the Reconciler), and what
         #: counts their deliveries (the metrics, when served)
@@ -1019,6 +1022,10 @@ class WatchSteps:
         if self.stage is not None:
             made = environment_rules(self.stage, made, desired, self._upstream)
         made = restrict(made, self.only)
+        if self.stage is not None:  # when a promotion held now may go: the watcher wakes
+            self.eligible_at = promotion.next_eligible(
+                made, self.stage.environment, self._upstream, self.stage.rules.freezes,
+                made.created_at, self.stage.override)
         if self.notify is not None:
             self.notify.outcome(made)
         return made

@@ -84,6 +84,10 @@ class Steps(Protocol):
 
 LEVELS: dict[str, int] = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
+#: Seconds after a promotion's eligible time the watcher looks again: the soak is measured
+#: against the control plane's clock, and a look a moment early only says "waiting" again.
+WAKE_MARGIN = 0.5
+
 #: The level of each event unless the caller says otherwise (default: info).
 EVENT_LEVELS: dict[str, str] = {
     "invalid": "warning", "backoff": "warning", "apply-abandoned": "warning",
@@ -375,9 +379,11 @@ class Watcher:
     only_unknown: frozenset[str] = frozenset()
     control: Control | None = None  # suspend / resume / reconcile now (shell.control)
     was_suspended: bool = False
-    #: watch --promote-from: when (wall clock, seconds) the next promotion becomes
-    #: eligible; the live side is read again then, not only at the next resync
-    wake_at: float | None = None
+    #: watch --env: when (wall clock, seconds) the next promotion held by the last plan
+    #: (``plan_wake``) or waiting to be proposed (``proposal_wake``, --promote-from)
+    #: becomes eligible; the live side is read again then, not only at the next resync
+    plan_wake: float | None = None
+    proposal_wake: float | None = None
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -422,9 +428,10 @@ class Watcher:
                 if moved:
                     await self._reload(head)
                     last_head = head
-                woken = self.wake_at is not None and time.time() >= self.wake_at
-                if woken:
-                    self.wake_at = None  # set again by the proposals after this resync
+                wake = self.wake_at
+                woken = wake is not None and time.time() >= wake
+                if woken:  # set again by the plan and the proposals after this resync
+                    self.plan_wake = self.proposal_wake = None
                 if requested or time.monotonic() - last_resync >= self.resync \
                         or self._resync_due() or woken:
                     await self._resync("reconcile requested" if requested else
@@ -618,9 +625,13 @@ class Watcher:
             if item.note:
                 self.log.event("promotion-failed", f"{decision.service}: {safe(item.note)}",
                                level="warning", service=decision.service)
-        # A little after the eligible time: the soak is measured against the control
-        # plane's clock, and one resync early would only say "waiting" again.
-        self.wake_at = min(wake) / 1000 + 0.5 if wake else None
+        self.proposal_wake = min(wake) / 1000 + WAKE_MARGIN if wake else None
+
+    @property
+    def wake_at(self) -> float | None:
+        """The earliest of the wake-ups the plan and the proposals asked for."""
+        wakes = [w for w in (self.plan_wake, self.proposal_wake) if w is not None]
+        return min(wakes) if wakes else None
 
     def _report_readiness(self) -> None:
         """Log each change of ``/readyz``'s answer once."""
@@ -647,6 +658,8 @@ class Watcher:
         delta = plandiff.diff(self.plan, new)
         first = self.plan is None
         self.plan = new
+        eligible = getattr(self.steps, "eligible_at", None)  # watch --env: a held promotion
+        self.plan_wake = eligible / 1000 + WAKE_MARGIN if isinstance(eligible, int) else None
         if self.metrics is not None:
             self.metrics.observe_plan(new, fresh=fresh, desired=self.desired)
         elapsed_ms = round((time.perf_counter() - started) * 1000, 1)

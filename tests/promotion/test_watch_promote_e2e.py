@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -195,6 +196,33 @@ def test_a_staging_rollback_before_the_soak_ends_proposes_nothing(
         w.drain(max(0.0, eligible(waiting) - time.time()) + 4)
         assert not w.named("promotion-proposed")
     assert not standin.state.pull_requests and posts(standin) == 0
+
+
+def test_with_apply_a_pin_merged_early_is_applied_only_once_eligible(
+        repo: PipelineRepo, standin: StandIn) -> None:
+    apply(repo, "staging")
+    repo.pin("prod", NEW, "v2.4.0")  # a pull request merged before the soak is over
+    with watching(repo, standin, "--resync", "600", "--apply") as w:
+        plan = w.wait_for(lambda e: e["event"] == "plan")
+        assert plan["verdict"] == "no_go", plan
+        held = eligible_from(plan)
+        applied = w.wait_for(lambda e: e["event"] == "applied", timeout=SOAK + 60)
+        started = [e for e in w.seen if e["event"] == "apply"]
+        assert started and datetime.fromisoformat(
+            started[0]["ts"].replace("Z", "+00:00")).timestamp() >= held
+        assert applied["commit"] == git(repo.path, "rev-parse", "HEAD").strip()
+        assert not w.named("promotion-proposed")  # prod pins it already: nothing to propose
+    assert not standin.state.pull_requests
+
+
+def eligible_from(plan: dict[str, Any]) -> float:
+    """The eligible time a plan event's not_soaked line names (seconds)."""
+    for line in plan.get("lines") or []:
+        found = re.search(r"not_soaked.*eligible (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)Z", line)
+        if found:
+            return datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S").replace(
+                tzinfo=UTC).timestamp()
+    raise AssertionError(plan)
 
 
 def test_github_refusing_is_logged_counted_and_retried_and_the_watcher_goes_on(
