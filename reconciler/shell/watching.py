@@ -439,6 +439,7 @@ class Watcher:
                     last_resync = time.monotonic()
                 elif moved:
                     self._replan("files changed" if got else "HEAD moved")
+                    self._note_wake()
                 await self._maybe_apply(stop)
         finally:
             watcher.cancel()
@@ -582,7 +583,14 @@ class Watcher:
             self.metrics.observed()
         self._report_readiness()
         self._replan(why, fresh=True)
+        self._note_wake()
         await self._propose()
+
+    def _note_wake(self) -> None:
+        """``watch --env``: when a promotion the last plan holds becomes eligible (the
+        engine's steps say; None: none is held with a time), to look again then."""
+        eligible = getattr(self.steps, "eligible_at", None)
+        self.plan_wake = eligible / 1000 + WAKE_MARGIN if isinstance(eligible, int) else None
 
     async def _propose(self) -> None:
         """``watch --promote-from``: after each observation the steps propose what became
@@ -658,8 +666,6 @@ class Watcher:
         delta = plandiff.diff(self.plan, new)
         first = self.plan is None
         self.plan = new
-        eligible = getattr(self.steps, "eligible_at", None)  # watch --env: a held promotion
-        self.plan_wake = eligible / 1000 + WAKE_MARGIN if isinstance(eligible, int) else None
         if self.metrics is not None:
             self.metrics.observe_plan(new, fresh=fresh, desired=self.desired)
         elapsed_ms = round((time.perf_counter() - started) * 1000, 1)

@@ -201,9 +201,11 @@ def test_a_staging_rollback_before_the_soak_ends_proposes_nothing(
 def test_with_apply_a_pin_merged_early_is_applied_only_once_eligible(
         repo: PipelineRepo, standin: StandIn) -> None:
     apply(repo, "staging")
-    repo.pin("prod", NEW, "v2.4.0")  # a pull request merged before the soak is over
     with watching(repo, standin, "--resync", "600", "--apply") as w:
-        plan = w.wait_for(lambda e: e["event"] == "plan")
+        w.wait_for(lambda e: e["event"] == "promotion-waiting")
+        repo.pin("prod", NEW, "v2.4.0")  # a pull request merged before the soak is over
+        plan = w.wait_for(lambda e: e["event"] == "plan" and (
+            "HEAD moved" in e["message"] or "files changed" in e["message"]))
         assert plan["verdict"] == "no_go", plan
         held = eligible_from(plan)
         applied = w.wait_for(lambda e: e["event"] == "applied", timeout=SOAK + 60)
