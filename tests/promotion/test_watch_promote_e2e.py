@@ -111,11 +111,13 @@ class Watch:
 
 @contextmanager
 def watching(repo: PipelineRepo, standin: StandIn, *args: str,
-             token: str = TOKEN) -> Iterator[Watch]:
+             token: str = TOKEN, promote: bool = True) -> Iterator[Watch]:
+    proposing = ["--promote-from", "staging", "--repo", "acme/fleet", "--api-url",
+                 standin.api_url] if promote else []
     proc = subprocess.Popen(
         [sys.executable, "-m", "reconciler", "watch", str(repo.path), "--env", "prod",
-         "--promote-from", "staging", "--repo", "acme/fleet", "--api-url", standin.api_url,
-         "--log-format", "json", *args], cwd=PROJECT, env=repo.env(GITHUB_TOKEN=token),
+         *proposing, "--log-format", "json", *args], cwd=PROJECT,
+        env=repo.env(GITHUB_TOKEN=token),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     watch = Watch(proc)
     try:
@@ -198,11 +200,14 @@ def test_a_staging_rollback_before_the_soak_ends_proposes_nothing(
     assert not standin.state.pull_requests and posts(standin) == 0
 
 
+@pytest.mark.parametrize("promote", [True, False], ids=["promote-from", "apply-only"])
 def test_with_apply_a_pin_merged_early_is_applied_only_once_eligible(
-        repo: PipelineRepo, standin: StandIn) -> None:
+        repo: PipelineRepo, standin: StandIn, promote: bool) -> None:
     apply(repo, "staging")
-    with watching(repo, standin, "--resync", "600", "--apply") as w:
-        w.wait_for(lambda e: e["event"] == "promotion-waiting")
+    # --resync 600: only a wake-up at the eligible time can make it look again (without
+    # --promote-from, the plan's own not_soaked blocker sets it).
+    with watching(repo, standin, "--resync", "600", "--apply", promote=promote) as w:
+        w.wait_for(lambda e: e["event"] == ("promotion-waiting" if promote else "plan"))
         repo.pin("prod", NEW, "v2.4.0")  # a pull request merged before the soak is over
         plan = w.wait_for(lambda e: e["event"] == "plan" and (
             "HEAD moved" in e["message"] or "files changed" in e["message"]))
