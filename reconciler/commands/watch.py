@@ -7,7 +7,9 @@ loopback port (``--metrics-addr`` to change) serves ``/metrics``, ``/healthz`` a
 etcd://...`` joins a group of watchers sharing the services by shard
 (``commands.coordinate``, ``shell.sharded``, docs/scaling.md). With
 ``--control-token-file`` that port also takes ``POST /suspend``, ``/resume`` and
-``/reconcile`` (``commands.watchcontrol``).
+``/reconcile`` (``commands.watchcontrol``). ``--env ENV --promote-from PREV`` proposes
+each promotion from PREV as a pull request once it is eligible (``commands.proposing``
+for the flags; the engine's ``Proposer`` decides and opens).
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 Owns the loop and its timing: file events (watchfiles) debounced into one reconcile per
 burst, a ``HEAD`` poll (a commit of already-saved files moves no file), a periodic resync
 of the live side, the last good desired state kept across invalid edits (reported once
-per broken revision), the backoff after a failed apply, and a clean stop on
+per broken revision), the backoff after a failed apply, a wake-up when a promotion held
+by the environment's rules becomes eligible (``watch --env``; and the proposals of
+``--promote-from``, said and counted here, made by the steps), and a clean stop on
 SIGINT/SIGTERM. Each plan is diffed against the previous one and only the difference is
 reported.
 
