@@ -3,7 +3,9 @@
 Also the sequence of the two preflights of each creation (after the snapshot, before
 planning, at the commit being planned: the probe without evidence, then the request bound
 to the configuration digest it reported), of the watcher's steps, and of ``reconcile pin``
-(working tree → releases → resolve → rewrite → the plan of that service).
+(working tree → releases → resolve → rewrite → the plan of that service), and of
+``watch --promote-from``'s proposals (``Proposer``: gate → pin → plan → commit beside the
+checkout → branch and pull request → journal).
 
 Owns the order of operations and the translation of shell failures into
 ``EngineError``s that carry an exit code and a sentence. It decides nothing about what
