@@ -190,11 +190,15 @@ def test_the_watcher_proposes_once_after_the_soak_and_never_again(
 
 def test_a_staging_rollback_before_the_soak_ends_proposes_nothing(
         repo: PipelineRepo, standin: StandIn) -> None:
+    # A soak the rollback's own apply surely fits in, on a loaded machine too.
+    repo.write_pipeline(soak="30s")
+    repo.commit("soak 30s")
     apply(repo, "staging")
     with watching(repo, standin, "--resync", "1") as w:
         waiting = w.wait_for(lambda e: e["event"] == "promotion-waiting")
         repo.pin("staging", OLD, "v2.3.0")  # staging goes back before prod may have it
         apply(repo, "staging")
+        assert time.time() < eligible(waiting), "the rollback came after the soak: too slow"
         w.drain(max(0.0, eligible(waiting) - time.time()) + 4)
         assert not w.named("promotion-proposed")
     assert not standin.state.pull_requests and posts(standin) == 0
