@@ -2225,10 +2225,9 @@ class Proposal:
 
 class Proposer:
     """``watch --promote-from``'s memory across cycles: the proposals made (the journal's,
-    read once, then kept here), what was said, the failures counted, and when to look
-    again. Each ``run`` is one pass over ENV's services after an observation; it never
-    writes the checkout (the commit is built beside it, ``shell.reverting.make_commit``)
-    and never applies."""
+    read once, then kept here), what was said, and the failures counted. Each ``run`` is
+    one pass over ENV's services after an observation; it never writes the checkout (the
+    commit is built beside it, ``shell.reverting.make_commit``) and never applies."""
 
     def __init__(self, target: ProposalTarget, env: Mapping[str, str]) -> None:
         self.target = target
@@ -2236,7 +2235,6 @@ class Proposer:
         self.earlier: list[proposals.Earlier] | None = None
         self.said: set[str] = set()
         self.failures = 0
-        self.wake_at: int | None = None  # ms: the earliest eligible time still ahead
 
     def _journal(self, stage: environments.Selected, desired: DesiredState) -> Path:
         return state_dir(desired, stage.root, self.env, stage.name) / journal_mod.JOURNAL_FILE
@@ -2275,7 +2273,6 @@ class Proposer:
             news = decision.key not in self.said
             self.said.add(decision.key)
             out.append(Proposal(decision, news=news))
-        self.wake_at = proposals.wake_at((p.decision for p in out), now_ms)
         return tuple(out)
 
     def _decide(self, stage: environments.Selected, desired: DesiredState, svc: Service,

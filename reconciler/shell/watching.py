@@ -29,14 +29,13 @@ from typing import Protocol, TextIO
 
 from watchfiles import Change, awatch
 
-from reconciler.core import outcomes, plandiff
+from reconciler.core import outcomes, plandiff, proposals
 from reconciler.core.desired import DesiredState
 from reconciler.core.events import Event, Hook
 from reconciler.core.live import LiveSnapshot
 from reconciler.core.outcomes import ApplyReport, Outcome
 from reconciler.core.planning import Provenance
 from reconciler.core.plans import Plan, Verdict
-from reconciler.core.proposals import Step
 from reconciler.core.sanitize import redact, safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -613,13 +612,8 @@ class Watcher:
             if self.metrics is not None:
                 self.metrics.error("promotion")
             return
-        wake: list[int] = []
-        now_ms = int(time.time() * 1000)
         for item in done:
             decision = item.decision
-            if decision.eligible_at is not None and decision.eligible_at > now_ms \
-                    and decision.step is Step.WAITING:
-                wake.append(decision.eligible_at)
             if item.error is not None and self.metrics is not None:
                 self.metrics.error("promotion")
             if not item.news and item.error is None:
@@ -635,7 +629,8 @@ class Watcher:
             if item.note:
                 self.log.event("promotion-failed", f"{decision.service}: {safe(item.note)}",
                                level="warning", service=decision.service)
-        self.proposal_wake = min(wake) / 1000 + WAKE_MARGIN if wake else None
+        wake = proposals.wake_at((item.decision for item in done), int(time.time() * 1000))
+        self.proposal_wake = wake / 1000 + WAKE_MARGIN if wake is not None else None
 
     @property
     def wake_at(self) -> float | None:
