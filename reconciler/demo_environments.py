@@ -1,17 +1,21 @@
 """``make demo`` (second part): staging → prod, against two sandboxes side by side.
 
 Starts a staging and a prod sandbox (each a control plane and three clusters, on the
-ports ``examples/environments`` names), copies that repo into a throwaway git checkout,
-then runs what a user types: validate; apply staging (the gate waits until every staging
-cluster proves v2.4.0); plan prod and ``promote`` -- refused while staging's soak runs
-(``not_soaked`` with the time it becomes eligible); ``status``; after the soak,
-``promote --commit`` (the pin spliced into prod's file, the evidence in the commit) and
-apply prod, which its gate proves on every prod cluster; ``status --clusters`` again.
-Stops the sandboxes it started. Each step is the real CLI in a child process.
+ports ``examples/environments`` names; free ones when those are taken), copies that repo
+into a throwaway git checkout, then runs what a user types: validate; apply staging (the
+gate waits until every staging cluster proves v2.4.0); ``promote`` -- refused while
+staging's soak runs (``not_soaked`` with the time it becomes eligible); a pull request
+that pins v2.4.0 in prod before then (``pin --env prod`` in the working tree): prod's
+plan is NO-GO ``not_soaked`` with the same eligible time, and the early pin is dropped;
+``status``; after the soak, ``promote --commit`` (the pin spliced into prod's file, the
+evidence in the commit) and apply prod, which its gate proves on every prod cluster;
+``status --clusters`` again. Stops the sandboxes it started. Each step is the real CLI in
+a child process; the demo exits non-zero when a step does not do what it says.
 """
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import re
@@ -62,6 +66,26 @@ def _repo(sandboxes: dict[str, launcher.Sandbox]) -> Path:
     return repo
 
 
+def _start(name: str, port: int, mesh: int) -> launcher.Sandbox:
+    """The sandbox on its example ports; on free ones when those are taken (a sandbox
+    already up, two people on one host). The copied Settings name the ports used."""
+    try:
+        return launcher.start(STATE / name, port=port, mesh_port=mesh, converge_delay_ms=500)
+    except (launcher.SandboxError, OSError) as exc:
+        if port == 0 and mesh == 0:
+            raise
+        print(f"(ports {port}/{mesh} are not free ({exc}): using free ones)", flush=True)
+        return launcher.start(STATE / name, port=0, mesh_port=0, converge_delay_ms=500)
+
+
+def _eligible(said: str) -> float | None:
+    """The eligible time a refusal names (``eligible 2026-12-02 14:05:00Z``), in seconds."""
+    found = re.search(r"eligible (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)Z", said)
+    if found is None:
+        return None
+    return calendar.timegm(time.strptime(found.group(1), "%Y-%m-%d %H:%M:%S"))
+
+
 def main() -> int:
     sandboxes: dict[str, launcher.Sandbox] = {}
     try:
@@ -69,8 +93,7 @@ def main() -> int:
             print(f"Starting the {name} sandbox (control plane :{port}, clusters :{mesh}) ...",
                   flush=True)
             try:
-                sandboxes[name] = launcher.start(STATE / name, port=port, mesh_port=mesh,
-                                                 converge_delay_ms=500)
+                sandboxes[name] = _start(name, port, mesh)
             except (launcher.SandboxError, OSError) as exc:
                 print(f"the {name} sandbox did not start: {exc}", file=sys.stderr)
                 return 1
@@ -82,27 +105,49 @@ def main() -> int:
                     "RECONCILE_SIGNER_KEY_PROD": str(sandboxes["prod"].signer_key_file),
                     "RECONCILE_STATE_DIR": str(STATE / "environments-journal")})
         r = str(repo)
-        _step("the pipeline, its policy and both environments", ["validate", r], env, ROOT)
-        _step("v2.4.0 goes to staging", ["apply", r, "--env", "staging", "--auto-approve"],
-              env, ROOT)
-        _step("prod would promote it: staging proves it, not yet for 20s",
-              ["plan", r, "--env", "prod"], env, ROOT)
-        refused = _step("so promote refuses, and says when",
+        problems: list[str] = []
+
+        def expect(done: subprocess.CompletedProcess[str], code: int, what: str) -> None:
+            if done.returncode != code:
+                problems.append(f"{what}: exit {done.returncode}, expected {code}")
+
+        expect(_step("the pipeline, its policy and both environments", ["validate", r], env,
+                     ROOT), 0, "validate")
+        expect(_step("v2.4.0 goes to staging",
+                     ["apply", r, "--env", "staging", "--auto-approve"], env, ROOT), 0,
+               "apply staging")
+        refused = _step("prod may not have it yet: staging proves it, not yet for the soak",
                         ["promote", "checkout", "--to", "prod", "-C", r], env, ROOT)
+        expect(refused, 10, "promote before the soak")
+        # A pull request that pins it in prod now (as if merged early): prod's own plan
+        # holds it, with the same eligible time -- the rules, not the command, decide.
+        early = _step("a pull request pinning v2.4.0 in prod now: prod's plan is NO-GO and "
+                      "says when it may go", ["pin", "checkout", "v2.4.0", "--env", "prod",
+                                              "-C", r], env, ROOT)
+        if "not_soaked" not in early.stdout + early.stderr:
+            problems.append("prod's plan with the early pin is not held by not_soaked")
+        print("\n$ git checkout -- environments/prod   # not merged: promote writes the pin "
+              "once staging has proven it for the soak", flush=True)
+        subprocess.run(["git", "-C", r, "checkout", "--", "environments/prod"], check=True)
         _step("the on-call view", ["status", r], env, ROOT)
-        found = re.search(r"eligible (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)Z", refused.stderr)
-        if found:
-            when = time.mktime(time.strptime(found.group(1), "%Y-%m-%d %H:%M:%S")) \
-                - time.timezone
+        when = _eligible(refused.stderr)
+        if when is None:
+            problems.append("promote's refusal names no eligible time")
+        else:
             wait = max(0.0, when - time.time()) + 1
             print(f"\n... waiting {wait:.0f}s for the soak", flush=True)
             time.sleep(wait)
-        _step("soaked: promote writes the pin staging proves, and commits the evidence",
-              ["promote", "checkout", "--to", "prod", "-C", r, "--commit"], env, ROOT)
-        _step("prod: apply, gated on every prod cluster",
-              ["apply", r, "--env", "prod", "--auto-approve"], env, ROOT)
-        done = _step("both environments, per cluster", ["status", r, "--clusters"], env, ROOT)
-        return done.returncode
+        expect(_step("soaked: promote writes the pin staging proves, and commits the evidence",
+                     ["promote", "checkout", "--to", "prod", "-C", r, "--commit"], env,
+                     ROOT), 0, "promote after the soak")
+        expect(_step("prod: apply, gated on every prod cluster",
+                     ["apply", r, "--env", "prod", "--auto-approve"], env, ROOT), 0,
+               "apply prod")
+        expect(_step("both environments, per cluster", ["status", r, "--clusters"], env,
+                     ROOT), 0, "status")
+        for problem in problems:
+            print(f"demo: {problem}", file=sys.stderr)
+        return 1 if problems else 0
     finally:
         for sb in sandboxes.values():
             sb.stop()

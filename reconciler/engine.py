@@ -3,7 +3,9 @@
 Also the sequence of the two preflights of each creation (after the snapshot, before
 planning, at the commit being planned: the probe without evidence, then the request bound
 to the configuration digest it reported), of the watcher's steps, and of ``reconcile pin``
-(working tree → releases → resolve → rewrite → the plan of that service).
+(working tree → releases → resolve → rewrite → the plan of that service), and of
+``watch --promote-from``'s proposals (``Proposer``: gate → pin → plan → commit beside the
+checkout → branch and pull request → journal).
 
 Owns the order of operations and the translation of shell failures into
 ``EngineError``s that carry an exit code and a sentence. It decides nothing about what
@@ -34,6 +36,7 @@ from reconciler.core import (
     holds,
     lastproven,
     promotion,
+    proposals,
     reverts,
     review,
     sharding,
@@ -288,14 +291,16 @@ def state_dir_of(settings: Settings, root: Path, env: Mapping[str, str],
 
 
 def notifier(desired: DesiredState, root: Path, env: Mapping[str, str], gateway: str, *,
-             applying: bool = False, count: Counter | None = None) -> Notifier | None:
+             applying: bool = False, count: Counter | None = None,
+             environment: str | None = None) -> Notifier | None:
     """The repo's notifications (``settings.notifications``), remembered in the state
-    directory; None when it names none (the delivery stack is not even loaded)."""
+    directory (the environment's, in a pipeline); None when it names none (the delivery
+    stack is not even loaded)."""
     if desired.settings.notifications is None:
         return None
     from reconciler.shell.notifying import Notifier
 
-    return Notifier.build(desired.settings, state_dir(desired, root, env), env,
+    return Notifier.build(desired.settings, state_dir(desired, root, env, environment), env,
                           gateway=gateway, applying=applying, count=count)
 
 
@@ -869,7 +874,8 @@ async def apply_async(
     async with Reconciler(root, desired, overrides=overrides, env=env,
                           stage=stage) as reconciler:
         # An --only apply proves a part of the commit: it says nothing about the commit.
-        notify = None if only else notifier(desired, root, env, reconciler.connection.gateway)
+        notify = None if only else notifier(desired, root, env, reconciler.connection.gateway,
+                                            environment=stage.name if stage else None)
         try:
             run = await reconciler.apply(desired, provenance, hook=hook, saved=saved,
                                          only=only, confirm=confirm, progress=progress,
@@ -965,8 +971,16 @@ class WatchSteps:
                  clock: Callable[[], float] = time.time,
                  timeout: float | None = None, applying: bool = False,
                  on_gate_failure: str = "stop", pull: PullTarget | None = None,
-                 stage: environments.Selected | None = None) -> None:
+                 stage: environments.Selected | None = None,
+                 propose: ProposalTarget | None = None) -> None:
         self.root = root
+        #: watch --promote-from (issue 19): promotions into ``stage`` proposed as pull
+        #: requests after each observation (``propose``)
+        self.proposer = Proposer(propose, env) if propose is not None else None
+        self._observed: DesiredState | None = None
+        #: ms: when a promotion the last plan holds becomes eligible (None: none is held
+        #: with a time); the watcher observes again then, not only at its next resync
+        self.eligible_at: int | None = None
         self.applying = applying  # watch --apply: a GO plan is not "waiting" for anyone
         #: the notifications of the repo's settings (built with the Reconciler), and what
         #: counts their deliveries (the metrics, when served)
@@ -1030,7 +1044,8 @@ class WatchSteps:
             self._settings = desired.settings
             self.notify = None if self.only else notifier(
                 desired, self.root, self.env, self._live.connection.gateway,
-                applying=self.applying, count=self.count_notifications)
+                applying=self.applying, count=self.count_notifications,
+                environment=self.stage.name if self.stage is not None else None)
         # Every resync is a new pass: DNS and the clusters' health are asked again (a
         # cluster that appeared, or came back, must be seen); tokens are kept.
         self._live.prober.forget_mesh()
@@ -1041,6 +1056,7 @@ class WatchSteps:
         provenance = await asyncio.to_thread(self.head)
         self._greenfield = await self._live.preflights([(desired, provenance)], snapshot)
         self._snapshot = snapshot
+        self._observed = desired
         if self.stage is not None:
             self.stage = await asyncio.to_thread(environments.refresh, self.stage)
             self._live.stage = self.stage
@@ -1060,9 +1076,26 @@ class WatchSteps:
         if self.stage is not None:
             made = environment_rules(self.stage, made, desired, self._upstream)
         made = restrict(made, self.only)
+        if self.stage is not None:  # when a promotion held now may go: the watcher wakes
+            self.eligible_at = promotion.next_eligible(
+                made, self.stage.environment, self._upstream, self.stage.rules.freezes,
+                made.created_at, self.stage.override)
         if self.notify is not None:
             self.notify.outcome(made)
         return made
+
+    async def propose(self) -> tuple[Proposal, ...]:
+        """``watch --promote-from``: after an observation, each promotion into this
+        environment that its rules allow now proposed as a pull request (once per
+        environment, service and digest), the others said with when they become
+        eligible. Never applies anything; () when not asked to propose."""
+        if self.proposer is None or self.stage is None or self._observed is None \
+                or self._snapshot is None:
+            return ()
+        provenance = await asyncio.to_thread(self.head)
+        return await asyncio.to_thread(
+            self.proposer.run, self.stage, self._observed, self._snapshot, provenance,
+            self._greenfield, self._upstream, self.only, int(self.clock() * 1000))
 
     async def apply(self, hook: Hook) -> ApplyRun:
         """Apply the commit HEAD is at now: read again, observe fresh, judge, gate."""
@@ -1584,9 +1617,12 @@ def load_worktree(root: Path) -> DesiredState:
 
 def pin(root: Path, service: str, tag: str | None, *, write: bool, allow_moved: bool,
         preview: bool, overrides: Overrides, env: Mapping[str, str] | None = None,
-        progress: Progress | None = None) -> PinRun:
+        progress: Progress | None = None,
+        stage: environments.Selected | None = None) -> PinRun:
     """Read the working tree, read the service's releases, resolve (``core.pinning``),
-    rewrite its file (``shell.pinning``; only when ``write``), then plan that service."""
+    rewrite its file (``shell.pinning``; only when ``write``), then plan that service --
+    in an environment of a pipeline (``stage``) with its promotion rules, as ``plan
+    --env`` would plan the commit (a pin before the soak is over is NO-GO there)."""
     env = os.environ if env is None else env
     desired = load_worktree(root)
     svc = _declared(desired, service)
@@ -1628,7 +1664,8 @@ def pin(root: Path, service: str, tag: str | None, *, write: bool, allow_moved: 
     provenance = Provenance(path=str(root.resolve()))
 
     async def planned() -> Plan:
-        async with Reconciler(root, scoped, overrides=overrides, env=env) as reconciler:
+        async with Reconciler(root, scoped, overrides=overrides, env=env,
+                              stage=stage) as reconciler:
             made, _ = await reconciler.plan(scoped, provenance, progress)
             return made
 
@@ -2233,6 +2270,202 @@ def promote(stage: environments.Selected, services: Sequence[str] | None, *, wri
         return dataclasses.replace(run, preview=asyncio.run(planned()))
     except EngineError as exc:
         return dataclasses.replace(run, preview_error=str(exc))
+
+
+# -- watch --env ENV --promote-from UP (issue 19) ------------------------------------------
+
+@dataclass(frozen=True)
+class ProposalTarget:
+    """Where ``watch --promote-from`` proposes promotions: the GitHub repository and the
+    git remote (``PullTarget``, as ``promote --pr`` reaches them), the base branch (None:
+    the branch the checkout is on), and how a plan becomes the pull request's body (the
+    command's Markdown renderer: the engine renders nothing)."""
+
+    pull: PullTarget
+    base: str | None
+    body: Callable[[Plan], str]
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One service at one observation: the decision (``core.proposals``), the pull request
+    opened or found open, what failed (git, GitHub, the journal), and whether it is news
+    (not said before: a soak's eligible time is said once, not at every resync)."""
+
+    decision: proposals.Decision
+    pull: PullRequest | None = None
+    error: str | None = None
+    news: bool = True
+    note: str | None = None
+
+
+class Proposer:
+    """``watch --promote-from``'s memory across cycles: the proposals made (the journal's,
+    read once, then kept here), what was said, and the failures counted. Each ``run`` is
+    one pass over ENV's services after an observation; it never writes the checkout (the
+    commit is built beside it, ``shell.reverting.make_commit``) and never applies."""
+
+    def __init__(self, target: ProposalTarget, env: Mapping[str, str]) -> None:
+        self.target = target
+        self.env = env
+        self.earlier: list[proposals.Earlier] | None = None
+        self.said: set[str] = set()
+        self.failures = 0
+
+    def _journal(self, stage: environments.Selected, desired: DesiredState) -> Path:
+        return state_dir(desired, stage.root, self.env, stage.name) / journal_mod.JOURNAL_FILE
+
+    def _recorded(self, stage: environments.Selected, path: Path) -> list[proposals.Earlier]:
+        if self.earlier is None:
+            try:
+                records = journal_mod.proposals(path, on_torn=lambda _torn: None)
+            except JournalError:
+                records = []  # GitHub still finds an open pull request of the same branch
+            self.earlier = [proposals.Earlier(
+                service=str(r.get("service")), digest=str(r.get("digest")),
+                branch=str(r.get("branch")), number=r.get("pull") if isinstance(
+                    r.get("pull"), int) else None, url=str(r.get("url") or ""))
+                for r in records if r.get("environment") == stage.name]
+        return self.earlier
+
+    def run(self, stage: environments.Selected, desired: DesiredState, snapshot: LiveSnapshot,
+            provenance: Provenance, greenfield: Greenfield | None,
+            upstream: promotion.Upstream | None, only: frozenset[str],
+            now_ms: int) -> tuple[Proposal, ...]:
+        if stage.upstream is None or upstream is None:
+            return ()
+        path = self._journal(stage, desired)
+        earlier = self._recorded(stage, path)
+        out: list[Proposal] = []
+        for svc in desired.services:
+            if only and svc.name not in only:
+                continue
+            decision, made = self._decide(stage, desired, svc, snapshot, provenance,
+                                          greenfield, upstream, earlier, now_ms)
+            if decision.step is proposals.Step.PROPOSE and made is not None:
+                out.append(self._open(stage, desired, svc, decision, made, provenance, path,
+                                      now_ms))
+                continue
+            news = decision.key not in self.said
+            self.said.add(decision.key)
+            out.append(Proposal(decision, news=news))
+        return tuple(out)
+
+    def _decide(self, stage: environments.Selected, desired: DesiredState, svc: Service,
+                snapshot: LiveSnapshot, provenance: Provenance, greenfield: Greenfield | None,
+                upstream: promotion.Upstream, earlier: list[proposals.Earlier],
+                now_ms: int) -> tuple[proposals.Decision,
+                                      tuple[Plan, bytes, promotion.Gate] | None]:
+        """The decision for ``svc``: the gate of ``engine.promote`` (the digest the
+        previous environment proves, soak, windows, freezes), then -- when that allows
+        it -- ENV's plan with the pin (policies: ``environment_rules``, the same rules
+        ``plan --env`` applies). Returns the plan and the rewritten file to propose."""
+        name = svc.name
+        digest, tag, gate, refused = _candidate(stage, upstream, name, now_ms)
+        if digest is None:
+            problem = refused if upstream.error is not None else None
+            return proposals.decide(stage.name, proposals.Candidate(
+                name, None, None, svc.release.digest, problem=problem), earlier), None
+        assert gate is not None
+        held = tuple(b for b in gate.blockers
+                     if not (stage.override and b.code in promotion.OVERRIDABLE))
+        candidate = proposals.Candidate(name, digest, tag, svc.release.digest, held,
+                                        gate.eligible_at,
+                                        problem=None if held else refused)
+        decision = proposals.decide(stage.name, candidate, earlier)
+        if decision.step is not proposals.Step.PROPOSE:
+            return decision, None
+        assert tag is not None
+        rel = desired.sources[f"Service/{name}"].path
+        facts = upstream.services[name]
+        try:
+            if provenance.commit is None:
+                raise pin_files.PinFileError(f"{stage.root} has no commit to propose on")
+            data = revert_git.blob(stage.root, provenance.commit, rel)
+            if data is None:
+                raise pin_files.PinFileError(f"{rel} is not in commit {provenance.commit[:12]}")
+            after = pin_files.rewrite(data, rel, name, pin_files.Values(
+                digest=digest, tag=tag,
+                version=facts.version if facts.pinned == digest else None))
+            model, problems = pin_files.candidate(rel, after, name)
+            if problems or model is None:
+                raise pin_files.PinFileError("; ".join(p.render() for p in problems)
+                                             or f"{rel}: the rewritten file does not load")
+        except (pin_files.PinFileError, revert_git.RevertGitError) as exc:
+            return proposals.decide(stage.name, dataclasses.replace(
+                candidate, problem=str(exc)), earlier), None
+        scoped = desired.model_copy(update={"services": (model,)})
+        made = restrict(environment_rules(stage, make_plan(scoped, snapshot, provenance,
+                                                           greenfield), scoped, upstream),
+                        frozenset({name}))
+        if not any(c.service == name and c.action in promotion.PROMOTING
+                   for c in made.changes):
+            # Going back to a release ENV accepted before (staging rolled back after ENV
+            # took the newer one) is a rollback, not a promotion: never proposed here.
+            return proposals.Decision(name, proposals.Step.NOTHING, digest=digest, tag=tag,
+                                      reason=f"{stage.name} accepted it before: a rollback, "
+                                      "not a promotion"), None
+        rules = proposals.rule_blockers(made.blockers, name)
+        if rules:  # a policy denies it (the gate above already allowed soak and holds)
+            return proposals.decide(stage.name, dataclasses.replace(
+                candidate, blockers=rules), earlier), None
+        return decision, (made, after, gate)
+
+    def _open(self, stage: environments.Selected, desired: DesiredState, svc: Service,
+              decision: proposals.Decision, made: tuple[Plan, bytes, promotion.Gate],
+              provenance: Provenance, path: Path, now_ms: int) -> Proposal:
+        """Build the commit (HEAD with the pin; the checkout untouched), push the branch,
+        open the pull request -- or find the one already open -- and journal it."""
+        from reconciler.shell import pullrequests  # githubkit loads only for a proposal
+
+        plan_value, after, gate = made
+        assert decision.branch is not None and decision.digest is not None
+        assert provenance.commit is not None and stage.upstream is not None
+        up = stage.upstream.name
+        evidence = _evidence_line(stage, up, Promotion(
+            service=svc.name, digest=decision.digest, tag=decision.tag, gate=gate))
+        title = f"Promote {svc.name} to {stage.name} from {up}"
+        superseded = decision.supersedes
+        said = (f"supersedes the proposal of {superseded.digest}"
+                + (f" (#{superseded.number})" if superseded.number else "")) \
+            if superseded else ""
+        message = (f"promote {svc.name} to {stage.name} from {up}\n\n{evidence}\n"
+                   + (f"{said}\n" if said else ""))
+        rel = desired.sources[f"Service/{svc.name}"].path
+        pull = self.target.pull
+        if not pull.repo:
+            self.failures += 1
+            return Proposal(decision, error="no GitHub repository (--repo or "
+                            "GITHUB_REPOSITORY)")
+        try:
+            since = gate.since or now_ms  # the same promotion is the same commit
+            commit = revert_git.make_commit(stage.root, provenance.commit, {rel: after},
+                                            message, date=f"@{since // 1000} +0000")
+            base = self.target.base or revert_git.branch(stage.root) or "main"
+            body = "\n".join(x for x in (f"- {evidence}", f"- {said}" if said else "") if x)
+            _pushed, opened = pullrequests.open_pull_request(
+                stage.root, api_url=pull.api_url, repo=pull.repo, token=pull.token,
+                branch=decision.branch, base=base, title=title,
+                body=body + "\n\n" + self.target.body(plan_value), commit=commit,
+                remote=pull.remote, keep_existing=True)
+        except (pullrequests.PullRequestError, revert_git.RevertGitError) as exc:
+            self.failures += 1
+            return Proposal(decision, error=str(exc))
+        assert self.earlier is not None
+        self.earlier.append(proposals.Earlier(svc.name, decision.digest, decision.branch,
+                                              opened.number, opened.url))
+        self.said.add(decision.key)
+        note = None
+        try:
+            Journal.open(path).proposed(decision.branch, {
+                "environment": stage.name, "upstream": up, "service": svc.name,
+                "digest": decision.digest, "tag": decision.tag, "branch": decision.branch,
+                "base": base, "commit": commit, "pull": opened.number, "url": opened.url,
+                "created": opened.created, "evidence": evidence,
+                "supersedes": superseded.digest if superseded else None})
+        except JournalError as exc:  # the pull request is open: GitHub finds it again
+            note = f"not journaled: {exc}"
+        return Proposal(decision, pull=opened, note=note)
 
 
 # -- status (issues 19 and 23) ---------------------------------------------------------------

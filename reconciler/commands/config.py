@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from reconciler.engine import read_commit
 
     try:
-        root, _ = stages.select(args, args.path, command="config")
+        root, stage = stages.select(args, args.path, command="config")
         result, _ = read_commit(root)
     except EngineError as exc:
         return output.report_error(exc)
@@ -111,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
             explained = Explanation(explained.values, tuple(found), None)
     report = build_report(root, located, explained, os.environ)
     report.update(observability(located, args, os.environ))
-    report["values"].update(state_entries(root, located, os.environ))
+    report["values"].update(state_entries(root, located, os.environ,
+                                          stage.name if stage is not None else None))
     if args.format == "json":
         output.write(json.dumps(report, indent=2, ensure_ascii=True) + "\n")
     else:
@@ -145,22 +146,26 @@ def build_report(root: Path, located: Located, explained: Explanation,
     }
 
 
-def state_entries(root: Path, located: Located, env: Mapping[str, str]) -> dict[str, Any]:
+def state_entries(root: Path, located: Located, env: Mapping[str, str],
+                  environment: str | None = None) -> dict[str, Any]:
     """Where apply keeps its journal (and watch its suspension), and what chose it: the
-    same rule apply uses (``engine.state_dir_of``)."""
+    same rule apply uses (``engine.state_dir_of``) -- in an environment of a pipeline,
+    ``RECONCILE_STATE_DIR`` holds one directory per environment."""
     from reconciler.engine import state_dir_of
     from reconciler.shell.journal import JOURNAL_FILE
 
     assert isinstance(located.document, Settings)
-    directory = state_dir_of(located.document, root, env)
+    directory = state_dir_of(located.document, root, env, environment)
     if env.get("RECONCILE_STATE_DIR"):
-        source: dict[str, Any] = {"kind": "env", "name": "RECONCILE_STATE_DIR"}
+        source: dict[str, Any] = {"kind": "env", "name": "RECONCILE_STATE_DIR" + (
+            f" (its {environment}/ directory: one per environment)" if environment else "")}
     elif located.document.state_dir:
         position = located.positions.get(("stateDir",))
         source = {"kind": "settings", "name": "stateDir", "file": located.path,
                   "line": position[0] if position is not None else None}
     else:
-        source = {"kind": "default", "name": "the user's state directory, per repo"}
+        source = {"kind": "default", "name": "the user's state directory, per repo" + (
+            f" and environment ({environment})" if environment else "")}
     return {"state_dir": {"value": str(directory), "source": source},
             "journal": {"value": str(directory / JOURNAL_FILE), "source": source}}
 

@@ -69,7 +69,7 @@ def journal_path(args: argparse.Namespace) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reconciler.shell.journal import JournalError, TornTail, history, reverts
+    from reconciler.shell.journal import JournalError, TornTail, history, proposals, reverts
 
     if args.limit < 1:
         print("error: --limit must be at least 1", file=sys.stderr)
@@ -82,16 +82,17 @@ def run(args: argparse.Namespace) -> int:
         path = journal_path(args)
         runs = history(path, on_torn=torn)
         reverted = reverts(path, on_torn=lambda _tail: None)  # said once, above
+        proposed = proposals(path, on_torn=lambda _tail: None)  # watch --promote-from
     except (EngineError, JournalError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(Exit.ERROR)
     shown = runs[:args.limit]
     if args.format == "json":
         print(historyview.document(str(path), [r.to_json() for r in shown], len(runs),
-                                   reverted))
+                                   reverted, proposed))
         return int(Exit.OK)
     for line in historyview.text(str(path), [r.to_json() for r in shown], len(runs),
-                                 reverted):
+                                 reverted, proposed):
         print(line)
     return int(Exit.OK)
 

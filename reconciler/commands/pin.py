@@ -83,13 +83,14 @@ def run(args: argparse.Namespace) -> int:
               "(see: reconcile pin --help)", file=sys.stderr)
         return int(Exit.USAGE)
     try:
-        root, _ = stages.select(args, args.path, command="pin")
+        root, stage = stages.select(args, args.path, command="pin")
         overrides = options.overrides_from(args)
         if args.check:
             return check(engine.check_pins(root, args.service, overrides=overrides))
         result = engine.pin(root, args.service, args.tag, write=not args.dry_run,
                             allow_moved=args.allow_moved, preview=not args.no_plan,
-                            overrides=overrides, progress=output.progress_for_stderr())
+                            overrides=overrides, progress=output.progress_for_stderr(),
+                            stage=stage)
     except EngineError as exc:
         return output.report_error(exc)
     return show(result, planned=not args.no_plan)

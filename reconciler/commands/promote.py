@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from reconciler.commands import options, output, selection, stages
+from reconciler.core import proposals
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -129,8 +130,12 @@ def _open_pr(args: argparse.Namespace, result: object) -> int:
         return int(Exit.USAGE)
     api_url = args.api_url or os.environ.get("GITHUB_API_URL") or "https://api.github.com"
     moved = [p for p in result.promotions if p.written]
-    branch = (f"reconcile/promote-{result.environment}-"
-              + "-".join(p.service for p in moved)[:80] + f"-{result.commit[:12]}")
+    # One service: the branch `watch --promote-from` proposes the same promotion on, so
+    # a watcher finds this pull request instead of opening a second one.
+    branch = proposals.branch_name(result.environment, moved[0].service, moved[0].digest) \
+        if len(moved) == 1 and moved[0].digest else \
+        (f"reconcile/promote-{result.environment}-"
+         + "-".join(p.service for p in moved)[:80] + f"-{result.commit[:12]}")
     title = (f"Promote {', '.join(p.service for p in moved)} to {result.environment} "
              f"from {result.upstream}")
     body = "\n".join(f"- {p.evidence}" for p in moved)

@@ -7,7 +7,9 @@ loopback port (``--metrics-addr`` to change) serves ``/metrics``, ``/healthz`` a
 etcd://...`` joins a group of watchers sharing the services by shard
 (``commands.coordinate``, ``shell.sharded``, docs/scaling.md). With
 ``--control-token-file`` that port also takes ``POST /suspend``, ``/resume`` and
-``/reconcile`` (``commands.watchcontrol``).
+``/reconcile`` (``commands.watchcontrol``). ``--env ENV --promote-from PREV`` proposes
+each promotion from PREV as a pull request once it is eligible (``commands.proposing``
+for the flags; the engine's ``Proposer`` decides and opens).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from reconciler.commands import (
     durations,
     options,
     output,
+    proposing,
     revert,
     selection,
     stages,
@@ -55,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "--timeout` does (90s, 5m, 1h); an apply it cuts short is reported "
                         "not converged, naming what is still unproven")
     apply.add_gate_failure_flags(parser)
+    proposing.add_flags(parser)
     parser.add_argument("--resync", type=float, default=30.0, metavar="SECONDS",
                         help="re-read the live side this often (default 30)")
     parser.add_argument("--debounce", type=float, default=0.3, metavar="SECONDS",
@@ -115,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
     # Usage first: a wrong command line is said before anything is searched or read.
     try:
         root, stage = stages.select(args, args.path, command="watch")
+        propose = proposing.target(args, stage)  # watch --env ENV --promote-from UP
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(exc.code)
@@ -127,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     pull = revert.pull_target(args) if args.on_gate_failure == "revert" else None
     steps = WatchSteps(root, overrides=overrides, env=env, only=only, timeout=args.timeout,
                        applying=args.apply, on_gate_failure=args.on_gate_failure,
-                       pull=pull, stage=stage)
+                       pull=pull, stage=stage, propose=propose)
     if only:
         loaded = steps.load()  # its blobs are cached: the watcher's first read is cheap
         if loaded.state is not None:
@@ -140,9 +145,10 @@ def run(args: argparse.Namespace) -> int:
     # the loaded blobs are cached, so the watcher's first read stays cheap.
     state = steps.load().state
     sharded = coordinate.resolve(args, env, state.settings if state is not None else None)
-    if isinstance(sharded, str) or (sharded is not None and only):
+    if isinstance(sharded, str) or (sharded is not None and (only or propose)):
         said = sharded if isinstance(sharded, str) else \
-            "--only and --coordinate do not mix: the shards decide who plans what"
+            "--only and --coordinate do not mix: the shards decide who plans what" if only \
+            else "--promote-from and --coordinate do not mix: one watcher proposes"
         print(f"error: {said}", file=sys.stderr)
         return int(Exit.USAGE)
     if sharded is not None:

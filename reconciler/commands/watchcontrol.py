@@ -42,12 +42,17 @@ def control_for(args: argparse.Namespace, steps: WatchSteps, root: Path,
     if token_file and args.metrics_port is None:
         raise EngineError("--control-token-file needs --metrics-port: the control requests "
                           "are served on that port", code=Exit.USAGE)
+    # In an environment of a pipeline, its own directory (``engine.state_dir``): a staging
+    # and a prod watcher never share a suspension.
+    environment = getattr(getattr(steps, "stage", None), "name", None)
     if env.get("RECONCILE_STATE_DIR"):
-        state: Path | None = Path(env["RECONCILE_STATE_DIR"]).expanduser()
+        base = Path(env["RECONCILE_STATE_DIR"]).expanduser()
+        state: Path | None = base / environment if isinstance(environment, str) else base
     else:
         loaded = steps.load()  # its blobs are cached: the watcher's first read is cheap
-        state = engine.state_dir(loaded.state, root, env) if loaded.state is not None \
-            else None
+        state = engine.state_dir(loaded.state, root, env, environment
+                                 if isinstance(environment, str) else None) \
+            if loaded.state is not None else None
     if state is None and token_file:
         raise EngineError("the state directory (where a suspension is kept across restarts) "
                           "is unknown: the desired state is invalid; fix it, or set "

@@ -253,18 +253,25 @@ class Plan(_Model):
 
 def restrict(plan: Plan, only: frozenset[str]) -> Plan:
     """The part of a plan about ``only`` (all of it when empty); mesh-wide blockers stay,
-    and a shared cause keeps only the services in scope."""
+    and a shared cause keeps only the services in scope -- one that holds none of them
+    (a freeze or a closed window holding other services' promotions, a cluster only
+    other services expect) is not part of their plan."""
     if not only:
         return plan
 
     def keep(name: str | None) -> bool:
         return name is None or name in only
 
+    def held(blocker: Blocker) -> bool:
+        if blocker.service is not None or not blocker.services:
+            return keep(blocker.service)
+        return any(s in only for s in blocker.services)
+
     return plan.model_copy(update={
         "changes": tuple(c for c in plan.changes if c.service in only),
         "blockers": tuple(b.model_copy(update={"services": tuple(s for s in b.services
                                                                   if s in only)})
-                          for b in plan.blockers if keep(b.service)),
+                          for b in plan.blockers if held(b)),
         "drift": tuple(d for d in plan.drift if keep(d.service)),
         "evidence": tuple(e for e in plan.evidence if e.service in only),
         "proofs": tuple(p for p in plan.proofs if p.service in only),

@@ -244,3 +244,22 @@ def promotion_blockers(plan: Plan, environment: Environment, upstream: Upstream 
     elif override:
         notes.append(f"override-window: {safe(override)} (nothing to lift)")
     return tuple(per_service) + tuple(holds), tuple(notes)
+
+
+def next_eligible(plan: Plan, environment: Environment, upstream: Upstream | None,
+                  freezes: Sequence[tuple[Freeze, str]], now_ms: int,
+                  override: str | None = None) -> int | None:
+    """The earliest time after ``now_ms`` at which a promotion of ``plan`` held now
+    becomes eligible (ms), as far as the rules can know; None when none is held with a
+    time. The watcher reads the live side again then (a soak ends, a deny window closes)
+    instead of waiting for its next resync."""
+    found: list[int] = []
+    for change in plan.changes:
+        if not isinstance(change, PromoteChange | RollbackChange) \
+                or change.action not in PROMOTING or not change.release_after.digest:
+            continue
+        held = gate(change.service, change.release_after.digest, environment, upstream,
+                    () if override else freezes, now_ms, with_holds=not override)
+        if held.blockers and held.eligible_at is not None and held.eligible_at > now_ms:
+            found.append(held.eligible_at)
+    return min(found) if found else None

@@ -34,27 +34,32 @@ def rfc3339(ms: int | None) -> str:
 
 
 def document(journal: str, runs: Sequence[dict[str, Any]], total: int,
-             reverts: Sequence[dict[str, Any]] = ()) -> str:
+             reverts: Sequence[dict[str, Any]] = (),
+             proposals: Sequence[dict[str, Any]] = ()) -> str:
     """``--format json``: every shown run, with how many the journal holds, and the
-    reverts the journal records."""
+    reverts and the proposed promotions (``watch --promote-from``) the journal records."""
     return safe_json_text(json.dumps({
         "format_version": FORMAT_VERSION, "journal": journal, "total": total,
         "shown": len(runs), "runs": list(runs),
-        "reverts": [revert_json(r) for r in reverts]}, indent=2, sort_keys=True))
+        "reverts": [revert_json(r) for r in reverts],
+        "proposals": [proposal_json(p) for p in proposals]}, indent=2, sort_keys=True))
 
 
 def text(journal: str, runs: Sequence[dict[str, Any]], total: int,
-         reverts: Sequence[dict[str, Any]] = ()) -> list[str]:
+         reverts: Sequence[dict[str, Any]] = (),
+         proposals: Sequence[dict[str, Any]] = ()) -> list[str]:
     """The text view: a heading, each shown run (newest first), and how many are left.
     A revert is told between the failed apply and the rollback's apply, so the failed
     release, the revert commit and the rollback's proof read as one story."""
-    if not total:
+    if not total and not proposals:
         return [f"no applies recorded in {journal}"]
     lines = [f"{journal}: {len(runs)} of {total} apply run(s), newest first"]
     oldest = int(runs[-1]["started_ms"] or 0) if runs and total > len(runs) else 0
     told = [(int(run["started_ms"] or 0), render_run(run)) for run in runs]
     told += [(int(r.get("ts") or 0), render_revert(revert_json(r))) for r in reverts
              if int(r.get("ts") or 0) >= oldest]
+    told += [(int(p.get("ts") or 0), render_proposal(proposal_json(p))) for p in proposals
+             if int(p.get("ts") or 0) >= oldest]
     for _at, said in sorted(told, key=lambda t: t[0], reverse=True):
         lines.append("")
         lines.extend(said)
@@ -127,4 +132,23 @@ def render_revert(revert: dict[str, Any]) -> list[str]:
                      f"{safe(str(item.get('to_tag')), 130)} ({safe(str(item.get('to')), 80)})")
         for said in (item.get("evidence") or [])[:3]:
             lines.append(f"    {safe(str(said), 200)}")
+    return lines
+
+
+def proposal_json(record: dict[str, Any]) -> dict[str, Any]:
+    return {key: record.get(key) for key in (
+        "environment", "upstream", "service", "digest", "tag", "branch", "base", "commit",
+        "pull", "url", "created", "evidence", "supersedes")} | {"at_ms": record.get("ts")}
+
+
+def render_proposal(proposal: dict[str, Any]) -> list[str]:
+    """A promotion ``watch --promote-from`` proposed: the pull request, and the evidence."""
+    lines = [f"{rfc3339(proposal.get('at_ms'))}  PROPOSED {safe(str(proposal.get('service')), 80)}"
+             f" {safe(str(proposal.get('digest')), 80)} → "
+             f"{safe(str(proposal.get('environment')), 80)}  pull request "
+             f"#{safe(str(proposal.get('pull')), 20)} {safe(str(proposal.get('url') or ''), 300)}"]
+    if proposal.get("evidence"):
+        lines.append(f"  {safe(str(proposal['evidence']), 400)}")
+    if proposal.get("supersedes"):
+        lines.append(f"  supersedes the proposal of {safe(str(proposal['supersedes']), 80)}")
     return lines

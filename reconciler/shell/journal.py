@@ -478,6 +478,13 @@ class Journal:
         """Record a revert (its key, the services, digests, commit or pull request)."""
         self._append({"event": "revert", "key": key, **record})
 
+    # -- issue 19: promotions proposed by ``watch --promote-from`` ----------------------
+
+    def proposed(self, key: str, record: dict[str, Any]) -> None:
+        """Record a promotion proposed as a pull request (environment, service, digest,
+        branch, pull request): a restarted watcher does not propose it again."""
+        self._append({"event": "promotion_proposed", "key": key, **record})
+
 
 def _proven(proofs: Sequence[ServiceProof]) -> list[dict[str, Any]]:
     """The proofs the one judge found converged, as the journal keeps them (issue 20)."""
@@ -514,6 +521,14 @@ def reverts(path: Path, *, on_torn: Callable[[TornTail], None] | None = None,
     """Every ``revert`` record of the journal at ``path``, oldest first."""
     return [dict(entry, line=number) for number, entry in read_entries(path, on_torn=on_torn)
             if entry.get("event") == "revert"]
+
+
+def proposals(path: Path, *, on_torn: Callable[[TornTail], None] | None = None,
+              ) -> list[dict[str, Any]]:
+    """Every ``promotion_proposed`` record of the journal at ``path``, oldest first (none
+    when there is no journal yet)."""
+    return [dict(entry, line=number) for number, entry in read_entries(path, on_torn=on_torn)
+            if entry.get("event") == "promotion_proposed"]
 
 
 # -- reading it back: ``reconcile history`` ---------------------------------------------

@@ -99,11 +99,14 @@ def remote_head(root: Path, remote: str, branch: str) -> str | None:
 
 
 def push_branch(root: Path, branch: str, *, commit: str = "HEAD", remote: str = "origin",
-                force: bool = False) -> Pushed:
+                force: bool = False, keep_existing: bool = False) -> Pushed:
     """Make ``branch`` on ``remote`` point at ``commit`` (a commit id or a ref of ``root``).
 
     A branch already at that commit is not pushed again. A branch at another commit is a
-    refusal unless ``force``: a branch somebody else pushed to is theirs."""
+    refusal unless ``force``: a branch somebody else pushed to is theirs -- or, with
+    ``keep_existing``, left where it is (the caller's branch names say *what* is
+    proposed, so an existing branch already proposes it: ``watch --promote-from`` after
+    a restart, when the branch it watches has moved since the first push)."""
     check_branch(branch)
     resolved = _git(root, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
     if resolved.returncode != 0:
@@ -112,6 +115,8 @@ def push_branch(root: Path, branch: str, *, commit: str = "HEAD", remote: str = 
     current = remote_head(root, remote, branch)
     if current == oid:
         return Pushed(branch, oid, moved=False)
+    if current is not None and keep_existing:
+        return Pushed(branch, current, moved=False)
     args = ["push", "--porcelain", "--quiet"]
     if current is not None:
         if not force:
@@ -187,11 +192,13 @@ class PullRequestsClient(CommentsClient):
 def open_pull_request(root: Path, *, api_url: str, repo: str, token: str | None,
                       branch: str, base: str, title: str, body: str,
                       commit: str = "HEAD", remote: str = "origin",
-                      force: bool = False) -> tuple[Pushed, PullRequest]:
+                      force: bool = False,
+                      keep_existing: bool = False) -> tuple[Pushed, PullRequest]:
     """Push ``commit`` of ``root`` to ``branch`` on ``remote``, then open (or find) the
     pull request from it into ``base`` on GitHub's ``repo`` (OWNER/NAME)."""
     check_branch(base)
-    pushed = push_branch(root, branch, commit=commit, remote=remote, force=force)
+    pushed = push_branch(root, branch, commit=commit, remote=remote, force=force,
+                         keep_existing=keep_existing)
     try:
         with PullRequestsClient(api_url, repo, token) as client:
             pull = client.open(branch, base, title, body)

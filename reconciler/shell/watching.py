@@ -3,7 +3,9 @@
 Owns the loop and its timing: file events (watchfiles) debounced into one reconcile per
 burst, a ``HEAD`` poll (a commit of already-saved files moves no file), a periodic resync
 of the live side, the last good desired state kept across invalid edits (reported once
-per broken revision), the backoff after a failed apply, and a clean stop on
+per broken revision), the backoff after a failed apply, a wake-up when a promotion held
+by the environment's rules becomes eligible (``watch --env``; and the proposals of
+``--promote-from``, said and counted here, made by the steps), and a clean stop on
 SIGINT/SIGTERM. Each plan is diffed against the previous one and only the difference is
 reported.
 
@@ -27,7 +29,7 @@ from typing import Protocol, TextIO
 
 from watchfiles import Change, awatch
 
-from reconciler.core import outcomes, plandiff
+from reconciler.core import outcomes, plandiff, proposals
 from reconciler.core.desired import DesiredState
 from reconciler.core.events import Event, Hook
 from reconciler.core.live import LiveSnapshot
@@ -83,11 +85,16 @@ class Steps(Protocol):
 
 LEVELS: dict[str, int] = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
+#: Seconds after a promotion's eligible time the watcher looks again: the soak is measured
+#: against the control plane's clock, and a look a moment early only says "waiting" again.
+WAKE_MARGIN = 0.5
+
 #: The level of each event unless the caller says otherwise (default: info).
 EVENT_LEVELS: dict[str, str] = {
     "invalid": "warning", "backoff": "warning", "apply-abandoned": "warning",
     "only-unknown": "warning", "unready": "warning",
     "live-unreadable": "error", "apply-failed": "error", "apply-refused": "error",
+    "promotion-failed": "error",
 }
 
 
@@ -134,7 +141,7 @@ class Log:
 
 #: Error kinds counted by ``reconcile_errors_total`` (each starts at 0).
 ERROR_KINDS = ("control_plane", "config", "git", "journal", "invalid_desired_state",
-               "apply_refused", "apply_failed", "other")
+               "apply_refused", "apply_failed", "promotion", "other")
 REFUSALS = frozenset({Exit.REFUSED_NO_GO, Exit.REFUSED_STALE, Exit.REFUSED_COMMIT,
                       Exit.REFUSED_EVIDENCE, Exit.REFUSED_MISMATCH, Exit.DECLINED})
 
@@ -373,6 +380,11 @@ class Watcher:
     only_unknown: frozenset[str] = frozenset()
     control: Control | None = None  # suspend / resume / reconcile now (shell.control)
     was_suspended: bool = False
+    #: watch --env: when (wall clock, seconds) the next promotion held by the last plan
+    #: (``plan_wake``) or waiting to be proposed (``proposal_wake``, --promote-from)
+    #: becomes eligible; the live side is read again then, not only at the next resync
+    plan_wake: float | None = None
+    proposal_wake: float | None = None
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -417,12 +429,18 @@ class Watcher:
                 if moved:
                     await self._reload(head)
                     last_head = head
+                wake = self.wake_at
+                woken = wake is not None and time.time() >= wake
+                if woken:  # set again by the plan and the proposals after this resync
+                    self.plan_wake = self.proposal_wake = None
                 if requested or time.monotonic() - last_resync >= self.resync \
-                        or self._resync_due():
-                    await self._resync("reconcile requested" if requested else "resync")
+                        or self._resync_due() or woken:
+                    await self._resync("reconcile requested" if requested else
+                                       "promotion eligible" if woken else "resync")
                     last_resync = time.monotonic()
                 elif moved:
                     self._replan("files changed" if got else "HEAD moved")
+                    self._note_wake()
                 await self._maybe_apply(stop)
         finally:
             watcher.cancel()
@@ -566,6 +584,59 @@ class Watcher:
             self.metrics.observed()
         self._report_readiness()
         self._replan(why, fresh=True)
+        self._note_wake()
+        await self._propose()
+
+    def _note_wake(self) -> None:
+        """``watch --env``: when a promotion the last plan holds becomes eligible (the
+        engine's steps say; None: none is held with a time), to look again then."""
+        eligible = getattr(self.steps, "eligible_at", None)
+        self.plan_wake = eligible / 1000 + WAKE_MARGIN if isinstance(eligible, int) else None
+
+    async def _propose(self) -> None:
+        """``watch --promote-from``: after each observation the steps propose what became
+        eligible (the engine decides, opens and journals); the watcher says what is new,
+        counts failures (they never stop it) and wakes up when the next promotion
+        becomes eligible."""
+        propose = getattr(self.steps, "propose", None)
+        if propose is None:
+            return
+        stage = getattr(self.steps, "stage", None)
+        environment = str(getattr(stage, "name", ""))
+        try:
+            done = await propose()
+        except Exception as exc:  # proposing is beside the loop: whatever
+            # fails there is said and counted, and the watcher goes on reconciling
+            self.log.event("promotion-failed", f"could not propose promotions: "
+                           f"{safe(exc) or type(exc).__name__}")
+            if self.metrics is not None:
+                self.metrics.error("promotion")
+            return
+        for item in done:
+            decision = item.decision
+            if item.error is not None and self.metrics is not None:
+                self.metrics.error("promotion")
+            if not item.news and item.error is None:
+                continue
+            line = watchview.proposal(
+                environment, decision, number=item.pull.number if item.pull else None,
+                url=item.pull.url if item.pull else "",
+                created=item.pull.created if item.pull else True,
+                error=safe(item.error, 1000) if item.error else None,
+                failures=getattr(getattr(self.steps, "proposer", None), "failures", 0))
+            if line is not None:
+                self._say(line)
+            if item.note:
+                self.log.event("promotion-failed", f"{decision.service}: {safe(item.note)}",
+                               level="warning", service=decision.service)
+        wake = proposals.wake_at((item.decision for item in done), int(time.time() * 1000))
+        self.proposal_wake = wake / 1000 + WAKE_MARGIN if wake is not None else None
+
+    @property
+    def wake_at(self) -> float | None:
+        """The earliest of the wake-ups the plan and the proposals asked for."""
+        wakes = [w for w in (self.plan_wake, self.proposal_wake) if w is not None]
+        return min(wakes) if wakes else None
 
     def _report_readiness(self) -> None:
         """Log each change of ``/readyz``'s answer once."""

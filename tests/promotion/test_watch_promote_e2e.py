@@ -1,0 +1,275 @@
+"""``reconcile watch --env prod --promote-from staging`` against two sandboxes and the
+GitHub stand-in over real HTTP: nothing is proposed while staging's soak runs (said once,
+with the eligible time), exactly one pull request is opened on the first cycle after the
+soak -- the watcher wakes up for it, with no resync due and no restart -- and neither a
+later cycle nor a restarted watcher opens a second; a staging rollback before the soak
+ends proposes nothing. The watcher never writes the checkout it follows."""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconciler.core.proposals import branch_name
+from reconciler.exitcodes import Exit
+from reconciler.sandbox.launcher import Sandbox
+from tests.comment.conftest import BOT, TOKEN
+from tests.comment.github_standin import StandIn
+from tests.e2e_repo import PROJECT
+from tests.promotion.pipeline_repo import NEW, OLD, PipelineRepo, make_pipeline_repo
+from tests.promotion.test_soak_e2e import apply
+
+pytestmark = pytest.mark.integration
+
+SOAK = 8  # seconds: long enough to see the watcher wait, short enough for a test
+
+
+@pytest.fixture
+def standin() -> Iterator[StandIn]:
+    server = StandIn("").start()
+    server.add_user(TOKEN, BOT, bot=True)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
+                          text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path, sandbox_factory: Callable[..., Sandbox],
+         standin: StandIn) -> PipelineRepo:
+    """Prod pins (and runs) the old digest, staging pins the new one; a bare remote the
+    stand-in checks branches against."""
+    made = make_pipeline_repo(tmp_path, sandbox_factory(name="staging"),
+                              sandbox_factory(name="prod"), soak=f"{SOAK}s")
+    made.pin("prod", OLD, "v2.3.0")
+    git(made.path, "branch", "-M", "main")
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    git(made.path, "remote", "add", "origin", str(remote))
+    git(made.path, "push", "-q", "origin", "HEAD:refs/heads/main")
+    standin.state.git_remote = str(remote)
+    return made
+
+
+class Watch:
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.seen: list[dict[str, Any]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                self.events.put(json.loads(line))
+            except json.JSONDecodeError:
+                self.events.put({"event": "raw", "message": line})
+
+    def wait_for(self, predicate: Callable[[dict[str, Any]], bool],
+                 timeout: float = 60.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                event = self.events.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self.seen.append(event)
+            if predicate(event):
+                return event
+        raise AssertionError(f"no matching event in {timeout}s; seen: "
+                             f"{[(e['event'], e['message'][:160]) for e in self.seen[-15:]]}")
+
+    def drain(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            with suppress(queue.Empty):
+                self.seen.append(self.events.get(timeout=0.1))
+
+    def named(self, event: str) -> list[dict[str, Any]]:
+        return [e for e in self.seen if e["event"] == event]
+
+
+@contextmanager
+def watching(repo: PipelineRepo, standin: StandIn, *args: str,
+             token: str = TOKEN, promote: bool = True) -> Iterator[Watch]:
+    proposing = ["--promote-from", "staging", "--repo", "acme/fleet", "--api-url",
+                 standin.api_url] if promote else []
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reconciler", "watch", str(repo.path), "--env", "prod",
+         *proposing, "--log-format", "json", *args], cwd=PROJECT,
+        env=repo.env(GITHUB_TOKEN=token),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watch = Watch(proc)
+    try:
+        yield watch
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def posts(standin: StandIn) -> int:
+    return sum(1 for r in standin.requests("POST") if r.path.endswith("/pulls"))
+
+
+def eligible(event: dict[str, Any]) -> float:
+    return datetime.strptime(event["eligible_at"], "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=UTC).timestamp()
+
+
+def test_the_watcher_proposes_once_after_the_soak_and_never_again(
+        repo: PipelineRepo, standin: StandIn) -> None:
+    apply(repo, "staging")
+    head = git(repo.path, "rev-parse", "HEAD")
+    # --resync 600: only the wake-up at the eligible time can make it look again.
+    with watching(repo, standin, "--resync", "600") as w:
+        waiting = w.wait_for(lambda e: e["event"] == "promotion-waiting")
+        assert waiting["service"] == "checkout" and waiting["digest"] == NEW
+        assert waiting["codes"] == ["not_soaked"], waiting
+        assert waiting["eligible_at"] and "proven on staging" in waiting["message"]
+        assert not standin.state.pull_requests  # nothing proposed while it soaks
+        proposed = w.wait_for(lambda e: e["event"] == "promotion-proposed",
+                              timeout=SOAK + 40)
+        assert time.time() >= eligible(waiting)
+        assert proposed["created"] is True and proposed["supersedes"] is None
+        assert any(e["event"] == "plan" and "promotion eligible" in e["message"]
+                   for e in w.seen), [e["message"] for e in w.seen]
+        assert len(w.named("promotion-waiting")) == 1  # said once, not per cycle
+    [pull] = standin.state.pull_requests.values()
+    assert pull["head"]["ref"] == branch_name("prod", "checkout", NEW) == proposed["branch"]
+    assert pull["base"]["ref"] == "main"
+    assert pull["title"] == "Promote checkout to prod from staging"
+    assert f"checkout: {NEW} (v2.4.0) proven on staging clusters sn1, sn2, sn3" in pull["body"]
+    assert "promote checkout" in pull["body"]  # prod's plan with the pin, as Markdown
+    # The branch carries exactly the pin, on top of the commit the watcher followed.
+    branch = git(repo.path, "ls-remote", "origin", pull["head"]["ref"]).split()[0]
+    git(repo.path, "fetch", "-q", "origin", pull["head"]["ref"])
+    assert git(repo.path, "rev-parse", f"{branch}^").strip() == head.strip()
+    diff = git(repo.path, "diff", head.strip(), branch)
+    assert f"+  digest: {NEW}" in diff and "+  tag: v2.4.0" in diff
+    assert git(repo.path, "diff", "--stat", head.strip(), branch).count("|") == 1
+    # The checkout it follows is untouched: no commit, no edit.
+    assert git(repo.path, "rev-parse", "HEAD") == head
+    assert git(repo.path, "status", "--porcelain") == ""
+    assert posts(standin) == 1
+
+    # Later cycles and a restarted watcher: the journal says it is proposed; no second.
+    with watching(repo, standin, "--resync", "1") as w:
+        w.wait_for(lambda e: e["event"] == "plan")
+        w.drain(4)
+        assert not w.named("promotion-proposed"), w.named("promotion-proposed")
+        assert not w.named("promotion-failed"), w.named("promotion-failed")
+    assert len(standin.state.pull_requests) == 1 and posts(standin) == 1
+    history = repo.run("history", str(repo.path), "--env", "prod")
+    assert history.code == Exit.OK, history.err
+    assert f"PROPOSED checkout {NEW}" in history.out and "#" in history.out, history.out
+
+
+def test_a_staging_rollback_before_the_soak_ends_proposes_nothing(
+        repo: PipelineRepo, standin: StandIn) -> None:
+    # A soak the rollback's own apply surely fits in, on a loaded machine too.
+    repo.write_pipeline(soak="30s")
+    repo.commit("soak 30s")
+    apply(repo, "staging")
+    with watching(repo, standin, "--resync", "1") as w:
+        waiting = w.wait_for(lambda e: e["event"] == "promotion-waiting")
+        repo.pin("staging", OLD, "v2.3.0")  # staging goes back before prod may have it
+        apply(repo, "staging")
+        assert time.time() < eligible(waiting), "the rollback came after the soak: too slow"
+        w.drain(max(0.0, eligible(waiting) - time.time()) + 4)
+        assert not w.named("promotion-proposed")
+    assert not standin.state.pull_requests and posts(standin) == 0
+
+
+@pytest.mark.parametrize("promote", [True, False], ids=["promote-from", "apply-only"])
+def test_with_apply_a_pin_merged_early_is_applied_only_once_eligible(
+        repo: PipelineRepo, standin: StandIn, promote: bool) -> None:
+    apply(repo, "staging")
+    # --resync 600: only a wake-up at the eligible time can make it look again (without
+    # --promote-from, the plan's own not_soaked blocker sets it).
+    with watching(repo, standin, "--resync", "600", "--apply", promote=promote) as w:
+        w.wait_for(lambda e: e["event"] == ("promotion-waiting" if promote else "plan"))
+        repo.pin("prod", NEW, "v2.4.0")  # a pull request merged before the soak is over
+        plan = w.wait_for(lambda e: e["event"] == "plan" and (
+            "HEAD moved" in e["message"] or "files changed" in e["message"]))
+        assert plan["verdict"] == "no_go", plan
+        held = eligible_from(plan)
+        applied = w.wait_for(lambda e: e["event"] == "applied", timeout=SOAK + 60)
+        started = [e for e in w.seen if e["event"] == "apply"]
+        assert started and datetime.fromisoformat(
+            started[0]["ts"].replace("Z", "+00:00")).timestamp() >= held
+        assert applied["commit"] == git(repo.path, "rev-parse", "HEAD").strip()
+        assert not w.named("promotion-proposed")  # prod pins it already: nothing to propose
+    assert not standin.state.pull_requests
+
+
+def eligible_from(plan: dict[str, Any]) -> float:
+    """The eligible time a plan event's not_soaked line names (seconds)."""
+    for line in plan.get("lines") or []:
+        found = re.search(r"not_soaked.*eligible (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)Z", line)
+        if found:
+            return datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S").replace(
+                tzinfo=UTC).timestamp()
+    raise AssertionError(plan)
+
+
+def test_github_refusing_is_logged_counted_and_retried_and_the_watcher_goes_on(
+        repo: PipelineRepo, standin: StandIn) -> None:
+    repo.write_pipeline(soak="1s")
+    repo.commit("soak 1s")
+    apply(repo, "staging")
+    time.sleep(1.2)
+    with watching(repo, standin, "--resync", "1", "--metrics-port", "0",
+                  token="ghs_" + "x" * 36) as w:
+        start = w.wait_for(lambda e: e["event"] == "start")
+        first = w.wait_for(lambda e: e["event"] == "promotion-failed")
+        assert first["service"] == "checkout" and first["digest"] == NEW
+        assert "401" in first["error"] and first["failures"] == 1
+        assert "x" * 36 not in json.dumps(first)  # the token is never logged
+        again = w.wait_for(lambda e: e["event"] == "promotion-failed")
+        assert again["failures"] == 2  # tried again at the next cycle, counted
+        w.wait_for(lambda e: e["event"] == "plan")  # still reconciling
+        assert w.proc.poll() is None
+        metrics = urllib.request.urlopen(f"http://{start['metrics']}/metrics",
+                                         timeout=10).read().decode()
+        [line] = [x for x in metrics.splitlines()
+                  if x.startswith('reconcile_errors_total{kind="promotion"}')]
+        assert float(line.split()[-1]) >= 2
+    assert not standin.state.pull_requests
+
+
+def test_promote_from_must_name_the_previous_environment(repo: PipelineRepo,
+                                                         standin: StandIn) -> None:
+    wrong = repo.run("watch", str(repo.path), "--env", "prod", "--promote-from", "prod",
+                     "--repo", "acme/fleet")
+    assert wrong.code == Exit.USAGE
+    assert "prod is promoted from staging" in wrong.err and "staging → prod" in wrong.err
+    first = repo.run("watch", str(repo.path), "--env", "staging", "--promote-from", "prod",
+                     "--repo", "acme/fleet")
+    assert first.code == Exit.USAGE and "first environment" in first.err
+    no_repo = repo.run("watch", str(repo.path), "--env", "prod", "--promote-from", "staging",
+                       GITHUB_REPOSITORY="")
+    assert no_repo.code == Exit.USAGE and "--repo OWNER/NAME" in no_repo.err
