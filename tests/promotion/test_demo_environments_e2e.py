@@ -6,6 +6,7 @@ proven on every prod cluster."""
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from reconciler import demo_environments
 
 pytestmark = pytest.mark.integration
 
-ELIGIBLE = re.compile(r"not_soaked\b.*proven on staging \d+s of 20s; eligible "
+ELIGIBLE = re.compile(r"not_soaked\b.*proven on staging \d+s of 60s; eligible "
                       r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ)")
 
 
@@ -31,6 +32,13 @@ def test_the_demo_refuses_prod_while_staging_soaks_then_promotes_and_proves_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(demo_environments, "STATE", tmp_path / "demo")
+    # The example's soak (20s) with room for a loaded machine: the early pin must come
+    # before the soak ends for prod's plan to hold it.
+    example = tmp_path / "example"
+    shutil.copytree(demo_environments.EXAMPLE, example)
+    pipeline = example / "pipeline.yaml"
+    pipeline.write_text(pipeline.read_text().replace("soak: 20s", "soak: 60s"))
+    monkeypatch.setattr(demo_environments, "EXAMPLE", example)
     monkeypatch.setattr(demo_environments, "PORTS", {"staging": (0, 0), "prod": (0, 0)})
     code = demo_environments.main()
     out = capsys.readouterr()
