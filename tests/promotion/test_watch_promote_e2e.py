@@ -8,16 +8,14 @@ ends proposes nothing. The watcher never writes the checkout it follows."""
 from __future__ import annotations
 
 import json
-import queue
 import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,6 +30,7 @@ from tests.comment.github_standin import StandIn
 from tests.e2e_repo import PROJECT
 from tests.promotion.pipeline_repo import NEW, OLD, PipelineRepo, make_pipeline_repo
 from tests.promotion.test_soak_e2e import apply
+from tests.watch.events import Watch
 
 pytestmark = pytest.mark.integration
 
@@ -68,45 +67,6 @@ def repo(tmp_path: Path, sandbox_factory: Callable[..., Sandbox],
     git(made.path, "push", "-q", "origin", "HEAD:refs/heads/main")
     standin.state.git_remote = str(remote)
     return made
-
-
-class Watch:
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.proc = proc
-        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.seen: list[dict[str, Any]] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                self.events.put(json.loads(line))
-            except json.JSONDecodeError:
-                self.events.put({"event": "raw", "message": line})
-
-    def wait_for(self, predicate: Callable[[dict[str, Any]], bool],
-                 timeout: float = 60.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                event = self.events.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            self.seen.append(event)
-            if predicate(event):
-                return event
-        raise AssertionError(f"no matching event in {timeout}s; seen: "
-                             f"{[(e['event'], e['message'][:160]) for e in self.seen[-15:]]}")
-
-    def drain(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            with suppress(queue.Empty):
-                self.seen.append(self.events.get(timeout=0.1))
-
-    def named(self, event: str) -> list[dict[str, Any]]:
-        return [e for e in self.seen if e["event"] == event]
 
 
 @contextmanager

@@ -4,16 +4,14 @@ against the real sandbox. Events are read from its JSON log lines."""
 from __future__ import annotations
 
 import json
-import queue
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,50 +21,12 @@ from reconciler.exitcodes import Exit
 from reconciler.sandbox.launcher import Sandbox
 from tests.e2e_repo import PROJECT, Repo, git
 from tests.plan.builders import digest
+from tests.watch.events import Watch
 
 pytestmark = pytest.mark.integration
 
 WRITES = {"promoteServiceImageRelease", "rollbackServiceImageRelease", "setServiceEgress",
           "configureServiceDeploymentMachineUser"}
-
-
-class Watch:
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.proc = proc
-        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.seen: list[dict[str, Any]] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                self.events.put(json.loads(line))
-            except json.JSONDecodeError:
-                self.events.put({"event": "raw", "message": line})
-
-    def wait_for(self, predicate: Callable[[dict[str, Any]], bool],
-                 timeout: float = 60.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                event = self.events.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            self.seen.append(event)
-            if predicate(event):
-                return event
-        raise AssertionError(f"no matching event in {timeout}s; seen: "
-                             f"{[(e['event'], e['message'][:80]) for e in self.seen[-15:]]}")
-
-    def drain(self, seconds: float) -> list[dict[str, Any]]:
-        end = time.monotonic() + seconds
-        got = []
-        while time.monotonic() < end:
-            with suppress(queue.Empty):
-                got.append(self.events.get(timeout=0.1))
-        self.seen.extend(got)
-        return got
 
 
 @contextmanager

@@ -1,0 +1,56 @@
+"""A running `reconcile watch --log-format json` process read as events: a thread reads its
+stdout line by line, tests wait for an event matching a predicate or drain for a while."""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Any
+
+
+class Watch:
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.seen: list[dict[str, Any]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                self.events.put(json.loads(line))
+            except json.JSONDecodeError:
+                self.events.put({"event": "raw", "message": line})
+
+    def wait_for(self, predicate: Callable[[dict[str, Any]], bool],
+                 timeout: float = 60.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                event = self.events.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self.seen.append(event)
+            if predicate(event):
+                return event
+        raise AssertionError(f"no matching event in {timeout}s; seen: "
+                             f"{[(e['event'], e['message'][:160]) for e in self.seen[-15:]]}")
+
+    def drain(self, seconds: float) -> list[dict[str, Any]]:
+        """The events that arrive in the next ``seconds`` (also kept in ``seen``)."""
+        end = time.monotonic() + seconds
+        got = []
+        while time.monotonic() < end:
+            with suppress(queue.Empty):
+                got.append(self.events.get(timeout=0.1))
+        self.seen.extend(got)
+        return got
+
+    def named(self, event: str) -> list[dict[str, Any]]:
+        return [e for e in self.seen if e["event"] == event]
