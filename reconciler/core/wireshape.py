@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import json
 import re
-import types
 import typing
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
+from reconciler.core.modelpaths import annotation_at
 from reconciler.core.sanitize import safe
 
 M = TypeVar("M", bound=BaseModel)
@@ -82,19 +82,7 @@ def _is_union_tag(part: str) -> bool:
 
 def _expected(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> str | None:
     """What the field at ``loc`` of ``model`` must be (``a string``), for a missing one."""
-    current: Any = model
-    for part in loc:
-        current = _strip(current)
-        if isinstance(part, int):
-            args = typing.get_args(current)
-            current = args[0] if args else None
-        elif isinstance(current, type) and issubclass(current, BaseModel):
-            fields = {f.alias or n: f for n, f in current.model_fields.items()}
-            found = fields.get(part)
-            current = found.annotation if found is not None else None
-        elif not _is_union_tag(part):
-            return None
-    current = _strip(current)
+    current = annotation_at(model, loc, skip=_is_union_tag)
     origin = typing.get_origin(current) or current
     if isinstance(origin, type):
         if issubclass(origin, BaseModel) or issubclass(origin, dict):
@@ -105,15 +93,6 @@ def _expected(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> str 
             if issubclass(origin, kind):
                 return words
     return None
-
-
-def _strip(annotation: Any) -> Any:
-    """``X | None`` and ``X | Literal[...]`` -> ``X`` (the kind a value must be)."""
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        options = [a for a in typing.get_args(annotation)
-                   if a is not type(None) and typing.get_origin(a) is not typing.Literal]
-        return options[0] if len(options) == 1 else annotation
-    return annotation
 
 
 def describe(error: ErrorDetails, prefix: str = "",

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import types
-import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +48,7 @@ from reconciler.core.desired import (
     state_dir_message,
 )
 from reconciler.core.diagnostics import Diagnostic, field_path, sorted_diagnostics
+from reconciler.core.modelpaths import annotation_at
 from reconciler.core.names import Capability
 from reconciler.core.sanitize import safe
 from reconciler.shell import gitrepo, loading
@@ -439,37 +438,10 @@ def _with_hint(message: str, value: object, choices: Sequence[str]) -> str:
 
 def _aliases_at(model: type[BaseModel], loc: PathKey) -> list[str]:
     """The keys the model accepts at ``loc`` (for "did you mean")."""
-    current: Any = model
-    for part in loc:
-        current = _strip(current)
-        if isinstance(part, int):
-            args = typing.get_args(current)
-            current = args[0] if args else None
-        elif isinstance(current, type) and issubclass(current, BaseModel):
-            by_alias = {f.alias or n: f for n, f in current.model_fields.items()}
-            found = by_alias.get(part)
-            current = found.annotation if found is not None else None
-        else:
-            return []
-    current = _strip(current)
+    current = annotation_at(model, tuple(loc))
     if isinstance(current, type) and issubclass(current, BaseModel):
         return [f.alias or n for n, f in current.model_fields.items()]
     return []
-
-
-def _strip(annotation: Any) -> Any:
-    """``Annotated[X, ...]`` and ``X | None`` -> ``X``."""
-    while True:
-        origin = typing.get_origin(annotation)
-        if origin is typing.Annotated:
-            annotation = typing.get_args(annotation)[0]
-        elif origin in (typing.Union, types.UnionType):
-            options = [a for a in typing.get_args(annotation) if a is not type(None)]
-            if len(options) != 1:
-                return annotation
-            annotation = options[0]
-        else:
-            return annotation
 
 
 def _describe(value: object) -> str:
