@@ -29,8 +29,28 @@ class Result:
     err: str
 
 
+class Cli:
+    """The CLI run against a committed config repo (``path``) with the repo's variables
+    (``env``): shared by the one-sandbox ``Repo`` and the two-environment repos."""
+
+    path: Path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        raise NotImplementedError
+
+    def run(self, *args: str, timeout: float = 120, **extra: str) -> Result:
+        proc = subprocess.run([sys.executable, "-m", "reconciler", *args], cwd=PROJECT,
+                              env=self.env(**extra), capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    def commit(self, message: str = "change") -> None:
+        git(self.path, "add", "-A")
+        git(self.path, "commit", "-qm", message)
+
+
 @dataclass
-class Repo:
+class Repo(Cli):
     path: Path
     sandbox: Sandbox
     state: Path
@@ -43,15 +63,6 @@ class Repo:
         env.update(extra)
         return env
 
-    def run(self, *args: str, timeout: float = 120, **extra: str) -> Result:
-        proc = subprocess.run([sys.executable, "-m", "reconciler", *args], cwd=PROJECT,
-                              env=self.env(**extra), capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
-        return Result(proc.returncode, proc.stdout, proc.stderr)
-
-    def commit(self, message: str = "change") -> None:
-        git(self.path, "add", "-A")
-        git(self.path, "commit", "-qm", message)
 
 
 def git(root: Path, *args: str) -> None:

@@ -12,15 +12,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from reconciler.sandbox import rollouts
 from reconciler.sandbox.launcher import Sandbox
-from tests.e2e_repo import EXAMPLES, PROJECT, Result, git
+from tests.e2e_repo import EXAMPLES, Cli, git
 
 OLD = rollouts.seeded_digest("checkout", "v2.3.0")  # what both sandboxes run at first
 NEW = rollouts.seeded_digest("checkout", "v2.4.0")  # what the example pins
@@ -37,7 +35,7 @@ environments:
 
 
 @dataclass
-class PipelineRepo:
+class PipelineRepo(Cli):
     path: Path
     staging: Sandbox
     prod: Sandbox
@@ -58,15 +56,6 @@ class PipelineRepo:
         env.update(extra)
         return env
 
-    def run(self, *args: str, timeout: float = 120, **extra: str) -> Result:
-        proc = subprocess.run([sys.executable, "-m", "reconciler", *args], cwd=PROJECT,
-                              env=self.env(**extra), capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
-        return Result(proc.returncode, proc.stdout, proc.stderr)
-
-    def commit(self, message: str = "change") -> None:
-        git(self.path, "add", "-A")
-        git(self.path, "commit", "-qm", message)
 
     def service_file(self, env: str) -> Path:
         return self.path / "environments" / env / "services" / "checkout.yaml"
