@@ -424,8 +424,14 @@ class Reconciler:
     writes and waits, the core only decides."""
 
     def __init__(self, root: Path, desired: DesiredState, *, overrides: Overrides,
-                 env: Mapping[str, str], stage: environments.Selected | None = None) -> None:
+                 env: Mapping[str, str], stage: environments.Selected | None = None,
+                 scope: Callable[[DesiredState], DesiredState] | None = None) -> None:
         self.root = root
+        #: The part of a desired state ``plan`` observes and plans (None: all of it). A
+        #: sharded member's: its own shards' services, so every plan made through it --
+        #: the apply's, and the revert's and its rollback's, which load the whole commit
+        #: -- reads and judges no other member's services.
+        self.scope = scope
         self.overrides = overrides
         self.env = env
         self.settings = desired.settings
@@ -476,6 +482,8 @@ class Reconciler:
     @tracing.traced_plan
     async def plan(self, desired: DesiredState, provenance: Provenance,
                    progress: Progress | None = None) -> tuple[Plan, LiveSnapshot]:
+        if self.scope is not None:
+            desired = self.scope(desired)
         snapshot = await self.observe(desired, progress)
         answers = await self.preflights([(desired, provenance)], snapshot)
         made = make_plan(desired, snapshot, provenance, answers)
@@ -1405,6 +1413,11 @@ class ShardedWatchSteps(WatchSteps):
         names = sharding.services_in(self._held_now(), self.ids, self.count)
         return names or NOTHING
 
+    def _own_part(self, desired: DesiredState) -> DesiredState:
+        """``desired`` narrowed to the services of the shards held now: the scope of every
+        plan this member's apply makes, its revert's and rollback's included."""
+        return sharding.narrow(desired, self.owned_names(desired))
+
     def _names(self, desired: DesiredState, shards: frozenset[int]) -> frozenset[str]:
         self.ids = {s.name: s.service_id for s in desired.services}
         return sharding.services_in(shards, self.ids, self.count)
@@ -1444,7 +1457,8 @@ class ShardedWatchSteps(WatchSteps):
         only = self.owned_names(desired)
         desired = sharding.narrow(desired, only)
         async with Reconciler(self.root, desired, overrides=self.overrides,
-                              env=self.env, stage=self.stage) as reconciler:
+                              env=self.env, stage=self.stage,
+                              scope=self._own_part) as reconciler:
             run = await reconciler.apply(
                 desired, provenance, hook=hook, only=only, fence=self.fence,
                 deadline=Deadline.after(self.timeout) if self.timeout is not None else None,
