@@ -1452,7 +1452,8 @@ class ShardedWatchSteps(WatchSteps):
         """Apply the owned services at the commit HEAD is at, each write fenced, under
         the environment's rules; with ``--on-gate-failure revert``, revert the failed
         services whose shards this member still holds (asked of the fence first), and
-        fence the rollback's writes too."""
+        fence the rollback's writes too. Every plan made here, the revert's and the
+        rollback's included, reads only the owned shards' services (the scope)."""
         desired, provenance = load_consistent(self.root)
         only = self.owned_names(desired)
         desired = sharding.narrow(desired, only)
