@@ -16,8 +16,15 @@ Owns, for ``kind: Route`` documents against the routes the control plane lists
   staleness rule (the live route at the key moved since the plan);
 - ``expected_routes``: the routes the judge requires in effect on every expected cluster
   for a service (``core.evidence.Target.routes``); None when the repo declares none for
-  it, so a repo without routes is judged exactly as before; ``assess``: that part of a
-  cluster's proof (a cluster still serving the old route is named, with what it serves).
+  it, so a repo without routes is judged exactly as before; ``gone_keys``: the owner keys
+  no expected cluster may still serve (``Target.routes_gone``: the routes a change being
+  applied deletes, and -- with pruning on -- any route of the app a cluster serves that
+  is neither declared nor another client's); ``assess``: that part of a cluster's proof
+  (a cluster still serving the old route, or a deleted one, is named, with what it
+  serves);
+- through ``Kind`` (the dispatch): its codes and reasons with their sentences, its
+  review target (``hostname/routeRef``), its order in a plan, its count and wire fields
+  (added in format 2.4: written only on plans that hold a route change) and its detail.
 
 Must not send anything (``shell.applying`` does). Pure: no I/O.
 """
