@@ -61,7 +61,7 @@ from reconciler.core.events import (
     NothingToDo,
 )
 from reconciler.core.evidence import ServiceProof
-from reconciler.core.kinds import route as route_kind
+from reconciler.core.kinds import ChangeBase
 from reconciler.core.live import (
     ImageRelease,
     LiveService,
@@ -662,7 +662,8 @@ class Reconciler:
                                          and r.detail.startswith(EXPIRED) for r in results))
         targets = self.gate_targets(desired, fresh, results)
         if targets:
-            gate = await self.bounded_gate(desired, targets, hook, deadline)
+            gate = await self.bounded_gate(desired, targets, hook, deadline,
+                                           changes=fresh.changes)
             report = report.model_copy(update={"gate": gate,
                                                "expired": report.expired or gate.expired})
         try:
@@ -694,13 +695,14 @@ class Reconciler:
 
     async def bounded_gate(self, desired: DesiredState,
                            targets: Mapping[str, tuple[str, ...]], hook: Hook,
-                           deadline: Deadline | None) -> GateReport:
+                           deadline: Deadline | None, *,
+                           changes: Sequence[ChangeBase] = ()) -> GateReport:
         """``gate`` within what is left of ``deadline``. On expiry the polls stop; what is
         unproven is the judge's word at the last poll that finished (its ``GatePolled``),
         or, when none finished, the judge's word on services it was given no evidence for
         (every expected cluster silent: "not polled before --timeout expired")."""
         if deadline is None:
-            return await self.gate(desired, targets, hook)
+            return await self.gate(desired, targets, hook, changes=changes)
         polls: list[GatePolled] = []
 
         def seen(event: Event) -> None:
@@ -711,7 +713,7 @@ class Reconciler:
         started = time.monotonic()
         try:
             async with asyncio.timeout(_left(deadline)):
-                return await self.gate(desired, targets, seen)
+                return await self.gate(desired, targets, seen, changes=changes)
         except TimeoutError:
             pass
         if polls:
@@ -719,7 +721,7 @@ class Reconciler:
         else:
             why = f"not polled before --timeout {deadline.seconds:g}s expired"
             proofs = tuple(
-                evidence.judge(target_of(svc, None, route_kind.expected_routes(desired, svc)),
+                evidence.judge(target_of(svc, None, desired, changes=changes),
                                ReadFailure(service_id=svc.service_id, reason=why),
                                targets[svc.name],
                                [Observation(cluster_id=c, kind=ObservationKind.SILENT,
@@ -731,13 +733,14 @@ class Reconciler:
                           expired=True)
 
     async def gate(self, desired: DesiredState, targets: Mapping[str, tuple[str, ...]],
-                   hook: Hook) -> GateReport:
+                   hook: Hook, *, changes: Sequence[ChangeBase] = ()) -> GateReport:
         """Poll until the judge proves every target converged, or the budget is spent.
         The expected clusters of a service are what the plan saw joined with what the
         prober knows now: the set never shrinks. A service whose rollout the judge finds
         terminal (``ServiceProof.terminal``: the control plane reports it failed or
         mismatched) is not polled again -- no later poll can prove it -- and the gate ends
-        as soon as every target is converged or terminal."""
+        as soon as every target is converged or terminal. ``changes``: those applied, so
+        the judge also requires what they remove gone (``Kind.expect``)."""
         applying.crash_point("gate")
         policy = desired.settings.policy.convergence
         services = {s.name: s for s in desired.services if s.name in targets}
@@ -763,8 +766,8 @@ class Reconciler:
                 targets[name], mesh_clusters, _targets(live[svc.service_id]))
                 for name, svc in polling.items()}
             probe.update(*expected.values())
-            fresh = {name: evidence.judge(target_of(svc, live[svc.service_id],
-                                                    route_kind.expected_routes(desired, svc)),
+            fresh = {name: evidence.judge(target_of(svc, live[svc.service_id], desired,
+                                                    changes=changes),
                                           live[svc.service_id], expected[name],
                                           observations.get(svc.app_id, ()))
                      for name, svc in polling.items()}

@@ -1,10 +1,12 @@
 """Every stable code a plan carries: blockers, drift, risks, the reasons of changes, and
 the control plane's preflight blocker codes.
 
-Owns the enums and the one sentence that documents each member; ``docs/codes.md``
-is generated from ``DOCS`` (``python -m reconciler.core.codes``) and a test keeps the two
-equal, so the table users read cannot drift from the codes the planner emits. The
-per-cluster reasons of the judge are ``core.evidence.Why``, documented in the same table.
+Owns the enums and the sentence that documents each member the core at large emits
+(``DOCS``); a change kind documents the codes it emits in its own module
+(``core.kinds``: ``Kind.codes``, ``Kind.whys``). ``docs/codes.md`` is generated from
+both (``table``, ``python -m reconciler.core.codes``) and a test keeps the two equal, so
+the table users read cannot drift from the codes the planner emits. The per-cluster
+reasons of the judge are ``core.evidence.Why``, documented in the same table.
 
 Pure constants.
 """
@@ -165,41 +167,7 @@ DOCS: dict[StrEnum, str] = {
     "answered for others.",
     BlockerCode.SERVICE_NOT_FOUND: "The control plane has no such service.",
     BlockerCode.SERVICE_UNREADABLE: "The control plane gave no state for the service.",
-    BlockerCode.RELEASE_NOT_OBSERVED: "The pinned digest is not a release the control plane "
-    "observed.",
-    BlockerCode.RELEASE_REPOSITORY_MISMATCH: "The pinned release lives in another repository.",
-    BlockerCode.TAG_DIGEST_MISMATCH: "The pinned tag and digest disagree.",
-    BlockerCode.MEDIA_TYPE_MISMATCH: "The pinned media type is not the release's.",
-    BlockerCode.CURRENT_RELEASE_UNLISTED: "The current rollout's digest is not among the "
-    "listed releases, so pinning a previously accepted release cannot be told apart as "
-    "promotion or rollback.",
-    BlockerCode.ROLLOUT_IN_PROGRESS: "A release change must not be stacked on an unfinished "
-    "rollout.",
-    BlockerCode.ROLLOUT_STATUS_UNKNOWN: "The current rollout has no status: whether it "
-    "finished is unknown.",
-    BlockerCode.GRANTS_UNREADABLE: "The deployment grants could not be read.",
     BlockerCode.REPO_DIRTY: "The config repo has uncommitted changes to tracked files.",
-    BlockerCode.PREFLIGHT_NO_GO: "A new service's greenfield preflight says NO-GO: the "
-    "control plane's report, or one of its rules checked locally before anything was sent "
-    "(the message says which). The upstream code is kept verbatim (`upstream_code`).",
-    BlockerCode.PREFLIGHT_FAILED: "The control plane's deployment preflight for a new "
-    "service gave no report (the call failed or was refused); nothing can be created "
-    "without it.",
-    BlockerCode.PREFLIGHT_REPORT_INVALID: "The preflight's reply is not a valid report: "
-    "its shape, a `mutationPerformed` that is not `false`, a report about another request, "
-    "or a decision its blockers contradict.",
-    BlockerCode.PREFLIGHT_NOT_ASKED: "No preflight answer exists for this exact request "
-    "(e.g. the commit moved since the live side was read); plan again.",
-    BlockerCode.PREFLIGHT_REPORTS_DISAGREE: "A creation's two preflights (the probe without "
-    "release evidence, and the request bound to the configuration digest the probe "
-    "reported) disagree about something other than the evidence, e.g. another "
-    "configuration digest; the message names both values.",
-    BlockerCode.APP_ID_IN_USE: "A new service declares an `appId` a live service already "
-    "uses (the clusters know a workload by it); found before any preflight is sent.",
-    BlockerCode.RELEASE_EVIDENCE_REQUIRED: "`policy.releaseEvidence: every-promotion`: a "
-    "promotion's release evidence is incomplete or not bound to the pinned digest (checked "
-    "locally; the upstream preflight accepts greenfield requests only). The upstream code "
-    "is kept (`upstream_code`).",
     BlockerCode.HELD: "The service pins a digest a `kind: Hold` document holds (written by "
     "`reconcile revert` when that release failed on a cluster); the message says why. "
     "Remove the hold by a commit (`reconcile release-hold SERVICE DIGEST`) or pin another "
@@ -219,15 +187,6 @@ DOCS: dict[StrEnum, str] = {
     "(`reconcile unfreeze` ends it; `--override-window REASON` for an emergency, recorded).",
     BlockerCode.POLICY_DENIED: "A CEL rule of a `kind: Policy` document is false for this "
     "promotion; names the policy, the rule and its message.",
-    BlockerCode.ROUTE_AMBIGUOUS: "Two gateway routes, at least one declared, can match the "
-    "same request with the same priority (the message names both and an example request): "
-    "which wins would be the gateway's tie-break (age, name), not the repo's.",
-    BlockerCode.ROUTE_SHADOWED: "A declared gateway route can never match: a route of higher "
-    "priority matches every request it matches (named in the message).",
-    BlockerCode.ROUTE_OWNED_BY_ANOTHER_CLIENT: "A declared route has the owner key (appId, "
-    "hostname, routeRef) of a route another client owns; reconcile never writes it.",
-    BlockerCode.ROUTES_UNREADABLE: "The gateway routes (getGatewayClientRoutes) could not be "
-    "read, so route changes cannot be planned.",
     DriftCode.CLUSTER_DIVERGED: "A cluster runs another digest than the current rollout.",
     DriftCode.CLUSTER_LAGGING: "Mid-rollout, a cluster still runs another digest.",
     DriftCode.CLUSTER_MISSING_RUNTIME: "A cluster has no runtime record for the app.",
@@ -243,9 +202,6 @@ DOCS: dict[StrEnum, str] = {
     "from the repo.",
     DriftCode.IMMUTABLE_NOT_ENFORCED: "The repo requires immutable deployment; the control "
     "plane's service does not (the next promotion sets it).",
-    DriftCode.GRANT_NOT_DECLARED: "A live grant no Grant document declares (not pruned).",
-    DriftCode.ROUTE_NOT_DECLARED: "A live gateway route this client owns for a declared "
-    "service that no Route document declares (not pruned: policy.routes.prune is off).",
     RiskCode.CLUSTER_REFUSED_RELEASE: "A cluster runs another digest than the control "
     "plane's current rollout and says why (its `lastError`): it refused the last digest.",
     RiskCode.CLUSTER_FAILING: "A cluster runs the current digest but is failing and says "
@@ -254,23 +210,6 @@ DOCS: dict[StrEnum, str] = {
     "destination: that egress is not in effect there.",
     RiskCode.ROLLOUT_FAILED: "The control plane reports the current rollout failed or "
     "mismatched, and no cluster says more.",
-    ReasonCode.NEVER_ACCEPTED: "Promote: the pinned release was never accepted.",
-    ReasonCode.NEWER_THAN_CURRENT: "Promote: the pinned release was observed after the "
-    "current one.",
-    ReasonCode.PREVIOUSLY_ACCEPTED: "Rollback: the pinned release was accepted before and is "
-    "older than the current one.",
-    ReasonCode.EGRESS_DIFFERS: "Set egress: destinations opened and/or revoked.",
-    ReasonCode.EGRESS_REVOKE_ALL: "Set egress to []: every destination revoked.",
-    ReasonCode.GRANT_DIFFERS: "Set grant: capabilities added and/or removed.",
-    ReasonCode.GRANT_NOT_DECLARED: "Set grant to []: pruned, no Grant document declares it.",
-    ReasonCode.SERVICE_NOT_ON_CONTROL_PLANE: "Create: the repo declares a service the "
-    "control plane does not have (a greenfield deployment, checked by its preflight).",
-    ReasonCode.ROUTE_MISSING: "Sync route: a declared gateway route the control plane does "
-    "not hold for this client.",
-    ReasonCode.ROUTE_DIFFERS: "Sync route: the live route at the owner key differs (match, "
-    "priority, target, managed kind or remote ingress).",
-    ReasonCode.ROUTE_NOT_DECLARED: "Delete route: pruned, no Route document declares it "
-    "(policy.routes.prune).",
     UpstreamBlockerCode.INVALID_REQUEST: "The preflight request is malformed (request or "
     "service id, worktree state, Corestore resources).",
     UpstreamBlockerCode.AUTHORIZATION_MISSING: "The machine user lacks a deployment "
@@ -331,22 +270,22 @@ DOCS: dict[StrEnum, str] = {
 
 def table() -> str:
     """``docs/codes.md``: every code with its sentence, one table per kind."""
-    from reconciler.core.evidence import Why  # the judge's reasons share the table
+    # The judge's reasons share the table; each kind's codes and reasons are documented
+    # in its module (``core.kinds``), read here -- the members stay in the enums above
+    # (one wire vocabulary, one order for this table and the plan's schema).
+    from reconciler.core import kinds
+    from reconciler.core.evidence import Why
 
-    why_docs: dict[StrEnum, str] = {
+    docs = {**DOCS, **kinds.code_docs()}
+
+    # The judge's reasons about a cluster, then each kind's in the judge's order, then the
+    # judge's about the rollout, then the reasons of kinds added after the plan format was
+    # fixed (``Kind.optional_actions``), so a new kind's rows are appended.
+    cluster: dict[StrEnum, str] = {
         Why.SILENT: "The cluster gave no answer (unproven).",
         Why.NO_RECORD: "The cluster answered 404: no runtime record (not converged).",
-        Why.NO_DIGEST: "The cluster sent no resolvedDigest (unproven).",
-        Why.OTHER_DIGEST: "The cluster runs another digest (not converged).",
-        Why.NOT_RUNNING: "runtimeState is not RUNNING (not converged).",
-        Why.NO_REPLICA_COUNTS: "The cluster sent no replica counts (unproven).",
-        Why.REPLICAS_SHORT: "Not every required replica is observed, healthy and verified, "
-        "or one failed (not converged).",
-        Why.NO_EGRESS: "Egress must be checked and the cluster sent none (unproven).",
-        Why.EGRESS_DROPPED: "A declared destination was dropped by the cluster's operator "
-        "(not converged).",
-        Why.EGRESS_DIFFERS: "The effective egress differs from the declared list (not "
-        "converged).",
+    }
+    rollout: dict[StrEnum, str] = {
         Why.SERVICE_UNREADABLE: "The control plane's state for the service is unknown "
         "(unproven).",
         Why.NOT_ROLLED_OUT: "The control plane's current rollout is not to the pinned digest "
@@ -356,21 +295,22 @@ def table() -> str:
         Why.ROLLOUT_IN_PROGRESS: "The rollout is still pending, deploying or verifying (not "
         "converged).",
         Why.ROLLOUT_FAILED: "The rollout failed or mismatched (not converged).",
-        Why.NO_ROUTES: "Routes must be checked and the cluster's status carries no route "
-        "view (unproven).",
-        Why.ROUTE_NOT_IN_EFFECT: "A declared gateway route is not in effect on the cluster "
-        "with its priority and target (the message names what it still serves; not "
-        "converged).",
     }
+    why_docs: dict[StrEnum, str] = {**cluster,
+                **{w: t for k in kinds.PROVERS if not k.optional_actions
+                   for w, t in k.whys.items()},
+                **rollout,
+                **{w: t for k in kinds.PROVERS if k.optional_actions
+                   for w, t in k.whys.items()}}
     sections: list[tuple[str, dict[StrEnum, str]]] = [
-        ("Blockers (the plan is NO-GO)", {c: DOCS[c] for c in BlockerCode}),
-        ("Drift (shown apart from changes)", {c: DOCS[c] for c in DriftCode}),
+        ("Blockers (the plan is NO-GO)", {c: docs[c] for c in BlockerCode}),
+        ("Drift (shown apart from changes)", {c: docs[c] for c in DriftCode}),
         ("Risks (the plan is GO; apply's gate will fail until the cluster recovers)",
-         {c: DOCS[c] for c in RiskCode}),
-        ("Reasons of changes", {c: DOCS[c] for c in ReasonCode}),
+         {c: docs[c] for c in RiskCode}),
+        ("Reasons of changes", {c: docs[c] for c in ReasonCode}),
         ("Upstream preflight blockers (the control plane's codes, kept verbatim -- a code "
          "not listed here too; any makes the plan NO-GO)",
-         {c: DOCS[c] for c in UpstreamBlockerCode}),
+         {c: docs[c] for c in UpstreamBlockerCode}),
         ("Why the judge does not call a cluster converged", why_docs),
     ]
     out = ["# Codes", "",

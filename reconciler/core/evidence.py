@@ -20,11 +20,13 @@ else is a bug, so the rules live here and nowhere else:
   control plane reports failed or mismatched is **terminal** (``ServiceProof.terminal``):
   waiting cannot prove it, so the convergence gate stops polling it.
 
-Each change kind owns its part of a cluster's proof (``core.kinds``: ``release.assess``,
-the digest, runtime state and replicas; ``egress.assess``, the egress in effect;
-``route.assess``, the gateway routes in effect with their priority and target); the
-judge asks them in turn and owns the rest (silence, the runtime record, the rollout).
-Its vocabulary (``Why``) is ``core.whys``', re-exported here.
+Each change kind owns its part of a cluster's proof (``Kind.assess``, asked in turn
+through ``core.kinds.PROVERS``: the release's, the digest, runtime state and replicas;
+the egress's, the egress in effect; the route's, the gateway routes in effect with their
+priority and target and no deleted one still served) and the fields of ``Target`` it
+fills (``Kind.expect``, through ``core.planning.target_of``); the judge owns the rest
+(silence, the runtime record, the rollout). Its vocabulary (``Why``) is ``core.whys``',
+re-exported here; which reasons are unproven, the kinds say (``core.kinds.UNPROVEN_WHYS``).
 
 Also owns ``expected_clusters`` (settings ∪ DNS ∪ rollout targets, CONTRACT §3).
 
@@ -39,7 +41,7 @@ from enum import StrEnum
 
 from pydantic import ConfigDict
 
-from reconciler.core.kinds import egress, release, route
+from reconciler.core.kinds import PROVERS, UNPROVEN_WHYS
 from reconciler.core.kinds.egress import egress_key
 from reconciler.core.live import (
     FAILED_STATUSES,
@@ -53,7 +55,7 @@ from reconciler.core.live import (
 )
 from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import safe
-from reconciler.core.whys import UNPROVEN_WHYS, Assessment, Why
+from reconciler.core.whys import Assessment, Why
 
 __all__ = [
     "SUCCEEDED_STATUSES", "UNPROVEN_WHYS", "ClusterProof", "Proof", "ServiceProof", "Target",
@@ -88,6 +90,9 @@ class Target(_Model):
     #: Issue 21: the gateway routes of this app every expected cluster must report in
     #: effect with their priority and target (None: the repo declares none: not checked).
     routes: tuple[GatewayRoute, ...] | None = None
+    #: the owner keys (appId, hostname, routeRef) of deleted routes no expected cluster
+    #: may still serve (``kinds.route.gone_keys``)
+    routes_gone: tuple[tuple[str, str | None, str | None], ...] = ()
 
 
 class ClusterProof(_Model):
@@ -159,11 +164,9 @@ def expected_clusters(*sources: Iterable[str]) -> tuple[str, ...]:
 _Assessment = Assessment
 
 
-def judge_cluster(observation: Observation, digest: str,
-                  egress: tuple[EgressRule, ...] | None,
-                  routes: tuple[GatewayRoute, ...] | None = None) -> ClusterProof:
-    """One cluster's answer about one app, against the pinned digest, egress and routes."""
-    return _proof(observation.cluster_id, _assess(observation, digest, egress, routes))
+def judge_cluster(observation: Observation, target: Target) -> ClusterProof:
+    """One cluster's answer about one app, against what ``target`` requires."""
+    return _proof(observation.cluster_id, _assess(observation, target))
 
 
 def _proof(cluster: str, assessment: _Assessment) -> ClusterProof:
@@ -176,11 +179,9 @@ def _proof(cluster: str, assessment: _Assessment) -> ClusterProof:
                         running=running, last_error=last_error)
 
 
-def _assess(observation: Observation, digest: str,
-            egress_rules: tuple[EgressRule, ...] | None,
-            routes: tuple[GatewayRoute, ...] | None = None) -> _Assessment:
+def _assess(observation: Observation, target: Target) -> _Assessment:
     """``judge_cluster``'s rules. An answer's assessment depends on its runtime alone
-    (for one digest and egress), never on which cluster sent it."""
+    (for one target), never on which cluster sent it."""
 
     def verdict(why: Why, detail: str, running: str | None = None,
                 last_error: str | None = None) -> _Assessment:
@@ -191,19 +192,14 @@ def _assess(observation: Observation, digest: str,
     runtime = observation.runtime
     if observation.kind is ObservationKind.NO_RECORD or runtime is None:
         return verdict(Why.NO_RECORD, "has no runtime record for this app")
-    # Each kind's part of the proof, in turn: the release (what runs, and how), then the
-    # egress in effect (``core.kinds``).
-    found = release.assess(observation, digest)
-    if found is not None:
-        return found
+    # Each kind's part of the proof, in turn (``core.kinds.PROVERS``): the release (what
+    # runs, and how), then the egress in effect, then the gateway routes.
     last_error = safe(runtime.last_error) if runtime.last_error else None
     running = runtime.resolved_digest
-    found = egress.assess(observation, egress_rules, running, last_error)
-    if found is not None:
-        return found
-    found = route.assess(observation, routes, running, last_error)
-    if found is not None:
-        return found
+    for kind in PROVERS:
+        found = kind.assess(observation, target, running, last_error)
+        if found is not None:
+            return found
     return None, "", running, last_error
 
 
@@ -252,11 +248,10 @@ def judge(target: Target, live: LiveService | ReadFailure | None,
             cluster_id=cluster, kind=ObservationKind.SILENT, reason="never probed")
         runtime = observation.runtime
         if observation.kind is not ObservationKind.ANSWERED or runtime is None:
-            return judge_cluster(observation, target.digest, target.egress, target.routes)
+            return judge_cluster(observation, target)
         assessment = assessed.get(id(runtime))
         if assessment is None:
-            assessment = assessed[id(runtime)] = _assess(observation, target.digest,
-                                                         target.egress, target.routes)
+            assessment = assessed[id(runtime)] = _assess(observation, target)
         return _proof(cluster, assessment)
 
     clusters = tuple(one(cluster) for cluster in sorted(set(expected)))

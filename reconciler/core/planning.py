@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 
 from reconciler.core import evidence, holds, kinds
 from reconciler.core import preflight as pf
 from reconciler.core.codes import BlockerCode, DriftCode, ReasonCode, RiskCode
 from reconciler.core.cpcodes import ControlPlaneCode
 from reconciler.core.desired import DesiredState, Service
-from reconciler.core.kinds import ACTION_ORDER, KINDS, ChangeBase, Diff, create, release, route
+from reconciler.core.kinds import ACTION_ORDER, KINDS, ChangeBase, Diff, create, kind_of, release
 from reconciler.core.kinds.base import idempotency_key
 from reconciler.core.kinds.create import (
     Bound,
@@ -44,11 +45,9 @@ from reconciler.core.kinds.create import (
     creation_requests,
     preflight_request_id,
 )
-from reconciler.core.kinds.route import RouteChange
 from reconciler.core.live import (
     FAILED_STATUSES,
     IN_PROGRESS_STATUSES,
-    EgressRule,
     LiveService,
     LiveSnapshot,
     Observation,
@@ -57,7 +56,6 @@ from reconciler.core.live import (
 )
 from reconciler.core.plans import Blocker, Drift, Plan, Risk, ServiceEvidence
 from reconciler.core.provenance import Provenance
-from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import safe
 
 __all__ = [
@@ -74,17 +72,19 @@ def _short(digest: str | None) -> str:
 
 
 def target_of(svc: Service, live: LiveService | ReadFailure | None,
-              routes: tuple[GatewayRoute, ...] | None = None) -> evidence.Target:
-    """What the judge must see for ``svc``: the pinned digest, and the egress the repo
-    declares -- or, when the repo leaves egress alone, the control plane's declaration --
-    and the gateway routes it declares for the service (``kinds.route.expected_routes``)."""
-    if svc.egress is not None:
-        egress: tuple[EgressRule, ...] | None = kinds.egress.rules(
-            (d.host, d.port) for d in svc.egress)
-    else:
-        egress = live.egress if isinstance(live, LiveService) else None
-    return evidence.Target(service=svc.name, app_id=svc.app_id, digest=svc.release.digest,
-                           egress=egress, routes=routes)
+              desired: DesiredState | None = None, *, snapshot: LiveSnapshot | None = None,
+              observations: Sequence[Observation] = (),
+              changes: Sequence[ChangeBase] = ()) -> evidence.Target:
+    """What the judge must see for ``svc``: the pinned digest, and what each kind requires
+    of every expected cluster (``Kind.expect``: the egress, the gateway routes in effect
+    and those deleted). ``desired`` None: only what the service itself declares."""
+    ask = kinds.Expecting(svc=svc, live=live, desired=desired, snapshot=snapshot,
+                          observations=observations, changes=changes)
+    fields: dict[str, object] = {}
+    for kind in KINDS:
+        fields.update(kind.expect(ask))
+    return evidence.Target.model_validate({
+        "service": svc.name, "app_id": svc.app_id, "digest": svc.release.digest, **fields})
 
 
 _DRIFT_OF_WHY = {
@@ -305,7 +305,7 @@ class _Planner:
             current_digest=current, desired_digest=svc.release.digest))
         # The verdict: the judge, against what the repo pins and the egress to be in effect.
         state = self.live.services.get(svc.service_id)
-        target = target_of(svc, live, route.expected_routes(self.desired, svc))
+        target = target_of(svc, live, self.desired, snapshot=self.live, observations=rows)
         proof = evidence.judge(target, state, expected, rows)
         self.proofs.append(proof)
         for obs in rows:
@@ -319,9 +319,12 @@ class _Planner:
         # Drift: the same judge, against what the control plane itself intends now.
         intended = evidence.Target(service=svc.name, app_id=svc.app_id, digest=current,
                                    egress=live.egress)
-        same = intended.digest == target.digest and (intended.egress is None) == (
-            target.egress is None) and evidence.egress_key(intended.egress or ()) == \
-            evidence.egress_key(target.egress or ()) and target.routes is None
+        # (Egress compared as sets; every other field of the target -- each kind's --
+        # must be what the control plane's intent leaves it at.)
+        same = (intended.egress is None) == (target.egress is None) and \
+            evidence.egress_key(intended.egress or ()) == \
+            evidence.egress_key(target.egress or ()) and \
+            target.model_copy(update={"egress": intended.egress}) == intended
         # The same question asked twice has the same answer: judged once when the control
         # plane already intends exactly what the repo pins (the steady state).
         now = proof if same else evidence.judge(intended, live, expected, rows)
@@ -368,8 +371,7 @@ class _Planner:
                 message="the config repo has uncommitted changes: a plan must come from a "
                 "commit" + (f" (HEAD is {provenance.commit[:12]})" if provenance.commit else "")))
         changes = sorted(self.changes, key=lambda c: (
-            ACTION_ORDER[c.action], c.service, c.user_id or "",
-            tuple(k or "" for k in c.route_key[1:]) if isinstance(c, RouteChange) else ()))
+            ACTION_ORDER[c.action], c.service, c.user_id or "", kind_of(c).sort_key(c)))
         # Risks on every service apply will gate (each change's, and each one the judge
         # does not prove converged -- engine.gate_targets), in the plan's service order.
         gated = {c.service for c in changes} | {p.service for p in self.proofs

@@ -46,6 +46,7 @@ from reconciler.core.evidence import Proof, ServiceProof
 from reconciler.core.findings import Blocker, Drift
 from reconciler.core.kinds import (
     ACTION_ORDER,
+    OPTIONAL_ACTIONS,
     VERBS,
     Action,
     Change,
@@ -54,7 +55,6 @@ from reconciler.core.kinds import (
     ReleaseRef,
     kind_of,
 )
-from reconciler.core.kinds.route import ROUTE_ACTIONS
 from reconciler.core.live import Observation
 from reconciler.core.preflight import ServicePreflight
 from reconciler.core.review import Review
@@ -204,8 +204,9 @@ class Plan(_Model):
                      if p.proof is not Proof.CONVERGED and p.service not in changed)
 
     def counts(self) -> dict[str, int]:
-        # Route counts only on a plan that holds a route change (format 2.4).
-        counts = {a.value: 0 for a in Action if a not in ROUTE_ACTIONS
+        # A kind added after the format's counts were fixed (routes, 2.4) is counted
+        # only on a plan that holds one of its changes (``Kind.optional_actions``).
+        counts = {a.value: 0 for a in Action if a not in OPTIONAL_ACTIONS
                   or any(c.action is a for c in self.changes)}
         for change in self.changes:
             counts[change.action.value] += 1

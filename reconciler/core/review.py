@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict
 
 from reconciler.core.desired import DesiredState
-from reconciler.core.kinds import kind_of
-from reconciler.core.kinds.route import RouteChange
+from reconciler.core.kinds import KINDS, kind_of
 from reconciler.core.live import EgressRule
 
 if TYPE_CHECKING:  # ``core.plans`` imports this module: a plan carries its review
@@ -190,43 +189,31 @@ def target_of(change: Change) -> tuple[Target, str, str | None]:
     """What a change writes: (kind, service id, user for a grant / "hostname/routeRef"
     for a route). Two changes with one target cannot both be applied; the head's
     replaces the base's."""
-    kind = Target(kind_of(change).target)
-    if isinstance(change, RouteChange):
-        _, hostname, route_ref = change.route_key
-        return kind, change.service_id, f"{hostname or ''}/{route_ref or ''}"
-    return kind, change.service_id, change.user_id if kind is Target.GRANT else None
+    of = kind_of(change)
+    return Target(of.target), change.service_id, of.review_key(change)
 
 
 def touched_services(base: DesiredState, head: DesiredState) -> tuple[tuple[str, ...], bool]:
-    """Services whose document or grants differ between base and head; and whether the
-    Settings document changed (it may change every service's plan)."""
+    """Services whose document, or a document of a kind's own about them (``Kind.touched``:
+    grants, routes), differ between base and head; and whether the Settings document
+    changed (it may change every service's plan)."""
     before = {s.name: s for s in base.services}
     after = {s.name: s for s in head.services}
-    grants_before = base.desired_grants()
-    grants_after = head.desired_grants()
-    ids = {s.service_id: s.name for s in (*base.services, *head.services)}
     touched = {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)}
-    for key in grants_before.keys() | grants_after.keys():
-        if grants_before.get(key) != grants_after.get(key):
-            touched.add(ids.get(key[1], key[1]))
-    routes_before = {r.name: r for r in base.routes}
-    routes_after = {r.name: r for r in head.routes}
-    for name in routes_before.keys() | routes_after.keys():
-        if routes_before.get(name) != routes_after.get(name):
-            touched.update(r.owner.service for r in (routes_before.get(name),
-                                                     routes_after.get(name)) if r is not None)
+    for kind in KINDS:
+        touched.update(kind.touched(base, head))
     return tuple(sorted(touched)), base.settings != head.settings
 
 
 def modification(base: Change, head: Change) -> ModifiedChange:
     """What ``head`` changes inside ``base``, two changes to one target: the fields of
     ``ModifiedChange`` the target's kind fills (``core.kinds``: ``Kind.modification``)."""
-    kind, _, user = target_of(head)
+    kind, _, _ = target_of(head)
     extra = kind_of(head).modification(base, head) if base.action in kind_of(head).actions \
         else {}
     return ModifiedChange.model_validate({
         "target": kind, "service": head.service,
-        "user_id": None if kind is Target.ROUTE else user,  # a route's third part is its key
+        "user_id": head.user_id,  # a grant's user (a route's third part is its key)
         "action": head.action.value, "base_action": base.action.value,
         "idempotency_key": head.idempotency_key, "base_idempotency_key": base.idempotency_key,
         "summary": head.summary, "base_summary": base.summary, **extra})

@@ -10,7 +10,8 @@ still says Accepted):
 - ``route_ambiguous``: two routes that can match one request with the same priority; the
   finding carries an example request both match.
 - ``route_shadowed``: a declared route that can never match, because one route of higher
-  priority matches every request it matches; the covering route is named.
+  priority -- or a union of them, each taking some of its hosts, ports or transports --
+  matches every request it matches; the covering route(s) are named.
 
 Over the declared routes *and* the live routes the repo does not declare (other
 clients', and ours that stay). Findings are only about declared routes: two routes
@@ -264,6 +265,36 @@ def covers(outer: GatewayRoute, inner: GatewayRoute) -> bool:
             and _transport_covers(outer.transport, inner.transport))
 
 
+def union_cover(outers: Sequence[GatewayRoute], inner: GatewayRoute
+                ) -> tuple[GatewayRoute, ...] | None:
+    """Routes of ``outers`` that together match every request ``inner`` matches, or None
+    when they do not.
+
+    Exact, not a heuristic: split ``inner`` into pieces -- one host pattern (or every
+    host), one port, one transport -- each piece is a set of requests that differ only in
+    the host under a wildcard and in the path below ``inner.path``. A piece is covered
+    by a union only if one route covers it: the request at ``inner.path`` itself must
+    be matched by some route, and a route whose path is a prefix of it matches every
+    longer path too; the hosts under a wildcard (or every host) no concrete name lists
+    are matched only by a route with that wildcard (or every host), and that route
+    matches the named ones as well. So ``inner`` is covered iff each piece is covered by
+    one route, and those routes are the cover."""
+    used: list[GatewayRoute] = []
+    transports = ("tcp", "udp") if inner.transport == "all" else (inner.transport,)
+    hosts: tuple[tuple[str, ...], ...] = tuple((d,) for d in inner.domains) or ((),)
+    for host in hosts:
+        for port in inner.ports:
+            for transport in transports:
+                cover = next((o for o in outers if hosts_cover(o.domains, host)
+                              and port in o.ports and inner.path.startswith(o.path)
+                              and _transport_covers(o.transport, transport)), None)
+                if cover is None:
+                    return None
+                if cover not in used:
+                    used.append(cover)
+    return tuple(used)
+
+
 # -- the analysis ---------------------------------------------------------------------
 
 
@@ -280,6 +311,9 @@ class Finding:
     route: GatewayRoute
     other: GatewayRoute
     example: Request
+    #: a route shadowed by no one route but by a union: every route of the union
+    #: (``other`` is the first of them)
+    union: tuple[GatewayRoute, ...] = ()
 
     def message(self, where: Mapping[str, str] | None = None) -> str:
         """One sentence; ``where``: route name -> file:line of the declared ones."""
@@ -291,6 +325,12 @@ class Finding:
             return (f"routes {named(self.route)} and {named(self.other)} both match "
                     f"{self.example} with priority {self.route.priority}: which one wins is "
                     "up to the gateway's tie-break (age, name); give one a higher priority")
+        if len(self.union) > 1:
+            return (f"route {named(self.route)} can never match: together, "
+                    + " and ".join(f"{named(r)} (priority {r.priority})" for r in self.union)
+                    + f", all above its priority {self.route.priority}, match every "
+                    f"request it matches (e.g. {self.example}); raise its priority or "
+                    "narrow the other routes")
         return (f"route {named(self.route)} can never match: {named(self.other)} has "
                 f"priority {self.other.priority} > {self.route.priority} and matches "
                 f"every request it matches (e.g. {self.example}); raise its priority "
@@ -326,9 +366,21 @@ def analyse(declared: Sequence[GatewayRoute], live: Iterable[GatewayRoute] = ()
                 findings.append(Finding(FindingCode.AMBIGUOUS, route, other, example))
             elif not shadowed and other.priority > route.priority and covers(other, route):
                 shadowed = True  # one covering route is enough to name
-                witness = Request(host=common_host(route.domains, route.domains) or ANY_HOST,
-                                  port=sorted(route.ports)[0], path=route.path,
-                                  transport="tcp" if route.transport == "all"
-                                  else route.transport)
-                findings.append(Finding(FindingCode.SHADOWED, route, other, witness))
+                findings.append(Finding(FindingCode.SHADOWED, route, other, _witness(route)))
+        if not shadowed:
+            # No one route covers it; a union of the higher ones may (several hosts,
+            # ports or transports, each taken by another route).
+            higher = [o for j, o in enumerate(everything)
+                      if j != i and o.priority > route.priority]
+            union = union_cover(higher, route)
+            if union:
+                findings.append(Finding(FindingCode.SHADOWED, route, union[0],
+                                        _witness(route), union=union))
     return findings
+
+
+def _witness(route: GatewayRoute) -> Request:
+    """A request ``route`` matches (its first host, port and transport, its path)."""
+    return Request(host=common_host(route.domains, route.domains) or ANY_HOST,
+                   port=sorted(route.ports)[0], path=route.path,
+                   transport="tcp" if route.transport == "all" else route.transport)

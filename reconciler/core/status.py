@@ -115,8 +115,8 @@ def rows(name: str, desired: DesiredState, snapshot: LiveSnapshot, *,
     for svc in desired.services:
         live = snapshot.services.get(svc.service_id)
         observations: tuple[Observation, ...] = snapshot.observations.get(svc.app_id, ())
-        proof = evidence.judge(target_of(svc, live), live, _expected(snapshot, live),
-                               observations)
+        target = target_of(svc, live, desired, snapshot=snapshot, observations=observations)
+        proof = evidence.judge(target, live, _expected(snapshot, live), observations)
         converged = proof.proof is Proof.CONVERGED
         since = promotion.proven_since(live, svc.release.digest) if converged else None
         hold = holds.held(desired, svc.name, svc.release.digest)

@@ -1,9 +1,11 @@
 """The judge's vocabulary: why a cluster (or the rollout) is not proven converged.
 
-Owns ``Why`` (documented in docs/codes.md), ``UNPROVEN_WHYS`` and ``Assessment`` (what
-one cluster's answer proves). ``core.evidence`` (the judge) re-exports them; they live
-apart so each change kind (``core.kinds``) can own its part of the judge's proof without
-importing the judge.
+Owns ``Why`` (documented in docs/codes.md: the judge's own reasons there, each kind's in
+its module, ``Kind.whys``), ``JUDGE_UNPROVEN`` and ``Assessment`` (what one cluster's
+answer proves). Which of a kind's reasons are a gap in evidence the kind says
+(``Kind.unproven``); ``core.kinds.UNPROVEN_WHYS`` is the union. ``core.evidence`` (the
+judge) re-exports ``Why``; it lives apart so each change kind (``core.kinds``) can own its
+part of the judge's proof without importing the judge.
 
 Pure: no I/O imports.
 """
@@ -26,7 +28,7 @@ class Why(StrEnum):
     NO_EGRESS = "no_egress_report"
     EGRESS_DROPPED = "egress_dropped"
     EGRESS_DIFFERS = "egress_not_in_effect"
-    NO_ROUTES = "no_route_view"  # issue 21: ``core.kinds.route``
+    NO_ROUTES = "no_route_view"
     ROUTE_NOT_IN_EFFECT = "route_not_in_effect"
     # the control plane's rollout, for the service as a whole
     SERVICE_UNREADABLE = "service_unreadable"
@@ -36,9 +38,9 @@ class Why(StrEnum):
     ROLLOUT_FAILED = "rollout_failed"
 
 
-#: Whys that are a gap in evidence (unproven) rather than evidence of something else.
-UNPROVEN_WHYS = frozenset({Why.SILENT, Why.NO_DIGEST, Why.NO_REPLICA_COUNTS, Why.NO_EGRESS,
-                           Why.SERVICE_UNREADABLE, Why.ROLLOUT_STATUS_UNKNOWN, Why.NO_ROUTES})
+#: The judge's own whys (silence, the rollout) that are a gap in evidence (unproven) rather
+#: than evidence of something else; each kind adds its own (``Kind.unproven``).
+JUDGE_UNPROVEN = frozenset({Why.SILENT, Why.SERVICE_UNREADABLE, Why.ROLLOUT_STATUS_UNKNOWN})
 
 #: What one cluster's answer proves, without the cluster's name: (why, detail, running,
 #: last_error); ``why`` None means converged.

@@ -22,13 +22,15 @@ from typing import Any
 from pydantic import BaseModel
 
 from reconciler.core.kinds import (
+    KINDS,
     CreateChange,
     EgressChange,
     GrantChange,
+    Kind,
     PromoteChange,
     RollbackChange,
+    kind_of,
 )
-from reconciler.core.kinds.route import RouteChange
 from reconciler.core.live import EgressRule, Observation, ObservationKind
 from reconciler.core.plans import (
     Action,
@@ -257,6 +259,13 @@ def caps_text(caps: tuple[str, ...] | None) -> str:
     return ", ".join(caps)
 
 
+def counted_kinds(counts: Mapping[str, int]) -> list[Kind[Any]]:
+    """The kinds a plan's summary counts by their own label (``Kind.counted_as``): those
+    the plan's ``counts`` hold."""
+    return [k for k in KINDS if k.counted_as is not None
+            and any(a.value in counts for a in k.actions)]
+
+
 def summary_line(plan: Plan) -> str:
     counts = plan.counts()
     parts = [f"{counts['create']} to create"] if counts.get("create") else []
@@ -265,8 +274,7 @@ def summary_line(plan: Plan) -> str:
         f"{counts['rollback']} to roll back",
         f"{counts['set_egress']} egress",
         f"{counts['set_grant']} grant",
-        *([f"{counts.get('sync_route', 0) + counts.get('delete_route', 0)} route(s)"]
-          if "sync_route" in counts or "delete_route" in counts else []),
+        *(f"{kind.counts(counts)} {kind.counted_as}(s)" for kind in counted_kinds(counts)),
         f"{counts['blockers']} blocker(s)",
         f"{counts['drift']} drift",
     ]
@@ -281,7 +289,11 @@ def summary_line(plan: Plan) -> str:
 
 
 def change_detail(change: Change) -> list[str]:
-    """The before → after lines of a change, plain text (each kind its own)."""
+    """The before → after lines of a change, plain text (each kind its own: a kind's
+    ``Kind.detail`` when it has one)."""
+    lines = kind_of(change).detail(change)
+    if lines is not None:
+        return lines
     if isinstance(change, CreateChange):
         return creation_detail(change)
     if isinstance(change, PromoteChange | RollbackChange):
@@ -294,13 +306,6 @@ def change_detail(change: Change) -> list[str]:
         if change.egress_removed:
             lines.append(f"  removed: {rules_text(change.egress_removed)}")
         return lines
-    if isinstance(change, RouteChange):
-        before = change.route_before.summary() if change.route_before else "absent"
-        after = change.route_after.summary() if change.route_after else "deleted"
-        route = change.route_after or change.route_before
-        owner = route.ownership.describe() if route is not None else "?"
-        return [f"route {safe(route.name if route else '?')} ({safe(owner)}): "
-                f"{safe(before)} → {safe(after)}"]
     if not isinstance(change, GrantChange):  # a kind with no detail of its own here
         return [safe(change.summary)]
     lines = [f"grant for {safe(change.user_id)}: {caps_text(change.capabilities_before)} → "

@@ -27,8 +27,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from reconciler.core.kinds import KINDS, ChangeBase, kind_of
-from reconciler.core.kinds.route import ROUTE_ACTIONS, ROUTE_FIELDS
+from reconciler.core.kinds import KINDS, OPTIONAL_ACTIONS, OPTIONAL_FIELDS, ChangeBase, kind_of
 from reconciler.core.plans import Action, Change, Plan
 from reconciler.core.sanitize import redact, redact_value
 from reconciler.render import common
@@ -121,7 +120,7 @@ def change_fields(change: Change) -> dict[str, Any]:
     kinds at their defaults): the shape every JSON view of a change has -- but for the
     route kind's (2.4), written only on route changes, so a plan without routes reads
     as a 2.3 plan did."""
-    absent = {k: v for k, v in _ABSENT_JSON.items() if k not in ROUTE_FIELDS}
+    absent = {k: v for k, v in _ABSENT_JSON.items() if k not in OPTIONAL_FIELDS}
     return {**absent, **change.model_dump(mode="json")}
 
 
@@ -244,7 +243,7 @@ def wire_schema() -> dict[str, Any]:
         "content_digest": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
         "counts": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
                    # route counts appear only on plans that hold a route change (2.4)
-                   "required": [a.value for a in Action if a not in ROUTE_ACTIONS]
+                   "required": [a.value for a in Action if a not in OPTIONAL_ACTIONS]
                    + ["blockers", "drift"]},
         "source_note": {"anyOf": [{"type": "string"}, {"type": "null"}],
                         "description": "derived: a worktree preview, or uncommitted edits "

@@ -440,8 +440,8 @@ def _environment(plan: Plan) -> str:
     line += "**Plan:** " + (f"{counts['create']} create · " if counts.get("create") else "")
     line += (f"{counts['promote']} promote · {counts['rollback']} rollback · "
              f"{counts['set_egress']} egress · {counts['set_grant']} grant · "
-             + (f"{counts.get('sync_route', 0) + counts.get('delete_route', 0)} route · "
-                if "sync_route" in counts or "delete_route" in counts else "")
+             + "".join(f"{kind.counts(counts)} {kind.counted_as} · "
+                       for kind in common.counted_kinds(counts))
              + f"{counts['blockers']} blocker(s) · {counts['drift']} drift")
     if plan.converging:
         line += f" · {len(plan.converging):,} not proven converged"

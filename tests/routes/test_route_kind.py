@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.core import planning, routing
+from reconciler.core import evidence, planning, routing
 from reconciler.core.codes import BlockerCode, DriftCode
 from reconciler.core.desired import DesiredState, Route, Service, Settings
 from reconciler.core.evidence import Proof, Why
@@ -181,3 +181,59 @@ def test_observation_routes_are_left_out_of_the_wire_when_absent() -> None:
     row = Observation(cluster_id="sn1", kind=ObservationKind.ANSWERED,
                       runtime=runtime("checkout", tag, gen))
     assert "routes" not in row.model_dump(mode="json")["runtime"]
+
+
+def test_a_pruned_route_a_cluster_still_serves_is_named_and_never_converged() -> None:
+    """With pruning on, the control plane no longer lists the deleted route (no change is
+    left), yet sn2 serves it: the judge names sn2 and the route; with pruning off the same
+    live route is left alone and not judged."""
+    stuck = applied(NORMAL, ACME)
+    snapshot = live(applied(NORMAL), in_effect={"sn1": applied(NORMAL), "sn2": stuck,
+                                                "sn3": applied(NORMAL)})
+    plan = planning.plan(desired(NORMAL, prune=True), snapshot)
+    assert not [c for c in plan.changes if isinstance(c, RouteChange)]
+    proof = plan.proof_of("checkout")
+    assert proof is not None and proof.proof is Proof.NOT_CONVERGED
+    [pending] = proof.pending()
+    assert pending.cluster == "sn2" and pending.why is Why.ROUTE_NOT_IN_EFFECT
+    assert "deleted route 'shop-acme'" in pending.detail and "routeRef acme" in pending.detail
+    assert plan.verdict is Verdict.GO  # never "no changes" while sn2 serves it
+    unpruned = planning.plan(desired(NORMAL), snapshot)
+    kept = unpruned.proof_of("checkout")
+    assert kept is not None and kept.proof is Proof.CONVERGED
+    gone = planning.plan(desired(NORMAL, prune=True), live(applied(NORMAL)))
+    done = gone.proof_of("checkout")
+    assert done is not None and done.proof is Proof.CONVERGED
+
+
+def test_a_route_another_client_owns_for_the_app_is_never_required_gone() -> None:
+    theirs = GatewayRoute(
+        ownership=RouteOwnership(app_id="checkout", hostname=HOST, route_ref="edge"),
+        name="edge-checkout", domains=(HOST,), ports=(443,), path="/edge/", priority=300,
+        target_app_id="checkout", target_port=8080, client_id="edge-team")
+    serving = (*applied(NORMAL), theirs.model_copy(update={"client_id": None}))
+    snapshot = live(applied(NORMAL), in_effect=dict.fromkeys(("sn1", "sn2", "sn3"), serving))
+    snapshot = snapshot.model_copy(update={"routes": (*(snapshot.routes or ()), theirs)})
+    plan = planning.plan(desired(NORMAL, prune=True), snapshot)
+    proof = plan.proof_of("checkout")
+    assert proof is not None and proof.proof is Proof.CONVERGED, proof
+
+
+def test_the_gate_requires_each_deleted_route_gone_from_every_cluster() -> None:
+    """The gate's target carries the keys the applied changes delete (``changes``), so a
+    cluster still serving one is named even where the plan's rule does not apply."""
+    pruned = planning.plan(desired(NORMAL, prune=True), live(applied(NORMAL, ACME)))
+    [delete] = [c for c in pruned.changes if c.action is Action.DELETE_ROUTE]
+    svc = next(s for s in desired(NORMAL).services if s.name == "checkout")
+    snapshot = live(applied(NORMAL), in_effect={"sn1": applied(NORMAL, ACME)})
+    state = snapshot.services[svc.service_id]
+    target = planning.target_of(svc, state, desired(NORMAL), changes=pruned.changes)
+    assert target.routes_gone == (delete.route_key,)
+    proof = evidence.judge(target, state, ("sn1", "sn2", "sn3"),
+                           snapshot.observations["checkout"])
+    assert [(c.cluster, c.why) for c in proof.pending()] == [
+        ("sn1", Why.ROUTE_NOT_IN_EFFECT)]
+    without = planning.target_of(svc, state, desired(NORMAL))
+    assert without.routes_gone == ()
+    assert evidence.judge(without, state, ("sn1", "sn2", "sn3"),
+                          snapshot.observations["checkout"]).converged

@@ -148,3 +148,43 @@ def test_one_cluster_keeping_the_old_route_fails_the_gate_naming_it(
     assert "sn2" in text and "priority 100" in text, text
     gate = repo.run("plan", str(repo.path), "--detailed-exitcode")
     assert gate.code == 2, gate.out  # the judge does not prove sn2: never "no changes"
+
+
+def test_a_cluster_keeping_a_pruned_route_fails_the_gate_naming_it_until_it_drops_it(
+        repo: Repo, sandbox: Sandbox) -> None:
+    """A deleted route converges only when every expected cluster reports it absent: sn2
+    keeps its route table (``route-stuck``), so the gate names sn2 and the route it still
+    serves, apply never says Converged, and every later plan and the gate fail on it
+    until sn2 drops it -- though the control plane no longer lists the route."""
+    write_routes(repo, NORMAL, ACME)
+    assert repo.run("apply", str(repo.path), "--auto-approve").code == Exit.OK
+    settings = json.loads((repo.path / "settings.yaml").read_text())
+    settings.setdefault("policy", {})["routes"] = {"prune": True}
+    (repo.path / "settings.yaml").write_text(json.dumps(settings, indent=2) + "\n")
+    write_routes(repo, NORMAL)
+    sandbox.fault("sn2", "route-stuck")
+    applied = repo.run("apply", str(repo.path), "--auto-approve")
+    text = applied.out + applied.err
+    assert applied.code == Exit.NOT_CONVERGED, text
+    assert "Converged" not in applied.out
+    assert [w["ownership"] for w in route_writes(sandbox) if w.get("delete")] == [
+        {"appId": "checkout", "hostname": HOST, "routeRef": "acme"}]
+    assert "sn2" in text and "deleted route 'shop-acme'" in text, text
+    for other in ("sn1", "sn3"):
+        assert f"{other}: still serves" not in text, text
+
+    # The control plane no longer lists the route: no change is left to make, yet the
+    # judge does not prove sn2, so the plan is never "no changes".
+    gate = repo.run("plan", str(repo.path), "--detailed-exitcode", "--format", "json")
+    assert gate.code == 2, gate.out + gate.err
+    document = json.loads(gate.out)
+    assert not document["changes"], gate.out
+    [proof] = [p for p in document["proofs"] if p["service"] == "checkout"]
+    [kept] = [c for c in proof["clusters"] if c["proof"] != "converged"]
+    assert kept["cluster"] == "sn2" and kept["why"] == "route_not_in_effect", kept
+    assert "'shop-acme'" in kept["detail"], kept
+
+    sandbox.fault("sn2", "route-stuck", on=False)
+    sandbox.wait_settled()
+    settled = repo.run("plan", str(repo.path), "--detailed-exitcode")
+    assert settled.code == Exit.OK, settled.out + settled.err

@@ -110,8 +110,8 @@ def test_overlap_is_exactly_what_the_brute_force_oracle_finds(
 @settings(max_examples=300, deadline=None)
 @given(routes, routes)
 def test_covers_is_sound_on_the_universe(outer: GatewayRoute, inner: GatewayRoute) -> None:
-    # Sound: a route called covered really is (a shadowed blocker is never false). The
-    # converse is not claimed: a route covered only by a union of routes is not flagged.
+    # Sound: a route called covered really is (a shadowed blocker is never false). A
+    # route covered only by a union of routes is ``union_cover``'s (tested below).
     if routing.covers(outer, inner):
         assert all(routing.matches(outer, r) for r in UNIVERSE if routing.matches(inner, r))
 
@@ -152,3 +152,42 @@ def test_from_declared_writes_every_default_out() -> None:
         "priority": 5,
         "remoteIngress": {"enabled": False, "edgeFilter": []},
     }
+
+
+def test_a_route_whose_hosts_ports_and_transports_are_split_among_higher_ones_is_shadowed(
+        ) -> None:
+    inner = route("inner", 1, domains=("a.x", "b.x"), ports=(80, 443), transport="all")
+    tcp_a = route("tcp-a", 2, domains=("a.x",), ports=(80, 443), transport="tcp")
+    udp_a = route("udp-a", 3, domains=("*.x",), ports=(80, 443), transport="udp")
+    b_any = route("b-any", 2, domains=("b.x",), ports=(80, 443), transport="all")
+    [finding] = routing.analyse([inner, tcp_a, udp_a, b_any])
+    assert finding.code is FindingCode.SHADOWED and finding.route.name == "inner"
+    assert {r.name for r in finding.union} == {"tcp-a", "udp-a", "b-any"}
+    message = finding.message()
+    assert all(f"'{name}'" in message for name in ("tcp-a", "udp-a", "b-any")), message
+    # One piece left uncovered (udp on b.x at a lower priority): no longer shadowed.
+    low = b_any.model_copy(update={"priority": 1, "transport": "tcp"})
+    assert not [f for f in routing.analyse([inner, tcp_a, udp_a, low])
+                if f.code is FindingCode.SHADOWED and f.route.name == "inner"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(routes, min_size=1, max_size=4, unique_by=lambda r: r.name), st.data())
+def test_shadowed_is_exactly_what_the_brute_force_oracle_finds(
+        others: list[GatewayRoute], data: st.DataObject) -> None:
+    """A route is shadowed iff every request it matches in the universe is matched by
+    some route of higher priority -- one route or a union of them."""
+    inner = data.draw(routes).model_copy(update={"name": "inner",
+                                                  "ownership": RouteOwnership(
+                                                      app_id="app", route_ref="inner")})
+    higher = [r for r in others if r.priority > inner.priority]
+    mine = [r for r in UNIVERSE if routing.matches(inner, r)]
+    assert mine, "every generated route matches a request of the universe"
+    oracle = all(any(routing.matches(h, r) for h in higher) for r in mine)
+    findings = [f for f in routing.analyse([inner], others)
+                if f.code is FindingCode.SHADOWED and f.route.name == "inner"]
+    assert bool(findings) == oracle
+    cover = routing.union_cover(higher, inner)
+    assert (cover is not None) == oracle
+    if cover is not None:  # the routes named really are the cover
+        assert all(any(routing.matches(h, r) for h in cover) for r in mine)

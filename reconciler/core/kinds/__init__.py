@@ -12,13 +12,22 @@ union of every kind's model, discriminated on ``action``), ``kind_of`` and the d
 
 Adding a kind (docs/architecture.md, "How to add a change kind"): its module here, its
 entry in ``KINDS`` and ``Change`` below, its sender in ``shell.applying`` (and a reader,
-if the gate or the plan must read something new), and at most a renderer detail.
+if the gate or the plan must read something new), and at most a renderer detail. What
+the rest of the core asks of a kind goes through ``Kind`` (``core.kinds.base``): the
+judge's target and proof (``expect``, ``assess``: ``core.planning.target_of``,
+``core.evidence``), its reasons and codes with their sentences (``whys``, ``unproven``,
+``codes``: ``core.codes.table``), its review target (``review_key``) and plan order
+(``sort_key``), its summary count and wire fields (``counted_as``, ``optional_actions``,
+``optional_fields``: ``core.plans``, ``render``) and its detail lines (``detail``). Its
+code *members* are ``core.codes``' and ``core.whys``' enums (one wire vocabulary, one
+order in docs/codes.md and the schema): one line each there.
 
 Pure: no I/O imports.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -29,6 +38,7 @@ from reconciler.core.kinds.base import (
     ChangeBase,
     Check,
     Diff,
+    Expecting,
     Freshness,
     Kind,
     Preconditions,
@@ -40,11 +50,33 @@ from reconciler.core.kinds.egress import EgressChange
 from reconciler.core.kinds.grant import GrantChange
 from reconciler.core.kinds.release import PromoteChange, RollbackChange
 from reconciler.core.kinds.route import RouteChange
+from reconciler.core.whys import JUDGE_UNPROVEN, Why
 
 __all__ = [
-    "ACTION_ORDER", "KINDS", "VERBS", "Action", "Change", "ChangeBase", "Check",
-    "CreateChange", "Diff", "EgressChange", "Freshness", "GrantChange", "Kind",
-    "Preconditions", "PromoteChange", "ReleaseRef", "RollbackChange", "RouteChange",
+    "ACTION_ORDER",
+    "KINDS",
+    "OPTIONAL_ACTIONS",
+    "OPTIONAL_FIELDS",
+    "PROVERS",
+    "UNPROVEN_WHYS",
+    "VERBS",
+    "Action",
+    "Change",
+    "ChangeBase",
+    "Check",
+    "CreateChange",
+    "Diff",
+    "EgressChange",
+    "Expecting",
+    "Freshness",
+    "GrantChange",
+    "Kind",
+    "Preconditions",
+    "PromoteChange",
+    "ReleaseRef",
+    "RollbackChange",
+    "RouteChange",
+    "code_docs",
     "idempotency_key",
     "kind_of",
 ]
@@ -66,6 +98,24 @@ ACTION_ORDER: dict[Action, int] = {a: k.order for a, k in _BY_ACTION.items()}
 
 #: The fixed verb each change is rendered with.
 VERBS: dict[Action, str] = {a: k.verbs[a] for a, k in _BY_ACTION.items()}
+
+#: The kinds with a part of the judge's proof of a cluster, in the order it asks them.
+PROVERS: tuple[Kind[Any], ...] = tuple(sorted((k for k in KINDS if k.proves is not None),
+                                              key=lambda k: k.proves or 0))
+
+#: The whys that are a gap in evidence (unproven), not evidence of something else: the
+#: judge's own and each kind's.
+UNPROVEN_WHYS: frozenset[Why] = JUDGE_UNPROVEN.union(*(k.unproven for k in KINDS))
+
+#: Actions counted only on a plan that holds one, and change fields written only on their
+#: own kind's changes (``Kind.optional_actions``/``optional_fields``).
+OPTIONAL_ACTIONS: frozenset[Action] = frozenset(a for k in KINDS for a in k.optional_actions)
+OPTIONAL_FIELDS: frozenset[str] = frozenset(f for k in KINDS for f in k.optional_fields)
+
+
+def code_docs() -> dict[StrEnum, str]:
+    """Every kind's codes with the sentence docs/codes.md shows (``core.codes.table``)."""
+    return {code: text for k in KINDS for code, text in k.codes.items()}
 
 
 def kind_of(change: ChangeBase | Action) -> Kind[Any]:

@@ -15,17 +15,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from reconciler.core.codes import ReasonCode
-from reconciler.core.desired import DesiredState
+from reconciler.core.desired import DesiredState, Service
 from reconciler.core.findings import Blocker, Drift
-from reconciler.core.live import LiveService, LiveSnapshot
+from reconciler.core.live import LiveService, LiveSnapshot, Observation, ReadFailure
 from reconciler.core.preflight import ServicePreflight
+from reconciler.core.whys import Assessment, Why
+
+if TYPE_CHECKING:  # the judge imports the kinds; a kind only reads the judge's target
+    from reconciler.core.evidence import Target
 
 
 class _Model(BaseModel):
@@ -133,10 +138,27 @@ class Diff:
     preconditions: dict[str, object] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Expecting:
+    """What the judge's target for one service is built from (``core.planning.target_of``
+    asks every kind's ``expect``): the desired state and the service, the control
+    plane's state of it, and -- where the caller has them -- the snapshot, the clusters'
+    answers about the app and the changes being applied."""
+
+    svc: Service
+    live: LiveService | ReadFailure | None
+    desired: DesiredState | None = None
+    snapshot: LiveSnapshot | None = None
+    observations: Sequence[Observation] = ()
+    changes: Sequence[ChangeBase] = ()
+
+
 class Kind(Generic[C]):
     """One change kind behind the dispatch (``core.kinds.kind_of``): its model, where it
-    sits in the execution order, how it is named, whether the gate waits for it, and its
-    part of the staleness rule. Each ``core.kinds.<kind>`` module has one instance."""
+    sits in the execution order, how it is named, whether the gate waits for it, its
+    part of the staleness rule, its part of the judge's target and proof, its review
+    target, its codes and its renderer detail. Each ``core.kinds.<kind>`` module has one
+    instance."""
 
     #: the review's name for what the kind writes (``core.review.Target``)
     target: ClassVar[str]
@@ -152,6 +174,25 @@ class Kind(Generic[C]):
     #: whether a fresh plan may bind the same target under another key (a creation
     #: re-asked at another commit); ``core.binding`` pairs those by service
     rebinds: ClassVar[bool] = False
+    #: where its part of the judge's proof comes in a cluster's assessment (lower
+    #: first); None: the kind has no part of its own (``assess``)
+    proves: ClassVar[int | None] = None
+    #: the judge's reasons this kind's proof gives, with the sentence docs/codes.md shows
+    whys: ClassVar[Mapping[Why, str]] = {}
+    #: those of ``whys`` that are a gap in evidence (unproven), not evidence of another
+    #: state
+    unproven: ClassVar[frozenset[Why]] = frozenset()
+    #: its blocker, drift and reason codes (``core.codes``' enums) with the sentence
+    #: docs/codes.md shows for each
+    codes: ClassVar[Mapping[StrEnum, str]] = {}
+    #: actions counted in a plan's ``counts`` only when the plan holds one (a kind added
+    #: after the format's counts were fixed), and the change fields written only on its
+    #: own changes (``render.jsonplan``), so a plan without the kind reads as before
+    optional_actions: ClassVar[tuple[Action, ...]] = ()
+    optional_fields: ClassVar[tuple[str, ...]] = ()
+    #: how a plan's one-line summary counts its changes ("N <label>"); None: the
+    #: summary line names the kind's actions itself
+    counted_as: ClassVar[str | None] = None
 
     @property
     def actions(self) -> tuple[Action, ...]:
@@ -196,3 +237,38 @@ class Kind(Generic[C]):
         """What ``head`` changes inside ``base`` (two changes to one target), as the
         fields of ``core.review.ModifiedChange`` this kind fills."""
         return {}
+
+    def expect(self, ask: Expecting) -> dict[str, object]:
+        """The fields of the judge's target (``core.evidence.Target``) this kind fills
+        for ``ask.svc``: what every expected cluster must show of it."""
+        return {}
+
+    def assess(self, observation: Observation, target: Target, running: str | None,
+               last_error: str | None) -> Assessment | None:
+        """The kind's part of the judge's proof of one answered cluster (asked in
+        ``proves`` order); None: proven, or nothing of the kind to check."""
+        return None
+
+    def touched(self, base: DesiredState, head: DesiredState) -> set[str]:
+        """The services whose documents of this kind's own (not the service document)
+        differ between base and head (``core.review.touched_services``)."""
+        return set()
+
+    def review_key(self, change: C) -> str | None:
+        """The third part of what the change writes (``core.review.target_of``): who or
+        what beyond the service (a grant's user, a route's owner key)."""
+        return None
+
+    def sort_key(self, change: C) -> tuple[str, ...]:
+        """Orders two changes of this kind to one service in a plan (after the action,
+        the service and the user)."""
+        return ()
+
+    def detail(self, change: C) -> list[str] | None:
+        """The before -> after lines of a change as plain text (``render.common``), or
+        None: the renderer's fallback (the summary)."""
+        return None
+
+    def counts(self, counts: Mapping[str, int]) -> int:
+        """How many of a plan's changes this kind holds, from its ``counts``."""
+        return sum(counts.get(a.value, 0) for a in self.actions)

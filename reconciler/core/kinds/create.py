@@ -19,8 +19,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import ClassVar, Literal, cast
 
 from pydantic import JsonValue
@@ -414,6 +415,33 @@ class _Create(Kind[CreateChange]):
     models: ClassVar[tuple[type[ChangeBase], ...]] = (CreateChange,)
     order = 2
     verbs: ClassVar[dict[Action, str]] = {Action.CREATE: "create"}
+    codes: ClassVar[Mapping[StrEnum, str]] = {
+        BlockerCode.PREFLIGHT_NO_GO:
+            "A new service's greenfield preflight says NO-GO: the control plane's report, or "
+            "one of its rules checked locally before anything was sent (the message says "
+            "which). The upstream code is kept verbatim (`upstream_code`).",
+        BlockerCode.PREFLIGHT_FAILED:
+            "The control plane's deployment preflight for a new service gave no report (the "
+            "call failed or was refused); nothing can be created without it.",
+        BlockerCode.PREFLIGHT_REPORT_INVALID:
+            "The preflight's reply is not a valid report: its shape, a `mutationPerformed` "
+            "that is not `false`, a report about another request, or a decision its blockers "
+            "contradict.",
+        BlockerCode.PREFLIGHT_NOT_ASKED:
+            "No preflight answer exists for this exact request (e.g. the commit moved since "
+            "the live side was read); plan again.",
+        BlockerCode.PREFLIGHT_REPORTS_DISAGREE:
+            "A creation's two preflights (the probe without release evidence, and the "
+            "request bound to the configuration digest the probe reported) disagree about "
+            "something other than the evidence, e.g. another configuration digest; the "
+            "message names both values.",
+        BlockerCode.APP_ID_IN_USE:
+            "A new service declares an `appId` a live service already uses (the clusters "
+            "know a workload by it); found before any preflight is sent.",
+        ReasonCode.SERVICE_NOT_ON_CONTROL_PLANE:
+            "Create: the repo declares a service the control plane does not have (a "
+            "greenfield deployment, checked by its preflight).",
+    }
     rebinds = True
 
     def shows(self, change: CreateChange, svc: LiveService) -> bool:

@@ -12,8 +12,9 @@ Must not send anything (``shell.applying`` does). Pure: no I/O imports.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import ClassVar, Literal
+from collections.abc import Iterable, Mapping, Sequence
+from enum import StrEnum
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from reconciler.core.codes import ReasonCode
 from reconciler.core.desired import Service
@@ -21,6 +22,7 @@ from reconciler.core.kinds.base import (
     Action,
     ChangeBase,
     Diff,
+    Expecting,
     Kind,
     Preconditions,
     idempotency_key,
@@ -28,6 +30,9 @@ from reconciler.core.kinds.base import (
 from reconciler.core.live import EgressRule, LiveService, LiveSnapshot, Observation
 from reconciler.core.sanitize import safe
 from reconciler.core.whys import Assessment, Why
+
+if TYPE_CHECKING:
+    from reconciler.core.evidence import Target
 
 
 class EgressChange(ChangeBase):
@@ -134,6 +139,22 @@ class _Egress(Kind[EgressChange]):
     models: ClassVar[tuple[type[ChangeBase], ...]] = (EgressChange,)
     order = 1
     verbs: ClassVar[dict[Action, str]] = {Action.SET_EGRESS: "set egress"}
+    whys: ClassVar[Mapping[Why, str]] = {
+        Why.NO_EGRESS:
+            "Egress must be checked and the cluster sent none (unproven).",
+        Why.EGRESS_DROPPED:
+            "A declared destination was dropped by the cluster's operator (not converged).",
+        Why.EGRESS_DIFFERS:
+            "The effective egress differs from the declared list (not converged).",
+    }
+    unproven = frozenset({Why.NO_EGRESS})
+    proves = 1  # after the release
+    codes: ClassVar[Mapping[StrEnum, str]] = {
+        ReasonCode.EGRESS_DIFFERS:
+            "Set egress: destinations opened and/or revoked.",
+        ReasonCode.EGRESS_REVOKE_ALL:
+            "Set egress to []: every destination revoked.",
+    }
 
     def shows(self, change: EgressChange, svc: LiveService) -> bool:
         return egress_key(svc.egress or ()) == egress_key(change.egress_after)
@@ -152,6 +173,18 @@ class _Egress(Kind[EgressChange]):
             "egress_added_vs_live": _sorted(head.egress_added),
             "egress_removed_vs_live": _sorted(head.egress_removed),
         }
+
+    def expect(self, ask: Expecting) -> dict[str, object]:
+        """The egress the repo declares -- or, when the repo leaves egress alone, the
+        control plane's declaration (None when it is unknown: nothing is checked)."""
+        svc, live = ask.svc, ask.live
+        if svc.egress is not None:
+            return {"egress": rules((d.host, d.port) for d in svc.egress)}
+        return {"egress": live.egress if isinstance(live, LiveService) else None}
+
+    def assess(self, observation: Observation, target: Target, running: str | None,
+               last_error: str | None) -> Assessment | None:
+        return assess(observation, target.egress, running, last_error)
 
 
 KIND = _Egress()

@@ -12,6 +12,8 @@ Must not send anything (``shell.applying`` does). Pure: no I/O imports.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from enum import StrEnum
 from typing import ClassVar, Literal
 
 from reconciler.core.codes import BlockerCode, DriftCode, ReasonCode
@@ -113,6 +115,16 @@ class _Grant(Kind[GrantChange]):
     models: ClassVar[tuple[type[ChangeBase], ...]] = (GrantChange,)
     order = 0
     verbs: ClassVar[dict[Action, str]] = {Action.SET_GRANT: "set grant"}
+    codes: ClassVar[Mapping[StrEnum, str]] = {
+        BlockerCode.GRANTS_UNREADABLE:
+            "The deployment grants could not be read.",
+        DriftCode.GRANT_NOT_DECLARED:
+            "Set grant to []: pruned, no Grant document declares it.",
+        ReasonCode.GRANT_DIFFERS:
+            "Set grant: capabilities added and/or removed.",
+        ReasonCode.GRANT_NOT_DECLARED:
+            "Set grant to []: pruned, no Grant document declares it.",
+    }
     waits_for_convergence = False
 
     def diff_all(self, desired: DesiredState, live: LiveSnapshot) -> Diff:
@@ -136,6 +148,15 @@ class _Grant(Kind[GrantChange]):
         before, after = set(base.capabilities_after), set(head.capabilities_after)
         return {"capabilities_added_vs_base": tuple(sorted(after - before)),
                 "capabilities_dropped_vs_base": tuple(sorted(before - after))}
+
+    def review_key(self, change: GrantChange) -> str | None:
+        return change.user_id  # one user's grant on one service
+
+    def touched(self, base: DesiredState, head: DesiredState) -> set[str]:
+        before, after = base.desired_grants(), head.desired_grants()
+        ids = {s.service_id: s.name for s in (*base.services, *head.services)}
+        return {ids.get(key[1], key[1]) for key in before.keys() | after.keys()
+                if before.get(key) != after.get(key)}
 
 
 KIND = _Grant()

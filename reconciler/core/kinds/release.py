@@ -13,7 +13,9 @@ Must not send anything (``shell.applying`` does) or judge the rollout as a whole
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from reconciler.core import greenfield
 from reconciler.core import preflight as pf
@@ -39,6 +41,9 @@ from reconciler.core.live import (
 )
 from reconciler.core.sanitize import safe
 from reconciler.core.whys import Assessment, Why
+
+if TYPE_CHECKING:
+    from reconciler.core.evidence import Target
 
 
 class PromoteChange(ChangeBase):
@@ -213,6 +218,50 @@ class _Release(Kind[ReleaseChange]):
     models: ClassVar[tuple[type[ChangeBase], ...]] = (PromoteChange, RollbackChange)
     order = 2
     verbs: ClassVar[dict[Action, str]] = {Action.PROMOTE: "promote", Action.ROLLBACK: "rollback"}
+    whys: ClassVar[Mapping[Why, str]] = {
+        Why.NO_DIGEST:
+            "The cluster sent no resolvedDigest (unproven).",
+        Why.OTHER_DIGEST:
+            "The cluster runs another digest (not converged).",
+        Why.NOT_RUNNING:
+            "runtimeState is not RUNNING (not converged).",
+        Why.NO_REPLICA_COUNTS:
+            "The cluster sent no replica counts (unproven).",
+        Why.REPLICAS_SHORT:
+            "Not every required replica is observed, healthy and verified, or one failed "
+            "(not converged).",
+    }
+    unproven = frozenset({Why.NO_DIGEST, Why.NO_REPLICA_COUNTS})
+    proves = 0  # what runs, and how: first
+    codes: ClassVar[Mapping[StrEnum, str]] = {
+        BlockerCode.RELEASE_NOT_OBSERVED:
+            "The pinned digest is not a release the control plane observed.",
+        BlockerCode.RELEASE_REPOSITORY_MISMATCH:
+            "The pinned release lives in another repository.",
+        BlockerCode.TAG_DIGEST_MISMATCH:
+            "The pinned tag and digest disagree.",
+        BlockerCode.MEDIA_TYPE_MISMATCH:
+            "The pinned media type is not the release's.",
+        BlockerCode.CURRENT_RELEASE_UNLISTED:
+            "The current rollout's digest is not among the listed releases, so pinning a "
+            "previously accepted release cannot be told apart as promotion or rollback.",
+        BlockerCode.ROLLOUT_IN_PROGRESS:
+            "A release change must not be stacked on an unfinished rollout.",
+        BlockerCode.ROLLOUT_STATUS_UNKNOWN:
+            "The current rollout has no status: whether it finished is unknown.",
+        BlockerCode.RELEASE_EVIDENCE_REQUIRED:
+            "`policy.releaseEvidence: every-promotion`: a promotion's release evidence is "
+            "incomplete or not bound to the pinned digest (checked locally; the upstream "
+            "preflight accepts greenfield requests only). The upstream code is kept "
+            "(`upstream_code`).",
+        ReasonCode.NEVER_ACCEPTED:
+            "Promote: the pinned release was never accepted.",
+        ReasonCode.NEWER_THAN_CURRENT:
+            "Promote: the pinned release was observed after the current one.",
+        ReasonCode.PREVIOUSLY_ACCEPTED:
+            "Rollback: the pinned release was accepted before and is older than the current "
+            "one.",
+    }
 
     def shows(self, change: ReleaseChange, svc: LiveService) -> bool:
         return svc.current_digest == change.release_after.digest
@@ -230,6 +279,10 @@ class _Release(Kind[ReleaseChange]):
 
     def modification(self, base: ReleaseChange, head: ReleaseChange) -> dict[str, object]:
         return {"release_base": _at(base.release_after), "release_head": _at(head.release_after)}
+
+    def assess(self, observation: Observation, target: Target, running: str | None,
+               last_error: str | None) -> Assessment | None:
+        return assess(observation, target.digest)
 
 
 def _at(ref: ReleaseRef) -> dict[str, object]:

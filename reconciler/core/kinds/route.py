@@ -16,8 +16,15 @@ Owns, for ``kind: Route`` documents against the routes the control plane lists
   staleness rule (the live route at the key moved since the plan);
 - ``expected_routes``: the routes the judge requires in effect on every expected cluster
   for a service (``core.evidence.Target.routes``); None when the repo declares none for
-  it, so a repo without routes is judged exactly as before; ``assess``: that part of a
-  cluster's proof (a cluster still serving the old route is named, with what it serves).
+  it, so a repo without routes is judged exactly as before; ``gone_keys``: the owner keys
+  no expected cluster may still serve (``Target.routes_gone``: the routes a change being
+  applied deletes, and -- with pruning on -- any route of the app a cluster serves that
+  is neither declared nor another client's); ``assess``: that part of a cluster's proof
+  (a cluster still serving the old route, or a deleted one, is named, with what it
+  serves);
+- through ``Kind`` (the dispatch): its codes and reasons with their sentences, its
+  review target (``hostname/routeRef``), its order in a plan, its count and wire fields
+  (added in format 2.4: written only on plans that hold a route change) and its detail.
 
 Must not send anything (``shell.applying`` does). Pure: no I/O.
 """
@@ -28,7 +35,8 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from enum import StrEnum
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from reconciler.core import routing
 from reconciler.core.codes import BlockerCode, DriftCode, ReasonCode
@@ -39,6 +47,7 @@ from reconciler.core.kinds.base import (
     ChangeBase,
     Check,
     Diff,
+    Expecting,
     Freshness,
     Kind,
     Preconditions,
@@ -47,6 +56,9 @@ from reconciler.core.live import LiveService, LiveSnapshot, Observation
 from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import safe
 from reconciler.core.whys import Assessment, Why
+
+if TYPE_CHECKING:
+    from reconciler.core.evidence import Target
 
 Key = tuple[str, str | None, str | None]
 
@@ -284,18 +296,19 @@ def diff(desired: DesiredState, live: LiveSnapshot) -> Diff | None:
 
 
 def assess(observation: Observation, routes: tuple[GatewayRoute, ...] | None,
-           running: str | None, last_error: str | None) -> Assessment | None:
+           running: str | None, last_error: str | None,
+           gone: tuple[Key, ...] = ()) -> Assessment | None:
     """The routes' part of the judge's proof of one answered cluster: every declared route
-    of the app in effect there with its priority and target. None: proven (or nothing to
-    check)."""
+    of the app in effect there with its priority and target, and no route at a ``gone``
+    owner key (deleted: pruned) still in effect. None: proven (or nothing to check)."""
     runtime = observation.runtime
-    if routes is None or runtime is None:
+    if (routes is None and not gone) or runtime is None:
         return None
     if runtime.routes is None:
         return (Why.NO_ROUTES, "sent no gateway routes: which route serves is unproven",
                 running, last_error)
     serving = {r.key: r for r in runtime.routes}
-    for want in routes:
+    for want in routes or ():
         have = serving.get(want.key)
         if have is None:
             return (Why.ROUTE_NOT_IN_EFFECT, f"does not serve route {want.name!r} (priority "
@@ -304,7 +317,35 @@ def assess(observation: Observation, routes: tuple[GatewayRoute, ...] | None,
             return (Why.ROUTE_NOT_IN_EFFECT,
                     f"still serves the old route {safe(have.name)!r}: {safe(have.summary())}, "
                     f"not {want.summary()}", running, last_error)
+    for key in gone:
+        kept = serving.get(key)
+        if kept is not None:
+            return (Why.ROUTE_NOT_IN_EFFECT,
+                    f"still serves the deleted route {safe(kept.name)!r} "
+                    f"({safe(kept.ownership.describe())}): {safe(kept.summary())}",
+                    running, last_error)
     return None
+
+
+def gone_keys(ask: Expecting, declared: tuple[GatewayRoute, ...] | None) -> tuple[Key, ...]:
+    """The owner keys of the app that must be in effect on no expected cluster: each
+    route a change being applied deletes, and -- with ``policy.routes.prune: true`` and
+    the control plane's routes read -- each route of the app a cluster still serves that
+    no document declares and no other client owns (deleted before: the repo's routes
+    are all of ours)."""
+    gone = {c.route_key for c in ask.changes if isinstance(c, RouteChange)
+            and c.action is Action.DELETE_ROUTE and c.service == ask.svc.name}
+    desired, snapshot = ask.desired, ask.snapshot
+    if desired is not None and desired.settings.policy.routes.prune and snapshot is not None \
+            and snapshot.routes is not None:
+        keep = {r.key for r in declared or ()}
+        keep.update(r.key for r in snapshot.routes if r.client_id is not None)
+        for observation in ask.observations:
+            runtime = observation.runtime
+            if runtime is not None and runtime.routes:
+                gone.update(r.key for r in runtime.routes
+                            if r.key not in keep and r.ownership.app_id == ask.svc.app_id)
+    return tuple(sorted(gone, key=lambda k: tuple(part or "" for part in k)))
 
 
 class _Route(Kind[RouteChange]):
@@ -314,6 +355,38 @@ class _Route(Kind[RouteChange]):
     order = 3
     verbs: ClassVar[dict[Action, str]] = {Action.SYNC_ROUTE: "sync route",
                                           Action.DELETE_ROUTE: "delete route"}
+    proves = 2  # after the release and the egress
+    whys: ClassVar[Mapping[Why, str]] = {
+        Why.NO_ROUTES: "Routes must be checked and the cluster's status carries no route "
+        "view (unproven).",
+        Why.ROUTE_NOT_IN_EFFECT: "A declared gateway route is not in effect on the cluster "
+        "with its priority and target, or a deleted one still is (the message names what "
+        "it still serves; not converged).",
+    }
+    unproven = frozenset({Why.NO_ROUTES})
+    codes: ClassVar[Mapping[StrEnum, str]] = {
+        BlockerCode.ROUTE_AMBIGUOUS: "Two gateway routes, at least one declared, can match "
+        "the same request with the same priority (the message names both and an example "
+        "request): which wins would be the gateway's tie-break (age, name), not the repo's.",
+        BlockerCode.ROUTE_SHADOWED: "A declared gateway route can never match: a route of "
+        "higher priority matches every request it matches (named in the message).",
+        BlockerCode.ROUTE_OWNED_BY_ANOTHER_CLIENT: "A declared route has the owner key "
+        "(appId, hostname, routeRef) of a route another client owns; reconcile never "
+        "writes it.",
+        BlockerCode.ROUTES_UNREADABLE: "The gateway routes (getGatewayClientRoutes) could "
+        "not be read, so route changes cannot be planned.",
+        DriftCode.ROUTE_NOT_DECLARED: "A live gateway route this client owns for a declared "
+        "service that no Route document declares (not pruned: policy.routes.prune is off).",
+        ReasonCode.ROUTE_MISSING: "Sync route: a declared gateway route the control plane "
+        "does not hold for this client.",
+        ReasonCode.ROUTE_DIFFERS: "Sync route: the live route at the owner key differs "
+        "(match, priority, target, managed kind or remote ingress).",
+        ReasonCode.ROUTE_NOT_DECLARED: "Delete route: pruned, no Route document declares it "
+        "(policy.routes.prune).",
+    }
+    optional_actions = ROUTE_ACTIONS
+    optional_fields = ROUTE_FIELDS
+    counted_as = "route"
 
     def diff_all(self, desired: DesiredState, live: LiveSnapshot) -> Diff | None:
         return diff(desired, live)
@@ -337,6 +410,38 @@ class _Route(Kind[RouteChange]):
 
     def modification(self, base: RouteChange, head: RouteChange) -> dict[str, object]:
         return {}
+
+    def expect(self, ask: Expecting) -> dict[str, object]:
+        """The routes of the app every expected cluster must serve (None: the repo
+        declares none for it, so none is checked) and the owner keys none may serve."""
+        routes = expected_routes(ask.desired, ask.svc) if ask.desired is not None else None
+        return {"routes": routes, "routes_gone": gone_keys(ask, routes)}
+
+    def assess(self, observation: Observation, target: Target, running: str | None,
+               last_error: str | None) -> Assessment | None:
+        return assess(observation, target.routes, running, last_error, target.routes_gone)
+
+    def review_key(self, change: RouteChange) -> str | None:
+        _, hostname, route_ref = change.route_key
+        return f"{hostname or ''}/{route_ref or ''}"
+
+    def sort_key(self, change: RouteChange) -> tuple[str, ...]:
+        return tuple(k or "" for k in change.route_key[1:])
+
+    def detail(self, change: RouteChange) -> list[str] | None:
+        before = change.route_before.summary() if change.route_before else "absent"
+        after = change.route_after.summary() if change.route_after else "deleted"
+        route = change.route_after or change.route_before
+        owner = route.ownership.describe() if route is not None else "?"
+        return [f"route {safe(route.name if route else '?')} ({safe(owner)}): "
+                f"{safe(before)} → {safe(after)}"]
+
+    def touched(self, base: DesiredState, head: DesiredState) -> set[str]:
+        before = {r.name: r for r in base.routes}
+        after = {r.name: r for r in head.routes}
+        return {r.owner.service for name in before.keys() | after.keys()
+                if before.get(name) != after.get(name)
+                for r in (before.get(name), after.get(name)) if r is not None}
 
 
 KIND = _Route()
