@@ -16,7 +16,7 @@ import pytest
 from pydantic import ValidationError
 
 from reconciler.core.wireshape import decode
-from reconciler.shell.controlplane import envelope, wire
+from reconciler.shell.controlplane import client, envelope, wire
 from reconciler.shell.controlplane.envelope import _envelope_of
 from reconciler.shell.controlplane.wire import ServicesReply, ServiceWire, services_answer
 
@@ -75,7 +75,9 @@ def test_a_plain_reply_is_read_in_chunks_as_the_whole_reader_reads_it() -> None:
     assert isinstance(fast.services[7], dict)
     assert _outcome(fast) == _outcome(_whole(content))
     assert fast.model_fields_set == {"services", "etag"}
-    # the envelope asks it first
+    # the client registers it, and the envelope asks it first
+    assert client.ServicesReply is ServicesReply
+    assert envelope._FAST_ANSWERS[ServicesReply] is services_answer
     assert _outcome(envelope.answer_as("getServices", content, ServicesReply)) == \
         _outcome(fast)
 

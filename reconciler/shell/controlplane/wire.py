@@ -41,7 +41,6 @@ from reconciler.core.names import Capability
 from reconciler.core.routing import GatewayRoute, RouteOwnership
 from reconciler.core.sanitize import safe
 from reconciler.core.wireshape import WireModel, decode, decode_value, problem
-from reconciler.shell.controlplane import envelope
 from reconciler.shell.controlplane.errors import ProtocolError
 
 W = TypeVar("W", bound=WireModel)
@@ -222,9 +221,6 @@ def services_answer(content: bytes) -> ServicesReply | None:
     except ValidationError:
         return None
     return reply.model_copy(update={"services": services})
-
-
-envelope.fast_answer(ServicesReply, services_answer)
 
 
 class ServiceReply(WireModel):
