@@ -127,8 +127,9 @@ def make_plan(desired: DesiredState, live: LiveSnapshot,
               provenance: Provenance,
               greenfield_answers: Greenfield | None = None) -> Plan:
     """``core.planning.plan`` with the cyclic collector paused (``shell.heap``: a
-    10,000-service plan allocates hundreds of thousands of models, none of them garbage)."""
-    with heap.bulk():
+    10,000-service plan allocates hundreds of thousands of models, none of them garbage;
+    kept, so frozen out of the collections while it is rendered)."""
+    with heap.bulk(keep=True):
         return _plan(desired, live, provenance, greenfield_answers)
 
 

@@ -65,6 +65,7 @@ def register_secret(secret: object) -> None:
 def _detect_secrets() -> None:
     global _ANY_SECRET
     _ANY_SECRET = re.compile("|".join(map(re.escape, _SECRETS))) if _SECRETS else None
+    _SAFE.clear()  # what was safe before may hold the new secret
 
 
 def known_secrets() -> tuple[str, ...]:
@@ -137,10 +138,37 @@ def _escape(match: re.Match[str]) -> str:
     return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
+#: ``safe``'s answers by bound, then by string: a 10,000 × 10 plan asks about 800,000
+#: times, mostly of a few thousand strings (cluster ids, states, digests). Cleared when a
+#: secret is registered (``_detect_secrets``) and when it grows past ``_SAFE_MAX``
+#: strings, so a long-running watcher holds at most that many.
+_SAFE: dict[int, dict[str, str]] = {}
+_SAFE_MAX = 50_000
+_safe_size = 0
+
+
 def safe(text: object, limit: int = DEFAULT_LIMIT) -> str:
     """Return ``text`` redacted (``redact``), with controls escaped (``\\x1b``) and at
     most ``limit`` characters."""
-    value = redact(str(text))
+    global _safe_size
+    if type(text) is not str:
+        return _safe(str(text), limit)
+    known = _SAFE.get(limit)
+    if known is None:
+        known = _SAFE[limit] = {}
+    made = known.get(text)
+    if made is None:
+        if _safe_size >= _SAFE_MAX:
+            _SAFE.clear()
+            _safe_size = 0
+            known = _SAFE[limit] = {}
+        made = known[text] = _safe(text, limit)
+        _safe_size += 1
+    return made
+
+
+def _safe(text: str, limit: int) -> str:
+    value = redact(text)
     # Printable ASCII has no control to escape (for ASCII, ``isprintable`` is false for
     # exactly C0 and DEL): two scans in C instead of a regex substitution.
     if not (value.isascii() and value.isprintable()):

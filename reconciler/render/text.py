@@ -186,6 +186,9 @@ def render(plan: Plan, *, color: bool = False) -> str:
                 out.append(style(f"= {name}", "dim") + style(
                     f"  no changes · {common.agreement(ev)}", "dim"))
             continue
+        # A service's lines are kept as one string once written (same text when joined):
+        # 10,000 services' evidence tables as 300,000 line strings were 40 MB of peak RSS.
+        first = len(out)
         out.append(style(f"● {name}", "bold"))
         for index in indices:
             change = plan.changes[index]
@@ -225,6 +228,7 @@ def render(plan: Plan, *, color: bool = False) -> str:
             out.append("    evidence:")
             out.extend(_table(common.evidence_rows(ev), "      "))
         out.append("")
+        out[first:] = ["\n".join(out[first:])]
     if plan.drift:
         out.append(style("Drift (live differs; not part of this plan):", "yellow", "bold"))
         for drift in plan.drift:
@@ -232,6 +236,7 @@ def render(plan: Plan, *, color: bool = False) -> str:
         out.append("")
     verdict_style = {"go": "green", "no_go": "red", "no_changes": "green"}[plan.verdict.value]
     out.append(style(common.summary_line(plan), verdict_style, "bold"))
-    return "\n".join(out) + "\n"
+    out.append("")  # the final newline, without a second copy of the whole text
+    return "\n".join(out)
 
 

@@ -51,7 +51,7 @@ from reconciler.core.diagnostics import Diagnostic, field_path, sorted_diagnosti
 from reconciler.core.modelpaths import annotation_at
 from reconciler.core.names import Capability
 from reconciler.core.sanitize import safe
-from reconciler.shell import gitrepo, loading
+from reconciler.shell import gitrepo, heap, loading
 from reconciler.shell.loading import LoadedFile, PathKey, YamlDocument
 
 
@@ -102,10 +102,11 @@ def load_files(root: Path, paths: Sequence[str],
     """Validate the files ``paths`` (repo-relative, as ``loading.discover`` lists them)
     under ``root``, each read and parsed once; ``problems`` are added (what the walk
     refused)."""
-    outcomes = {outcome.loaded.path: outcome
-                for outcome in (_validate_loaded(loading.load_file(root, rel))
-                                for rel in paths)}
-    return _combine(root, tuple(paths), outcomes, problems)
+    with heap.bulk(keep=True):  # see ``load_blobs``
+        outcomes = {outcome.loaded.path: outcome
+                    for outcome in (_validate_loaded(loading.load_file(root, rel))
+                                    for rel in paths)}
+        return _combine(root, tuple(paths), outcomes, problems)
 
 
 @dataclass(slots=True)
@@ -127,7 +128,20 @@ def load_blobs(root: Path, files: Sequence[tuple[str, str]],
     blob id) pairs and ``read`` returns the bytes of the blob ids it is given (or a size,
     for a blob too large to read), all in one call. Diagnostics name the path and line
     exactly as ``load_repo`` does; ``problems`` are added (files refused before reading).
+
+    The cyclic collector is paused throughout (``shell.heap.bulk``): 10,000 files make
+    about 660,000 container allocations, all kept, and no cycle (a full collection
+    right after finds nothing), yet the collector's walks of the growing heap, and the
+    walk of everything built at the first collection after, were 40% of the load's CPU
+    (``docs/scaling.md``, round 3). Kept, so frozen out of later walks (``keep``).
     """
+    with heap.bulk(keep=True):
+        return _load_blobs(root, files, read, problems, cache)
+
+
+def _load_blobs(root: Path, files: Sequence[tuple[str, str]],
+                read: Callable[[Sequence[str]], Sequence[bytes | int]],
+                problems: Sequence[Diagnostic], cache: BlobCache | None) -> LoadResult:
     outcomes: dict[str, _FileOutcome] = {}
     todo: list[tuple[str, str]] = []
     for rel, oid in files:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import json
+import weakref
 
 import pytest
 
@@ -120,6 +121,38 @@ def test_bulk_pauses_the_collector_and_restores_it() -> None:
         gc.enable()
 
 
+def test_bulk_keep_freezes_what_was_built_until_the_next_pass_begins() -> None:
+    """A kept build (a load, a plan) is frozen out of later walks; the next pass's first
+    ``bulk`` hands it back, so a cycle that became garbage meanwhile is collected."""
+
+    class Node:
+        def __init__(self) -> None:
+            self.me = self  # a cycle: only the collector frees it
+
+    gc.collect()
+    try:
+        with heap.bulk(keep=True):
+            assert not gc.isenabled()
+            built = Node()
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+        gone = weakref.ref(built)
+        del built
+        gc.collect()
+        assert gone() is not None  # frozen: a full collection does not walk it
+        with heap.bulk():
+            assert gc.get_freeze_count() == 0  # the next pass: handed back
+        assert gc.get_freeze_count() == 0  # a plain bulk freezes nothing
+        gc.collect()
+        assert gone() is None
+        with heap.settled():
+            frozen = gc.get_freeze_count()
+            with heap.bulk(keep=True):
+                pass
+            assert gc.get_freeze_count() == frozen  # settled's freeze rules inside it
+    finally:
+        gc.unfreeze()
+
+
 def test_settled_freezes_what_was_alive_and_hands_it_back() -> None:
     before = gc.get_freeze_count()
     with heap.settled():
@@ -136,7 +169,6 @@ def test_a_released_response_is_freed_without_the_collector() -> None:
     -- unless released once read (``heap.release``), as every reader of a reply does."""
     import asyncio
     import threading
-    import weakref
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     import httpx

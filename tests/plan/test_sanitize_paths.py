@@ -57,3 +57,17 @@ def test_a_secret_is_found_after_it_is_registered_and_not_after_it_is_forgotten(
     sanitize.register_secret("tok_abcdef123")
     assert sanitize.safe("x tok_abcdef123 y") == "x <redacted> y"
     assert re.fullmatch(r"a\\x1bb", sanitize.safe("a\x1bb"))
+
+
+def test_remembered_answers_are_per_bound_and_forgotten_past_the_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``safe`` remembers its answers (a plan asks about the same strings 800,000
+    times): one string under two bounds has two answers, and the memory is bounded."""
+    long = "x" * 50
+    assert sanitize.safe(long, 5) == "xxxxx…(+45 chars)"
+    assert sanitize.safe(long, 300) == long
+    assert sanitize.safe(long, 5) == "xxxxx…(+45 chars)"
+    monkeypatch.setattr(sanitize, "_SAFE_MAX", 3)
+    for number in range(10):
+        assert sanitize.safe(f"s{number} tok_abcdef123", 40) == f"s{number} <redacted>"
+    assert sum(len(known) for known in sanitize._SAFE.values()) <= 3

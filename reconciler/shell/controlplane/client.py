@@ -23,6 +23,7 @@ import httpx
 
 from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import safe
+from reconciler.shell.controlplane import envelope
 from reconciler.shell.controlplane.errors import ProtocolError, UnknownMethod
 from reconciler.shell.controlplane.session import Session
 from reconciler.shell.controlplane.wire import (
@@ -44,12 +45,17 @@ from reconciler.shell.controlplane.wire import (
     not_modified,
     parse_client_routes,
     releases_page,
+    services_answer,
     written,
 )
 from reconciler.shell.endpoints import Connection
 
 #: [ext] the batch release read (listed by ``getCapabilities`` where it is offered).
 SERVICES_RELEASES: Final = "getServicesReleases"
+
+# ``getServices``'s plain answers are read in chunks first (``wire.services_answer``: the
+# same values, a fraction of the peak memory of the reply decoded whole).
+envelope.fast_answer(ServicesReply, services_answer)
 
 
 class ControlPlaneClient(Session):
