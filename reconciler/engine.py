@@ -70,6 +70,7 @@ from reconciler.core.live import (
     ObservationKind,
     ReadFailure,
 )
+from reconciler.core.notifying import WayBack
 from reconciler.core.outcomes import EXPIRED, ApplyReport, ChangeResult, GateReport, Outcome
 from reconciler.core.pipeline import Environment, Freeze
 from reconciler.core.planning import (
@@ -383,19 +384,15 @@ class ApplyRun:
                 if self.revert_error else []
         back = ", ".join(f"{i.service} {i.to_tag} ({i.to[:19]})" for i in done.items)
         rolled = done.rollback
-        gate = rolled.report.gate if rolled is not None else None
         if done.pull is not None:
             return [f"release failed; the revert to {back} is proposed in pull request "
                     f"#{done.pull.number} ({done.pull.url}); nothing rolled back until it is "
                     "merged"]
         if rolled is None:
             return [f"release failed; reverted in git to {back}; the rollback was not applied"]
-        if (gate is not None and gate.converged) or (
-                gate is None and not rolled.report.results
-                and all(p.converged for p in rolled.plan.proofs)):
+        if reverts.rollback_proven(rolled.plan, rolled.report):
             return [f"release failed, rolled back to {back} and proven on every cluster"]
-        pending = [f"{p.service}: {'; '.join(p.reasons()[:3])}"
-                   for p in (gate.pending() if gate is not None else ())]
+        pending = reverts.unproven_lines(rolled.report)
         return [f"release failed, reverted in git to {back}; the rollback is NOT proven: "
                 f"{' | '.join(pending) or 'no gate ran'}"]
 
@@ -881,7 +878,7 @@ async def apply_async(
                                          only=only, confirm=confirm, progress=progress,
                                          deadline=deadline, notify=notify)
             return await revert_after(reconciler, root, run, on_gate_failure, pull, hook,
-                                      progress)
+                                      progress, notify=notify)
         finally:
             if notify is not None:  # bounded: a receiver that is down costs drainSeconds
                 await notify.drain()
@@ -890,23 +887,55 @@ async def apply_async(
 async def revert_after(reconciler: Reconciler, root: Path, run: ApplyRun,
                        on_gate_failure: str, pull: PullTarget | None, hook: Hook,
                        progress: Progress | None = None,
-                       fence: applying.Fence | None = None) -> ApplyRun:
+                       fence: applying.Fence | None = None,
+                       notify: Notifier | None = None) -> ApplyRun:
     """``--on-gate-failure revert`` (apply and watch): when the gate ended on a stated
     failure (``core.reverts.failed``; never a silent cluster), the revert and the
     rollback's apply; the run keeps its own report (the release failed).
 
     ``fence`` (a sharded watcher): asked for each failed service before anything is
     written -- a service whose shard this member no longer holds is not reverted here
-    (its new owner plans it) -- and before each write of the rollback."""
+    (its new owner plans it) -- and before each write of the rollback.
+
+    ``notify``: told how the way back ended (``Notifier.way_back``: reverted, the
+    rollback's proof, or no revert made), off this path."""
+    done, tell = await _revert_after(reconciler, root, run, on_gate_failure, pull, hook,
+                                     progress, fence)
+    if notify is not None and tell:
+        notify.way_back(run.plan, run.report.gate, way_back(done))
+    return done
+
+
+def way_back(run: ApplyRun) -> WayBack:
+    """The run's way back as ``core.notifying`` reads it (a revert made, or why none)."""
+    done = run.reverted
+    failed = tuple(sorted((p.service, p.digest) for p in reverts.failed(run.report.gate).values()))
+    if done is None:
+        return WayBack(error=run.revert_error, failed=failed)
+    rolled = done.rollback
+    return WayBack(key=done.key, items=done.items, commit=done.commit,
+                   landed=done.pull is None and done.commit is not None,
+                   pull_url=done.pull.url if done.pull else None,
+                   pull_number=done.pull.number if done.pull else None, why_pr=done.why_pr,
+                   rollback=(rolled.plan, rolled.report) if rolled is not None else None,
+                   error=run.revert_error, failed=failed)
+
+
+async def _revert_after(reconciler: Reconciler, root: Path, run: ApplyRun,
+                        on_gate_failure: str, pull: PullTarget | None, hook: Hook,
+                        progress: Progress | None,
+                        fence: applying.Fence | None) -> tuple[ApplyRun, bool]:
+    """The way back, and whether it is this run's to tell (not when no revert was asked
+    for or needed, nor when every failed service belongs to another member now)."""
     failed = reverts.failed(run.report.gate) if on_gate_failure == "revert" else {}
     if not failed:
-        return run
+        return run, False
     if fence is not None:
         failed, lost = await _still_fenced(run, failed, fence)
         if lost:
             run = dataclasses.replace(run, revert_error="; ".join(lost))
             if not failed:
-                return run
+                return run, False
     for attempt in range(3):
         try:  # issue 20: the way back, re-planned against the branch head
             done = await revert_with(reconciler, root, sorted(failed), failures=failed,
@@ -917,11 +946,11 @@ async def revert_after(reconciler: Reconciler, root: Path, run: ApplyRun,
             # own shards) landed first: re-plan against the new head, a bounded number
             # of times.
             if attempt == 2:
-                return dataclasses.replace(run, revert_error=str(exc))
+                return dataclasses.replace(run, revert_error=str(exc)), True
             continue
         except EngineError as exc:
-            return dataclasses.replace(run, revert_error=str(exc))
-        return dataclasses.replace(run, reverted=done)  # keeps what was left, if any
+            return dataclasses.replace(run, revert_error=str(exc)), True
+        return dataclasses.replace(run, reverted=done), True  # keeps what was left, if any
     raise AssertionError("unreachable")
 
 
@@ -1107,7 +1136,7 @@ class WatchSteps:
                 deadline=Deadline.after(self.timeout) if self.timeout is not None else None,
                 notify=self.notify)
             return await revert_after(reconciler, self.root, run, self.on_gate_failure,
-                                      self.pull, hook)
+                                      self.pull, hook, notify=self.notify)
 
     async def close(self) -> None:
         if self.notify is not None:  # what is still being retried, briefly
@@ -1450,7 +1479,7 @@ class ShardedWatchSteps(WatchSteps):
                 deadline=Deadline.after(self.timeout) if self.timeout is not None else None,
                 notify=self.notify)
             return await revert_after(reconciler, self.root, run, self.on_gate_failure,
-                                      self.pull, hook, fence=self.fence)
+                                      self.pull, hook, fence=self.fence, notify=self.notify)
 
     async def fence(self, change: Change) -> dict[str, object]:
         """Just before a write: this member still holds the change's shard, checked in one

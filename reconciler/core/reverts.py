@@ -25,7 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from reconciler.core.evidence import Proof, ServiceProof
-from reconciler.core.outcomes import GateReport
+from reconciler.core.outcomes import ApplyReport, GateReport
+from reconciler.core.plans import Plan
 
 TRAILER = "Reconcile-Revert"
 
@@ -36,6 +37,24 @@ def failed(gate: GateReport | None) -> dict[str, ServiceProof]:
         return {}
     return {p.service: p for p in gate.proofs
             if p.proof is Proof.NOT_CONVERGED and (p.terminal or p.stated())}
+
+
+def rollback_proven(plan: Plan, report: ApplyReport) -> bool:
+    """Whether the rollback's apply (``plan`` judged fresh, ``report`` what it did) ended
+    proven on every expected cluster: the gate's word, or -- nothing sent, no gate --
+    the plan's own proofs. The one place the way back is called proven (the run's story
+    and its notification both ask it)."""
+    gate = report.gate
+    if gate is not None:
+        return gate.converged
+    return not report.results and all(p.converged for p in plan.proofs)
+
+
+def unproven_lines(report: ApplyReport) -> list[str]:
+    """What the judge still misses after a rollback: one line per service not proven."""
+    gate = report.gate
+    return [f"{p.service}: {'; '.join(p.reasons()[:3])}"
+            for p in (gate.pending() if gate is not None else ())]
 
 
 def evidence_lines(proof: ServiceProof) -> list[str]:
