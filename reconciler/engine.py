@@ -95,6 +95,7 @@ from reconciler.shell import (
     gitrepo,
     greenfield,
     heap,
+    landing,
     loading,
     observing,
     tracing,
@@ -386,15 +387,18 @@ class ApplyRun:
         rolled = done.rollback
         if done.pull is not None:
             return [f"release failed; the revert to {back} is proposed in pull request "
-                    f"#{done.pull.number} ({done.pull.url}); nothing rolled back until it is "
-                    "merged"]
+                    f"#{done.pull.number} ({done.pull.url}) because {done.why_pr}; nothing "
+                    "rolled back until it is merged"]
+        landed = [f"landed: {done.how}"] if done.how else []
         if rolled is None:
-            return [f"release failed; reverted in git to {back}; the rollback was not applied"]
+            return [f"release failed; reverted in git to {back}; the rollback was not "
+                    "applied", *landed]
         if reverts.rollback_proven(rolled.plan, rolled.report):
-            return [f"release failed, rolled back to {back} and proven on every cluster"]
+            return [f"release failed, rolled back to {back} and proven on every cluster",
+                    *landed]
         pending = reverts.unproven_lines(rolled.report)
         return [f"release failed, reverted in git to {back}; the rollback is NOT proven: "
-                f"{' | '.join(pending) or 'no gate ran'}"]
+                f"{' | '.join(pending) or 'no gate ran'}", *landed]
 
 
 async def ask_preflights(client: ControlPlaneClient,
@@ -1905,6 +1909,9 @@ class RevertRun:
     pull: PullRequest | None = None
     why_pr: str | None = None
     rollback: ApplyRun | None = None
+    #: how a committed revert landed (the branch, whether GitHub was asked about its
+    #: protection and what it said, the upstream it was pushed to)
+    how: str | None = None
 
 
 def revert(root: Path, services: Sequence[str], *, overrides: Overrides,
@@ -2036,12 +2043,16 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
     except revert_git.RevertGitError as exc:
         raise EngineError(f"{exc}; nothing written") from exc
     applying.crash_point("revert-before-commit")
-    if newer or (pull is not None and pull.requested):
-        why = ("the service's file changed on the branch since the failed apply: "
-               + "; ".join(newer.values())) if newer else "--pr"
-        return RevertRun(key, tuple(items), commit, pull=_propose(root, commit, key, items,
-                                                                  message, why, pull),
-                         why_pr=why)
+    instead, how, target = _where_to_land(root, pull, newer)
+    if instead is None and target is not None:
+        # Pushed before it lands here: a refusal (a protected branch, a branch that
+        # moved) leaves the checkout as it was, and the revert becomes a pull request.
+        instead = landing.push(root, target, commit)
+        how = f"{how}; pushed to {target}" if instead is None else how
+    if instead is not None:
+        return RevertRun(key, tuple(items), commit, pull=_propose(
+            root, commit, key, items, message, instead, pull,
+            base=target.branch if target is not None else None), why_pr=instead)
     try:
         landed = revert_git.fast_forward(root, commit)
     except revert_git.RevertGitError as exc:  # a lock held too long: said, never raised
@@ -2052,16 +2063,41 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
             raise BranchMoved("the branch moved while the revert was being made; nothing "
                               "written: run it again (it is re-planned against the new head)")
         return await _rolled_back(reconciler, root, RevertRun(key, tuple(items), done,
-                                                              already=True), rollback, hook,
-                                  progress, fence)
+                                                              already=True, how=how), rollback,
+                                  hook, progress, fence)
     with contextlib.suppress(JournalError):  # git holds the revert; the journal tells it
         journal = Journal.open(path)
         journal.reverted(key, {"commit": commit, "services": [
             {"service": i.service, "failed": i.failed, "to": i.to, "to_tag": i.to_tag,
              "evidence": list(i.evidence)[:10]} for i in items]})
     applying.crash_point("revert-after-commit")
-    return await _rolled_back(reconciler, root, RevertRun(key, tuple(items), commit),
+    return await _rolled_back(reconciler, root, RevertRun(key, tuple(items), commit, how=how),
                               rollback, hook, progress, fence)
+
+
+def _where_to_land(root: Path, pull: PullTarget | None, newer: Mapping[str, str],
+                   ) -> tuple[str | None, str, landing.Upstream | None]:
+    """Before a revert commit lands: why it must be a pull request instead (None: it may
+    be committed), how it lands (said in the output), and the upstream it is pushed to
+    first. A pull request when the service's file changed on the branch since the failed
+    apply, when ``--pr`` asks, or when GitHub says the branch is protected (asked only
+    when a repository is known: ``GITHUB_REPOSITORY`` or ``--github-repo``); the push's
+    own refusal is the caller's next question (``shell.landing``)."""
+    if newer:
+        return ("the service's file changed on the branch since the failed apply: "
+                + "; ".join(newer.values())), "", None
+    if pull is not None and pull.requested:
+        return "--pr", "", None
+    local = revert_git.branch(root)
+    target = landing.upstream(root, local) if local is not None else None
+    branch = target.branch if target is not None else local
+    if pull is None or not pull.repo or branch is None:
+        return None, (f"committed to {local or 'HEAD'} (branch protection not asked: no "
+                      "GitHub repository given)"), target
+    asked = landing.protection(pull.api_url, pull.repo, pull.token, branch)
+    if asked.protected:
+        return f"{asked.said}: a pull request instead of a commit", "", target
+    return None, f"committed to {local} ({asked.said})", target
 
 
 class BranchMoved(EngineError):
@@ -2090,7 +2126,7 @@ async def _rolled_back(reconciler: Reconciler, root: Path, done: RevertRun, roll
 
 
 def _propose(root: Path, commit: str, key: str, items: Sequence[reverts.Item], message: str,
-             why: str, pull: PullTarget | None) -> PullRequest:
+             why: str, pull: PullTarget | None, *, base: str | None = None) -> PullRequest:
     from reconciler.shell import pullrequests  # githubkit loads only for a pull request
 
     if pull is None or not pull.repo:
@@ -2098,7 +2134,7 @@ def _propose(root: Path, commit: str, key: str, items: Sequence[reverts.Item], m
                           "GitHub repository is known: set GITHUB_REPOSITORY or --repo "
                           f"OWNER/NAME; the revert commit {commit[:12]} was not landed",
                           Exit.ERROR)
-    base = revert_git.branch(root)
+    base = base or revert_git.branch(root)
     if base is None:
         raise EngineError("the revert must be proposed as a pull request, but HEAD is "
                           "detached: no base branch to propose it to", Exit.ERROR)

@@ -97,6 +97,8 @@ def story(done: RevertRun) -> list[str]:
         lines.append(f"revert {said}: commit {done.commit[:12]}"
                      + (f" (key {done.key})" if done.key else "")
                      + (f"; {done.why_pr}" if done.why_pr and not done.items else ""))
+        if done.how:
+            lines.append(f"landed: {done.how}")
     return lines
 
 
