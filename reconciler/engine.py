@@ -2048,6 +2048,16 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
         # Pushed before it lands here: a refusal (a protected branch, a branch that
         # moved) leaves the checkout as it was, and the revert becomes a pull request.
         instead = landing.push(root, target, commit)
+        if instead is not None and revert_git.head(root) != head:
+            # Another writer of this checkout (a member of the same group) landed and
+            # pushed first: as when the fast-forward finds the branch moved, below.
+            done = revert_git.find_keyed(root, key)
+            if done is None:
+                raise BranchMoved("the branch moved while the revert was being made; "
+                                  "nothing written: run it again (it is re-planned against "
+                                  "the new head)")
+            return await _rolled_back(reconciler, root, RevertRun(
+                key, tuple(items), done, already=True), rollback, hook, progress, fence)
         how = f"{how}; pushed to {target}" if instead is None else how
     if instead is not None:
         return RevertRun(key, tuple(items), commit, pull=_propose(
