@@ -27,8 +27,15 @@ from reconciler.sandbox.launcher import Sandbox
 from tests.comment.github_standin import StandIn
 from tests.e2e_repo import Repo, git
 from tests.notify import receivers
-from tests.notify.test_notify_e2e import FAST, TOKEN, watching_env, with_notifications
+from tests.notify.test_notify_e2e import (
+    FAST,
+    TOKEN,
+    metric,
+    watching_env,
+    with_notifications,
+)
 from tests.revert.test_revert_e2e import NEW, OLD, revert_commits, rollbacks
+from tests.watch.test_watch_proof import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -89,8 +96,9 @@ def test_watch_apply_revert_tells_reverted_and_the_proven_rollback_once_then_hel
         failed_commit = with_notifications(repo, settings(hook, github))
         sandbox.fault("sn3", "refuse-digest", digest=NEW)
         extra = {"TEST_SLACK_URL": slack.url + "/T0/B0/secret", "TEST_GH_TOKEN": TOKEN}
+        port = free_port()
         with watching_env(repo, extra, "--apply", "--on-gate-failure", "revert",
-                          "--resync", "1") as w:
+                          "--resync", "1", "--metrics-port", str(port)) as w:
             w.wait_for(lambda e: e["event"] == "reverted", timeout=180)
             w.wait_for(lambda e: e["event"] == "plan" and e.get("verdict") == "no_changes",
                        timeout=90)
@@ -112,6 +120,12 @@ def test_watch_apply_revert_tells_reverted_and_the_proven_rollback_once_then_hel
             w.wait_for(lambda e: e["event"] == "plan" and e.get("verdict") == "no_go",
                        timeout=60)
             w.drain(4)
+            # Counted as every delivery is: four to each sink, none failed.
+            for sink in ("webhook", "slack", "github"):
+                assert metric(port, "reconcile_notifications_total"
+                              f'{{result="delivered",sink="{sink}"}}') == 4, sink
+                assert metric(port, "reconcile_notifications_total"
+                              f'{{result="failed",sink="{sink}"}}') == 0, sink
         events = told(hook)
         assert kinds_of(events) == ["gate_failed", "held", "reverted", "rollback_proven"], \
             kinds_of(events)

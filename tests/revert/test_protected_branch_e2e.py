@@ -125,3 +125,46 @@ def test_a_push_the_remote_refuses_falls_back_to_a_pull_request(
     assert setup.remote_head() == head
     assert len(setup.github.state.pull_requests) == 1
     assert not checkout_rollbacks(sandbox)
+
+
+def test_a_revert_proposed_for_a_protected_branch_is_told_as_proposed(
+        setup: Setup, sandbox: Sandbox) -> None:
+    """Notifications (issue 23) of the pull-request path: ``reverted`` as the proposed
+    revert's own CDEvent (nothing is rolled back yet: not ``service.rolledback``), the
+    failed commit's GitHub status linking the pull request, and no rollback proof told."""
+    from cloudevents.core.bindings.http import HTTPMessage, from_binary_event
+
+    from tests.notify import receivers
+    from tests.notify.test_notify_e2e import with_notifications
+
+    hook = receivers.start()
+    try:
+        failed = with_notifications(setup.repo, {
+            "environment": "sandbox", "webhooks": [{"url": hook.url}],
+            "github": {"repository": "acme/fleet", "apiUrl": setup.github.api_url},
+            "delivery": {"attempts": 3, "backoffSeconds": 0.2, "timeoutSeconds": 2.0}})
+        git(setup.repo.path, "push", "-q", "origin", setup.branch)
+        setup.github.protect(setup.branch)
+        done = setup.repo.run("apply", str(setup.repo.path), "--auto-approve",
+                              "--on-gate-failure", "revert", timeout=240, **setup.env())
+        assert done.code == Exit.NOT_CONVERGED, done.out + done.err
+        assert "proposed in pull request #" in done.err, done.err
+        [pull] = setup.github.state.pull_requests.values()
+        events = []
+        for r in hook.wait_for(2):
+            data = from_binary_event(HTTPMessage(headers=r.headers, body=r.body)).get_data()
+            assert isinstance(data, dict)
+            events.append(data)
+        kinds = sorted(e["customData"]["kind"] for e in events)
+        assert kinds == ["gate_failed", "reverted"], kinds
+        [reverted] = [e for e in events if e["customData"]["kind"] == "reverted"]
+        assert reverted["context"]["type"] == "dev.cdeventsx.reconcile-revert.proposed.0.1.0"
+        revert = reverted["customData"]["revert"]
+        assert revert["pullRequest"] == pull["html_url"] and not revert["landed"]
+        assert "protected" in revert["why"]
+        statuses = [s for s in setup.github.state.statuses if s["sha"] == failed]
+        assert [s["state"] for s in statuses] == ["failure", "failure"], statuses
+        assert statuses[-1]["target_url"] == pull["html_url"]
+        assert f"pull request #{pull['number']}" in statuses[-1]["description"]
+    finally:
+        hook.stop()
