@@ -36,7 +36,7 @@ reads the plan's verdict and the gate's report: the one judge's words).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -134,6 +134,17 @@ KINDS: Mapping[Kind, KindSpec] = {
     Kind.ROLLBACK_NOT_PROVEN: KindSpec("rollback NOT proven", Severity.ERROR, "failure",
                                        "failure", CDEVENT_INCIDENT_DETECTED),
 }
+
+#: A kind that refines another: a sink subscribed to the broader one (``on: [no_go]``,
+#: written before ``held`` existed) receives it too, so no NO-GO goes unsaid.
+REFINES: Mapping[Kind, Kind] = {Kind.HELD: Kind.NO_GO}
+
+
+def subscribed(kinds: Iterable[str | Kind]) -> frozenset[Kind]:
+    """The kinds an ``on:`` list receives: those named, and each kind refining one."""
+    named = frozenset(Kind(k) for k in kinds)
+    return named | {k for k, broader in REFINES.items() if broader in named}
+
 
 #: The CDEvents type of an applied service, by its release action.
 RELEASE_CDEVENTS: Mapping[Action, str] = {

@@ -121,7 +121,7 @@ def read_secret(env: Mapping[str, str], *, variable: str | None, path: str | Non
 
 def _kinds(own: Iterable[str] | None, default: Iterable[str] | None) -> frozenset[Kind]:
     chosen = own if own is not None else default
-    return frozenset(Kind) if chosen is None else frozenset(Kind(k) for k in chosen)
+    return frozenset(Kind) if chosen is None else notifying.subscribed(chosen)
 
 
 def sinks(config: Notifications, env: Mapping[str, str],
@@ -624,7 +624,7 @@ class Notifier:
         self.memory = MemoryFile(state / STATE_FILE)
         self.deliveries = Deliveries(targets, config.delivery, count=count)
         wanted = config.on
-        self.kinds = frozenset(Kind) if wanted is None else frozenset(Kind(k) for k in wanted)
+        self.kinds = frozenset(Kind) if wanted is None else notifying.subscribed(wanted)
 
     @classmethod
     def build(cls, settings: Settings, state: Path, env: Mapping[str, str], *,

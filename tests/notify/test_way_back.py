@@ -206,3 +206,11 @@ def test_every_new_kind_is_a_settings_value() -> None:
     from reconciler.core.desired import NotificationKind
 
     assert {k.value for k in Kind} == set(get_args(NotificationKind))
+
+
+def test_a_sink_subscribed_to_no_go_also_receives_held_its_refinement() -> None:
+    from reconciler.core.notifying import subscribed
+
+    assert subscribed(["no_go"]) == {Kind.NO_GO, Kind.HELD}
+    assert subscribed(["gate_failed"]) == {Kind.GATE_FAILED}
+    assert Kind.HELD in sinks._kinds(None, ["no_go", "reverted"])
