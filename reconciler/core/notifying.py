@@ -46,7 +46,7 @@ from reconciler.core.codes import BlockerCode
 from reconciler.core.kinds.create import CreateChange
 from reconciler.core.kinds.release import PromoteChange, RollbackChange
 from reconciler.core.outcomes import ApplyReport, GateReport
-from reconciler.core.plans import Action, Plan, Verdict
+from reconciler.core.plans import Action, Blocker, Plan, Verdict
 
 
 class Kind(StrEnum):
@@ -429,7 +429,7 @@ def _dedup(memory: Memory, found: tuple[Notification, ...], environment: str) ->
     return Decision(new=tuple(new), memory=replace(memory.remember(*keys), open_no_go=opened))
 
 
-def _held_lines(plan: Plan, held: list[Any]) -> tuple[ServiceLine, ...]:
+def _held_lines(plan: Plan, held: list[Blocker]) -> tuple[ServiceLine, ...]:
     """Each service that pins a held digest: the digest (the plan's proof of it) and the
     hold's words (reason, file and line, how to lift it)."""
     proofs = {p.service: p for p in plan.proofs}

@@ -1,7 +1,7 @@
 """What a revert is (issue 20): which failed services qualify, the revert's key, and the
 words of its commit -- pure values the engine sequences and the shell writes.
 
-Owns three rules:
+Owns four rules:
 
 - ``failed``: a service qualifies for an automatic revert only when the one judge says it
   is **not converged for a reason the control plane or a cluster stated** -- the rollout
@@ -13,6 +13,9 @@ Owns three rules:
   as the commit's ``Reconcile-Revert:`` trailer and names the pull-request branch;
 - ``message``: the commit message, with the failure evidence (cluster, digests, what the
   control plane said) and where the proven release's proof came from.
+- ``rollback_proven``: whether the rollback's apply ended proven on every expected
+  cluster -- the gate's word (or, nothing sent, the plan's proofs); the run's story and
+  its notification (``core.notifying``) both ask it, never a second opinion.
 
 Must not: do I/O or decide which digest is proven (``core.lastproven``).
 """
