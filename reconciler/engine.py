@@ -2047,8 +2047,8 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
     if instead is None and target is not None:
         # Pushed before it lands here: a refusal (a protected branch, a branch that
         # moved) leaves the checkout as it was, and the revert becomes a pull request.
-        instead = landing.push(root, target, commit)
-        if instead is not None and revert_git.head(root) != head:
+        pushed = landing.push(root, target, commit)
+        if not pushed.ok and revert_git.head(root) != head:
             # Another writer of this checkout (a member of the same group) landed and
             # pushed first: as when the fast-forward finds the branch moved, below.
             done = revert_git.find_keyed(root, key)
@@ -2058,7 +2058,12 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
                                   "the new head)")
             return await _rolled_back(reconciler, root, RevertRun(
                 key, tuple(items), done, already=True), rollback, hook, progress, fence)
-        how = f"{how}; pushed to {target}" if instead is None else how
+        if pushed.ok:
+            how = f"{how}; pushed to {target}"
+        elif pushed.refused and pull is not None and pull.repo:
+            instead = pushed.said
+        else:  # no answer, or no pull request to open: the rollback must not wait on it
+            how = f"{how}; NOT pushed ({pushed.said})"
     if instead is not None:
         return RevertRun(key, tuple(items), commit, pull=_propose(
             root, commit, key, items, message, instead, pull,

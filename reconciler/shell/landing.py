@@ -14,11 +14,13 @@ the branch is protected"):
 - ``push``: when the current branch tracks a branch of a remote (``branch.<b>.remote``
   and ``.merge``: what ``git clone``, ``actions/checkout`` and ``git push -u`` set up), the
   revert commit is pushed there as a fast-forward (never forced) *before* it lands
-  locally, so git's history of record has it; a refusal -- a protected branch's
-  ``pre-receive`` hook (GitHub's ``GH006``), a branch that moved, a rule of the server --
-  is returned in the remote's own words, and the caller proposes a pull request instead
-  of failing. Without an upstream nothing is pushed (the revert lands in the checkout, as
-  before).
+  locally, so git's history of record has it. A refusal by the remote -- a protected
+  branch's ``pre-receive`` hook (GitHub's ``GH006``), a branch that moved, a rule of the
+  server -- is ``Pushed.refused``, in the remote's own words: the caller proposes a pull
+  request instead of failing. A push that never reached an answer (no network, no
+  credentials to push with) is not a refusal: the caller lands the revert in the checkout
+  as before and says it was not pushed -- the rollback must not wait on a remote. Without
+  an upstream nothing is pushed.
 
 Must not: decide what to revert, build the commit (``shell.reverting``), or open the pull
 request (``shell.pullrequests``).
@@ -48,6 +50,16 @@ class Upstream:
 
     def __str__(self) -> str:
         return f"{self.remote}/{self.branch}"
+
+
+@dataclass(frozen=True, slots=True)
+class Pushed:
+    """The push's outcome: ``ok`` (the remote has the commit on the branch), else
+    ``refused`` (the remote answered no) or not (it could not be asked), and the words."""
+
+    ok: bool
+    refused: bool = False
+    said: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,16 +107,19 @@ def protection(api_url: str, repo: str, token: str | None, branch: str) -> Prote
                                          f"protected on GitHub ({repo})")
 
 
-def push(root: Path, target: Upstream, commit: str) -> str | None:
-    """Push ``commit`` to ``target`` as a fast-forward; None when the remote took it (or
-    already had it: a rerun after a crash), else what the remote said."""
+def push(root: Path, target: Upstream, commit: str) -> Pushed:
+    """Push ``commit`` to ``target`` as a fast-forward (already there: a rerun after a
+    crash, ok). ``--porcelain`` marks each ref the remote rejected with ``!``: that,
+    and only that, is a refusal."""
     try:
         done = _git(root, "push", "--porcelain", "--", target.remote,
                     f"{commit}:refs/heads/{target.branch}")
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"git push to {target} failed: {safe(exc, 300)}"
+        return Pushed(False, said=f"git push to {target} failed: {safe(exc, 300)}")
     if done.returncode == 0:
-        return None
+        return Pushed(True)
     said = " ".join(line.strip() for line in (done.stderr + "\n" + done.stdout).splitlines()
                     if line.strip() and not line.startswith(("To ", "Done")))
-    return f"git push to {target} was refused: {safe(said, 500)}"
+    refused = any(line.startswith("!") for line in done.stdout.splitlines())
+    verb = "was refused" if refused else "failed"
+    return Pushed(False, refused, f"git push to {target} {verb}: {safe(said, 500)}")

@@ -84,11 +84,12 @@ def test_the_push_is_a_fast_forward_and_a_refusal_is_said_in_the_remotes_words(
     github.protect(branch)
     commit = commit_on_top(root)
     refused = landing.push(root, target, commit)
-    assert refused is not None and "GH006: Protected branch update failed" in refused
+    assert not refused.ok and refused.refused
+    assert "GH006: Protected branch update failed" in refused.said
     github.state.protected.clear()
     (remote / "hooks" / "pre-receive").unlink()
-    assert landing.push(root, target, commit) is None
-    assert landing.push(root, target, commit) is None  # a rerun: already there
+    assert landing.push(root, target, commit).ok
+    assert landing.push(root, target, commit).ok  # a rerun: already there
     # A commit that is not a fast-forward of the remote branch is refused, never forced.
     git(root, "reset", "-q", "--hard", "HEAD~1")
     (root / "a.yaml").write_text("a: 3\n")
@@ -96,6 +97,14 @@ def test_the_push_is_a_fast_forward_and_a_refusal_is_said_in_the_remotes_words(
     other = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], check=True,
                            capture_output=True, text=True).stdout.strip()
     moved = landing.push(root, target, other)
-    assert moved is not None and "refused" in moved
+    assert not moved.ok and moved.refused and "was refused" in moved.said
     assert subprocess.run(["git", "-C", str(root), "ls-remote", "origin", branch],
                           check=True, capture_output=True, text=True).stdout.startswith(commit)
+
+
+def test_a_remote_that_cannot_be_reached_is_no_refusal(tmp_path: Path) -> None:
+    root, _remote, branch = checkout(tmp_path)
+    git(root, "push", "-q", "-u", "origin", branch)
+    git(root, "remote", "set-url", "origin", str(tmp_path / "gone.git"))
+    failed = landing.push(root, landing.Upstream("origin", branch), commit_on_top(root))
+    assert not failed.ok and not failed.refused and "failed" in failed.said

@@ -127,6 +127,21 @@ def test_a_push_the_remote_refuses_falls_back_to_a_pull_request(
     assert not checkout_rollbacks(sandbox)
 
 
+def test_a_remote_that_cannot_be_reached_does_not_hold_the_rollback_back(
+        setup: Setup, sandbox: Sandbox) -> None:
+    """No answer from the remote is no refusal: the revert lands in the checkout as it
+    did before pushes, the rollback is sent and proven, and the output says it was not
+    pushed."""
+    git(setup.repo.path, "remote", "set-url", "origin", str(setup.remote) + ".gone")
+    code, stdout, stderr = apply_reverting(setup.repo, **setup.env())
+    assert code == Exit.NOT_CONVERGED, stdout + stderr
+    assert "and proven on every cluster" in stderr, stderr
+    assert f"NOT pushed (git push to origin/{setup.branch} failed" in stderr, stderr
+    assert len(revert_commits(setup.repo.path)) == 1
+    assert not setup.github.state.pull_requests
+    assert len(checkout_rollbacks(sandbox)) == 1
+
+
 def test_a_revert_proposed_for_a_protected_branch_is_told_as_proposed(
         setup: Setup, sandbox: Sandbox) -> None:
     """Notifications (issue 23) of the pull-request path: ``reverted`` as the proposed
