@@ -70,6 +70,7 @@ from reconciler.core.live import (
     ObservationKind,
     ReadFailure,
 )
+from reconciler.core.notifying import WayBack
 from reconciler.core.outcomes import EXPIRED, ApplyReport, ChangeResult, GateReport, Outcome
 from reconciler.core.pipeline import Environment, Freeze
 from reconciler.core.planning import (
@@ -94,6 +95,7 @@ from reconciler.shell import (
     gitrepo,
     greenfield,
     heap,
+    landing,
     loading,
     observing,
     tracing,
@@ -384,21 +386,20 @@ class ApplyRun:
                 if self.revert_error else []
         back = ", ".join(f"{i.service} {i.to_tag} ({i.to[:19]})" for i in done.items)
         rolled = done.rollback
-        gate = rolled.report.gate if rolled is not None else None
         if done.pull is not None:
             return [f"release failed; the revert to {back} is proposed in pull request "
-                    f"#{done.pull.number} ({done.pull.url}); nothing rolled back until it is "
-                    "merged"]
+                    f"#{done.pull.number} ({done.pull.url}) because {done.why_pr}; nothing "
+                    "rolled back until it is merged"]
+        landed = [f"landed: {done.how}"] if done.how else []
         if rolled is None:
-            return [f"release failed; reverted in git to {back}; the rollback was not applied"]
-        if (gate is not None and gate.converged) or (
-                gate is None and not rolled.report.results
-                and all(p.converged for p in rolled.plan.proofs)):
-            return [f"release failed, rolled back to {back} and proven on every cluster"]
-        pending = [f"{p.service}: {'; '.join(p.reasons()[:3])}"
-                   for p in (gate.pending() if gate is not None else ())]
+            return [f"release failed; reverted in git to {back}; the rollback was not "
+                    "applied", *landed]
+        if reverts.rollback_proven(rolled.plan, rolled.report):
+            return [f"release failed, rolled back to {back} and proven on every cluster",
+                    *landed]
+        pending = reverts.unproven_lines(rolled.report)
         return [f"release failed, reverted in git to {back}; the rollback is NOT proven: "
-                f"{' | '.join(pending) or 'no gate ran'}"]
+                f"{' | '.join(pending) or 'no gate ran'}", *landed]
 
 
 async def ask_preflights(client: ControlPlaneClient,
@@ -893,7 +894,7 @@ async def apply_async(
                                          only=only, confirm=confirm, progress=progress,
                                          deadline=deadline, notify=notify)
             return await revert_after(reconciler, root, run, on_gate_failure, pull, hook,
-                                      progress)
+                                      progress, notify=notify)
         finally:
             if notify is not None:  # bounded: a receiver that is down costs drainSeconds
                 await notify.drain()
@@ -902,23 +903,55 @@ async def apply_async(
 async def revert_after(reconciler: Reconciler, root: Path, run: ApplyRun,
                        on_gate_failure: str, pull: PullTarget | None, hook: Hook,
                        progress: Progress | None = None,
-                       fence: applying.Fence | None = None) -> ApplyRun:
+                       fence: applying.Fence | None = None,
+                       notify: Notifier | None = None) -> ApplyRun:
     """``--on-gate-failure revert`` (apply and watch): when the gate ended on a stated
     failure (``core.reverts.failed``; never a silent cluster), the revert and the
     rollback's apply; the run keeps its own report (the release failed).
 
     ``fence`` (a sharded watcher): asked for each failed service before anything is
     written -- a service whose shard this member no longer holds is not reverted here
-    (its new owner plans it) -- and before each write of the rollback."""
+    (its new owner plans it) -- and before each write of the rollback.
+
+    ``notify``: told how the way back ended (``Notifier.way_back``: reverted, the
+    rollback's proof, or no revert made), off this path."""
+    done, tell = await _revert_after(reconciler, root, run, on_gate_failure, pull, hook,
+                                     progress, fence)
+    if notify is not None and tell:
+        notify.way_back(run.plan, run.report.gate, way_back(done))
+    return done
+
+
+def way_back(run: ApplyRun) -> WayBack:
+    """The run's way back as ``core.notifying`` reads it (a revert made, or why none)."""
+    done = run.reverted
+    failed = tuple(sorted((p.service, p.digest) for p in reverts.failed(run.report.gate).values()))
+    if done is None:
+        return WayBack(error=run.revert_error, failed=failed)
+    rolled = done.rollback
+    return WayBack(key=done.key, items=done.items, commit=done.commit,
+                   landed=done.pull is None and done.commit is not None,
+                   pull_url=done.pull.url if done.pull else None,
+                   pull_number=done.pull.number if done.pull else None, why_pr=done.why_pr,
+                   rollback=(rolled.plan, rolled.report) if rolled is not None else None,
+                   error=run.revert_error, failed=failed)
+
+
+async def _revert_after(reconciler: Reconciler, root: Path, run: ApplyRun,
+                        on_gate_failure: str, pull: PullTarget | None, hook: Hook,
+                        progress: Progress | None,
+                        fence: applying.Fence | None) -> tuple[ApplyRun, bool]:
+    """The way back, and whether it is this run's to tell (not when no revert was asked
+    for or needed, nor when every failed service belongs to another member now)."""
     failed = reverts.failed(run.report.gate) if on_gate_failure == "revert" else {}
     if not failed:
-        return run
+        return run, False
     if fence is not None:
         failed, lost = await _still_fenced(run, failed, fence)
         if lost:
             run = dataclasses.replace(run, revert_error="; ".join(lost))
             if not failed:
-                return run
+                return run, False
     for attempt in range(3):
         try:  # issue 20: the way back, re-planned against the branch head
             done = await revert_with(reconciler, root, sorted(failed), failures=failed,
@@ -929,11 +962,11 @@ async def revert_after(reconciler: Reconciler, root: Path, run: ApplyRun,
             # own shards) landed first: re-plan against the new head, a bounded number
             # of times.
             if attempt == 2:
-                return dataclasses.replace(run, revert_error=str(exc))
+                return dataclasses.replace(run, revert_error=str(exc)), True
             continue
         except EngineError as exc:
-            return dataclasses.replace(run, revert_error=str(exc))
-        return dataclasses.replace(run, reverted=done)  # keeps what was left, if any
+            return dataclasses.replace(run, revert_error=str(exc)), True
+        return dataclasses.replace(run, reverted=done), True  # keeps what was left, if any
     raise AssertionError("unreachable")
 
 
@@ -1119,7 +1152,7 @@ class WatchSteps:
                 deadline=Deadline.after(self.timeout) if self.timeout is not None else None,
                 notify=self.notify)
             return await revert_after(reconciler, self.root, run, self.on_gate_failure,
-                                      self.pull, hook)
+                                      self.pull, hook, notify=self.notify)
 
     async def close(self) -> None:
         if self.notify is not None:  # what is still being retried, briefly
@@ -1469,7 +1502,7 @@ class ShardedWatchSteps(WatchSteps):
                 deadline=Deadline.after(self.timeout) if self.timeout is not None else None,
                 notify=self.notify)
             return await revert_after(reconciler, self.root, run, self.on_gate_failure,
-                                      self.pull, hook, fence=self.fence)
+                                      self.pull, hook, fence=self.fence, notify=self.notify)
 
     async def fence(self, change: Change) -> dict[str, object]:
         """Just before a write: this member still holds the change's shard, checked in one
@@ -1895,6 +1928,9 @@ class RevertRun:
     pull: PullRequest | None = None
     why_pr: str | None = None
     rollback: ApplyRun | None = None
+    #: how a committed revert landed (the branch, whether GitHub was asked about its
+    #: protection and what it said, the upstream it was pushed to)
+    how: str | None = None
 
 
 def revert(root: Path, services: Sequence[str], *, overrides: Overrides,
@@ -2026,12 +2062,31 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
     except revert_git.RevertGitError as exc:
         raise EngineError(f"{exc}; nothing written") from exc
     applying.crash_point("revert-before-commit")
-    if newer or (pull is not None and pull.requested):
-        why = ("the service's file changed on the branch since the failed apply: "
-               + "; ".join(newer.values())) if newer else "--pr"
-        return RevertRun(key, tuple(items), commit, pull=_propose(root, commit, key, items,
-                                                                  message, why, pull),
-                         why_pr=why)
+    instead, how, target = _where_to_land(root, pull, newer)
+    if instead is None and target is not None:
+        # Pushed before it lands here: a refusal (a protected branch, a branch that
+        # moved) leaves the checkout as it was, and the revert becomes a pull request.
+        pushed = landing.push(root, target, commit)
+        if not pushed.ok and revert_git.head(root) != head:
+            # Another writer of this checkout (a member of the same group) landed and
+            # pushed first: as when the fast-forward finds the branch moved, below.
+            done = revert_git.find_keyed(root, key)
+            if done is None:
+                raise BranchMoved("the branch moved while the revert was being made; "
+                                  "nothing written: run it again (it is re-planned against "
+                                  "the new head)")
+            return await _rolled_back(reconciler, root, RevertRun(
+                key, tuple(items), done, already=True), rollback, hook, progress, fence)
+        if pushed.ok:
+            how = f"{how}; pushed to {target}"
+        elif pushed.refused and pull is not None and pull.repo:
+            instead = pushed.said
+        else:  # no answer, or no pull request to open: the rollback must not wait on it
+            how = f"{how}; NOT pushed ({pushed.said})"
+    if instead is not None:
+        return RevertRun(key, tuple(items), commit, pull=_propose(
+            root, commit, key, items, message, instead, pull,
+            base=target.branch if target is not None else None), why_pr=instead)
     try:
         landed = revert_git.fast_forward(root, commit)
     except revert_git.RevertGitError as exc:  # a lock held too long: said, never raised
@@ -2042,16 +2097,41 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
             raise BranchMoved("the branch moved while the revert was being made; nothing "
                               "written: run it again (it is re-planned against the new head)")
         return await _rolled_back(reconciler, root, RevertRun(key, tuple(items), done,
-                                                              already=True), rollback, hook,
-                                  progress, fence)
+                                                              already=True, how=how), rollback,
+                                  hook, progress, fence)
     with contextlib.suppress(JournalError):  # git holds the revert; the journal tells it
         journal = Journal.open(path)
         journal.reverted(key, {"commit": commit, "services": [
             {"service": i.service, "failed": i.failed, "to": i.to, "to_tag": i.to_tag,
              "evidence": list(i.evidence)[:10]} for i in items]})
     applying.crash_point("revert-after-commit")
-    return await _rolled_back(reconciler, root, RevertRun(key, tuple(items), commit),
+    return await _rolled_back(reconciler, root, RevertRun(key, tuple(items), commit, how=how),
                               rollback, hook, progress, fence)
+
+
+def _where_to_land(root: Path, pull: PullTarget | None, newer: Mapping[str, str],
+                   ) -> tuple[str | None, str, landing.Upstream | None]:
+    """Before a revert commit lands: why it must be a pull request instead (None: it may
+    be committed), how it lands (said in the output), and the upstream it is pushed to
+    first. A pull request when the service's file changed on the branch since the failed
+    apply, when ``--pr`` asks, or when GitHub says the branch is protected (asked only
+    when a repository is known: ``GITHUB_REPOSITORY`` or ``--github-repo``); the push's
+    own refusal is the caller's next question (``shell.landing``)."""
+    if newer:
+        return ("the service's file changed on the branch since the failed apply: "
+                + "; ".join(newer.values())), "", None
+    if pull is not None and pull.requested:
+        return "--pr", "", None
+    local = revert_git.branch(root)
+    target = landing.upstream(root, local) if local is not None else None
+    branch = target.branch if target is not None else local
+    if pull is None or not pull.repo or branch is None:
+        return None, (f"committed to {local or 'HEAD'} (branch protection not asked: no "
+                      "GitHub repository given)"), target
+    asked = landing.protection(pull.api_url, pull.repo, pull.token, branch)
+    if asked.protected:
+        return f"{asked.said}: a pull request instead of a commit", "", target
+    return None, f"committed to {local} ({asked.said})", target
 
 
 class BranchMoved(EngineError):
@@ -2080,7 +2160,7 @@ async def _rolled_back(reconciler: Reconciler, root: Path, done: RevertRun, roll
 
 
 def _propose(root: Path, commit: str, key: str, items: Sequence[reverts.Item], message: str,
-             why: str, pull: PullTarget | None) -> PullRequest:
+             why: str, pull: PullTarget | None, *, base: str | None = None) -> PullRequest:
     from reconciler.shell import pullrequests  # githubkit loads only for a pull request
 
     if pull is None or not pull.repo:
@@ -2088,7 +2168,7 @@ def _propose(root: Path, commit: str, key: str, items: Sequence[reverts.Item], m
                           "GitHub repository is known: set GITHUB_REPOSITORY or --repo "
                           f"OWNER/NAME; the revert commit {commit[:12]} was not landed",
                           Exit.ERROR)
-    base = revert_git.branch(root)
+    base = base or revert_git.branch(root)
     if base is None:
         raise EngineError("the revert must be proposed as a pull request, but HEAD is "
                           "detached: no base branch to propose it to", Exit.ERROR)

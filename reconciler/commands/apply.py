@@ -188,7 +188,9 @@ def _report_revert(run_: ApplyRun, fmt: str) -> None:
     from reconciler.commands import revert
 
     done = run_.reverted
-    lines = (revert.story(done) if done is not None else []) + run_.revert_story()
+    # The revert's own story, then how the way back ended (a line both say, once).
+    lines = list(dict.fromkeys((revert.story(done) if done is not None else [])
+                               + run_.revert_story()))
     if fmt == "json":
         import json
 

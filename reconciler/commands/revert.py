@@ -5,8 +5,10 @@ its last proven release (``core.lastproven``: a journal proof and the control pl
 acceptance, each named), with a ``kind: Hold`` document on the failed digest, in one
 commit whose message carries the failure evidence and a ``Reconcile-Revert:`` key
 (rerun: the same key is found, nothing is written twice); ``--pr`` pushes a branch and
-opens a pull request instead. It does not apply: ``reconcile apply`` rolls back (or use
-``apply --on-gate-failure revert``, which does both).
+opens a pull request instead, as does a branch GitHub says is protected or a push of the
+revert the remote refuses (``engine._where_to_land``, ``shell.landing``). It does not
+apply: ``reconcile apply`` rolls back (or use ``apply --on-gate-failure revert``, which
+does both).
 
 ``release-hold``: remove the Hold on SERVICE's DIGEST by a commit, so the digest may be
 pinned again.
@@ -35,7 +37,9 @@ def add_pr_flags(parser: argparse.ArgumentParser) -> None:
                         help="push a branch and open a pull request (GitHub, as `reconcile "
                         "comment` reaches it) instead of committing to the current branch")
     parser.add_argument("--github-repo", metavar="OWNER/NAME",
-                        help="the pull request's repository (default: GITHUB_REPOSITORY)")
+                        help="the pull request's repository, also asked whether the branch "
+                        "is protected (then a pull request, not a commit; default: "
+                        "GITHUB_REPOSITORY)")
     parser.add_argument("--remote", default="origin", metavar="NAME",
                         help="the git remote that receives the branch (default: origin)")
 
@@ -55,7 +59,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "revert", help="pin a failed release's service back to its last proven release",
         description="Write the last proven digest (and its tag) of each SERVICE back into "
         "its file, add a kind: Hold document on the failed digest, and commit with the "
-        "failure evidence (or open a pull request with --pr). The last proven release is "
+        "failure evidence, pushed to the branch the checkout tracks (or open a pull request: "
+        "with --pr, when GitHub says the branch is protected, or when the push is refused). "
+        "The last proven release is "
         "one the journal holds a proof of (the judge found it converged on every expected "
         "cluster) and the control plane accepted; with none, nothing is written. Apply "
         "afterwards rolls back.")
@@ -97,6 +103,8 @@ def story(done: RevertRun) -> list[str]:
         lines.append(f"revert {said}: commit {done.commit[:12]}"
                      + (f" (key {done.key})" if done.key else "")
                      + (f"; {done.why_pr}" if done.why_pr and not done.items else ""))
+        if done.how:
+            lines.append(f"landed: {done.how}")
     return lines
 
 

@@ -199,7 +199,8 @@ class Coordination(_Model):
     retry_seconds: Seconds = Field(default=5.0, gt=0, alias="retrySeconds")
 #: Notification kinds a sink may subscribe to (``core.notifying.Kind``'s values).
 NotificationKind = Literal["planned", "applied", "converged", "apply_failed", "gate_failed",
-                           "no_go", "no_go_cleared"]
+                           "no_go", "no_go_cleared", "held", "reverted", "rollback_proven",
+                           "rollback_not_proven"]
 #: A secret's file: an absolute path (``~`` expanded), never a file of the repo.
 SecretFile = Annotated[str, Strict(), Field(min_length=1, max_length=4096,
                                             pattern=names.anchored(r"[/~][^\x00-\x1f]*"))]

@@ -1,7 +1,7 @@
 """What a revert is (issue 20): which failed services qualify, the revert's key, and the
 words of its commit -- pure values the engine sequences and the shell writes.
 
-Owns three rules:
+Owns four rules:
 
 - ``failed``: a service qualifies for an automatic revert only when the one judge says it
   is **not converged for a reason the control plane or a cluster stated** -- the rollout
@@ -13,6 +13,9 @@ Owns three rules:
   as the commit's ``Reconcile-Revert:`` trailer and names the pull-request branch;
 - ``message``: the commit message, with the failure evidence (cluster, digests, what the
   control plane said) and where the proven release's proof came from.
+- ``rollback_proven``: whether the rollback's apply ended proven on every expected
+  cluster -- the gate's word (or, nothing sent, the plan's proofs); the run's story and
+  its notification (``core.notifying``) both ask it, never a second opinion.
 
 Must not: do I/O or decide which digest is proven (``core.lastproven``).
 """
@@ -25,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from reconciler.core.evidence import Proof, ServiceProof
-from reconciler.core.outcomes import GateReport
+from reconciler.core.outcomes import ApplyReport, GateReport
+from reconciler.core.plans import Plan
 
 TRAILER = "Reconcile-Revert"
 
@@ -36,6 +40,24 @@ def failed(gate: GateReport | None) -> dict[str, ServiceProof]:
         return {}
     return {p.service: p for p in gate.proofs
             if p.proof is Proof.NOT_CONVERGED and (p.terminal or p.stated())}
+
+
+def rollback_proven(plan: Plan, report: ApplyReport) -> bool:
+    """Whether the rollback's apply (``plan`` judged fresh, ``report`` what it did) ended
+    proven on every expected cluster: the gate's word, or -- nothing sent, no gate --
+    the plan's own proofs. The one place the way back is called proven (the run's story
+    and its notification both ask it)."""
+    gate = report.gate
+    if gate is not None:
+        return gate.converged
+    return not report.results and all(p.converged for p in plan.proofs)
+
+
+def unproven_lines(report: ApplyReport) -> list[str]:
+    """What the judge still misses after a rollback: one line per service not proven."""
+    gate = report.gate
+    return [f"{p.service}: {'; '.join(p.reasons()[:3])}"
+            for p in (gate.pending() if gate is not None else ())]
 
 
 def evidence_lines(proof: ServiceProof) -> list[str]:

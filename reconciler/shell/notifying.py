@@ -48,8 +48,8 @@ import httpx
 from reconciler import __version__
 from reconciler.core import notifying
 from reconciler.core.desired import Delivery, Notifications, Settings
-from reconciler.core.notifying import Kind, Memory, Notification, ServiceLine
-from reconciler.core.outcomes import ApplyReport
+from reconciler.core.notifying import Kind, Memory, Notification, ServiceLine, WayBack
+from reconciler.core.outcomes import ApplyReport, GateReport
 from reconciler.core.plans import Plan
 from reconciler.core.sanitize import register_secret, safe
 
@@ -121,7 +121,7 @@ def read_secret(env: Mapping[str, str], *, variable: str | None, path: str | Non
 
 def _kinds(own: Iterable[str] | None, default: Iterable[str] | None) -> frozenset[Kind]:
     chosen = own if own is not None else default
-    return frozenset(Kind) if chosen is None else frozenset(Kind(k) for k in chosen)
+    return frozenset(Kind) if chosen is None else notifying.subscribed(chosen)
 
 
 def sinks(config: Notifications, env: Mapping[str, str],
@@ -232,6 +232,18 @@ def _service_json(line: ServiceLine) -> dict[str, Any]:
             "clusters": list(line.clusters), "reasons": [safe(r, 500) for r in line.reasons]}
 
 
+def _revert_json(note: Notification) -> dict[str, Any] | None:
+    """The revert a way-back notification is about: its key, the failed commit, the
+    revert commit and whether it landed on the branch, the pull request and why."""
+    line = note.revert
+    if line is None:
+        return None
+    return {"key": line.key, "failedCommit": line.failed_commit, "commit": line.commit,
+            "landed": line.landed, "pullRequest": line.pull_url,
+            "pullNumber": line.pull_number,
+            "why": safe(line.why_pr, 500) if line.why_pr else None}
+
+
 def event_id(note: Notification, event_type: str, subject: ServiceLine | None) -> str:
     """Stable per notification, type and subject: a retried delivery repeats it."""
     raw = f"{note.key}|{event_type}|{subject.service if subject else ''}"
@@ -261,11 +273,13 @@ def cdevent(note: Notification, event_type: str, subject: ServiceLine | None,
             artifact = purl(subject)
             if artifact:
                 content["artifactId"] = artifact
-        subj = {"id": f"{note.environment}/{note.commit}/{note.kind.value}",
-                "type": "incident", "content": content}
-    else:  # a custom (dev.cdeventsx) event: reconcile-plan, reconcile-environment
+        subj = {"id": note.incident, "type": "incident", "content": content}
+    else:  # a custom (dev.cdeventsx) event: reconcile-plan, -environment, -revert
+        custom: dict[str, Any] = {"environment": environment}
+        if note.revert is not None and note.revert.pull_url:
+            custom["url"] = note.revert.pull_url
         subj = {"id": f"{note.environment}/{note.commit}",
-                "type": event_type.split(".")[2], "content": {"environment": environment}}
+                "type": event_type.split(".")[2], "content": custom}
     return {
         "context": {"version": CDEVENTS_VERSION, "id": event_id(note, event_type, subject),
                     "source": source, "type": event_type,
@@ -275,7 +289,8 @@ def cdevent(note: Notification, event_type: str, subject: ServiceLine | None,
         "customData": {"kind": note.kind.value, "environment": note.environment,
                        "commit": note.commit, "summary": safe(note.summary, 1000),
                        "services": [_service_json(s) for s in note.services],
-                       "blockers": [safe(b, 500) for b in note.blockers]},
+                       "blockers": [safe(b, 500) for b in note.blockers],
+                       **({"revert": _revert_json(note)} if note.revert else {})},
     }
 
 
@@ -320,14 +335,20 @@ def slack_message(note: Notification) -> dict[str, Any]:
     if len(note.services) > 10:
         lines.append(f"… and {len(note.services) - 10} more service(s)")
     lines.extend(f"• {_mrkdwn(b, 300)}" for b in note.blockers[:10])
+    fields = [{"type": "mrkdwn", "text": f"*Commit*\n`{note.commit[:12]}`"},
+              {"type": "mrkdwn", "text": f"*Environment*\n{_mrkdwn(note.environment, 100)}"}]
+    revert = note.revert
+    if revert is not None:
+        where = f"<{_mrkdwn(revert.pull_url, 300)}|pull request #{revert.pull_number}>" \
+            if revert.pull_url else (f"commit `{revert.commit[:12]}`" if revert.commit
+                                     else "not made")
+        fields.append({"type": "mrkdwn", "text": f"*Revert*\n{where}"})
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "emoji": True,
                                     "text": safe(f"{headline}", SLACK_HEADER - 5)}},
         {"type": "section", "text": {"type": "mrkdwn",
                                      "text": f"{icon} {_mrkdwn(note.summary, 1000)}"}},
-        {"type": "section", "fields": [
-            {"type": "mrkdwn", "text": f"*Commit*\n`{note.commit[:12]}`"},
-            {"type": "mrkdwn", "text": f"*Environment*\n{_mrkdwn(note.environment, 100)}"}]},
+        {"type": "section", "fields": fields},
     ]
     if lines:
         body = "\n".join(lines)
@@ -436,8 +457,10 @@ class GitHubSink:
                 status: Any = {"state": spec.commit_state,
                                "context": self.context or f"reconcile/{note.environment}",
                                "description": status_description(note)}
-                if self.target_url:
-                    status["target_url"] = self.target_url
+                # A proposed revert's status links its pull request (what to review).
+                target = self.target_url or (note.revert.pull_url if note.revert else None)
+                if target:
+                    status["target_url"] = target
                 await github.rest.repos.async_create_commit_status(
                     owner, repo, note.commit, data=status, headers=_HEADERS)
                 if self.deployments and spec.deployment_state is not None:
@@ -601,7 +624,7 @@ class Notifier:
         self.memory = MemoryFile(state / STATE_FILE)
         self.deliveries = Deliveries(targets, config.delivery, count=count)
         wanted = config.on
-        self.kinds = frozenset(Kind) if wanted is None else frozenset(Kind(k) for k in wanted)
+        self.kinds = frozenset(Kind) if wanted is None else notifying.subscribed(wanted)
 
     @classmethod
     def build(cls, settings: Settings, state: Path, env: Mapping[str, str], *,
@@ -624,8 +647,20 @@ class Notifier:
         """Decide what ``plan`` (and the apply's ``report``) earns, remember it, and start
         delivering it in the background (needs a running loop). Returns what is new."""
         memory = self.memory.load()
-        decision = notifying.decide(memory, plan, environment=self.environment, report=report,
-                                    applying=self.applying)
+        return self._deliver(memory, notifying.decide(
+            memory, plan, environment=self.environment, report=report,
+            applying=self.applying))
+
+    def way_back(self, failed: Plan, gate: GateReport | None,
+                 way: WayBack) -> tuple[Notification, ...]:
+        """As ``outcome``, for what ``--on-gate-failure revert`` did after ``failed``'s
+        gate (``core.notifying.decide_way_back``)."""
+        memory = self.memory.load()
+        return self._deliver(memory, notifying.decide_way_back(
+            memory, failed, gate, way, environment=self.environment))
+
+    def _deliver(self, memory: Memory, decision: notifying.Decision,
+                 ) -> tuple[Notification, ...]:
         if decision.memory != memory:
             self.memory.save(decision.memory)
         new = tuple(n for n in decision.new if n.kind in self.kinds)

@@ -169,6 +169,16 @@ class PullRequestsClient(CommentsClient):
                 return _pull(item, branch, base, created=False)
         return None
 
+    def protected(self, branch: str) -> bool | None:
+        """``GET /repos/{o}/{r}/branches/{branch}``'s ``protected`` field (read access is
+        enough to see it); None when the answer carries none."""
+        what = f"GET /repos/{self.owner}/{self.name}/branches/{branch}"
+        with self._errors(what):
+            data = self._github.rest.repos.get_branch(self.owner, self.name, branch,
+                                                      headers=_HEADERS).json()
+        found = data.get("protected") if isinstance(data, dict) else None
+        return found if isinstance(found, bool) else None
+
     def open(self, branch: str, base: str, title: str, body: str) -> PullRequest:
         """The open pull request from ``branch`` into ``base``, created if there is none."""
         found = self.find_open(branch, base)

@@ -31,6 +31,13 @@ Implements the documented shapes (docs.github.com/rest/issues/comments) that
   ``State.git_remote`` is set the head branch must exist there (422 otherwise). A created
   pull request takes the next issue number and accepts comments.
 
+- ``GET {prefix}/repos/{o}/{r}/branches/{branch}`` → ``{"name", "commit": {"sha"},
+  "protected", "protection": {"enabled", ...}, "protection_url"}`` as GitHub answers a
+  reader; 404 ``Branch not found`` for a branch ``State.git_remote`` does not have (when
+  set). ``StandIn.protect(branch)`` protects one: the endpoint says so, and the remote's
+  ``pre-receive`` hook refuses a push to it as GitHub does (``GH006: Protected branch
+  update failed``).
+
 ``prefix`` is ``""`` (github.com) or ``"/api/v3"`` (GitHub Enterprise Server). Every request
 is logged with its arrival time, so tests can check that a retry came after the wait.
 """
@@ -44,6 +51,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -100,6 +108,8 @@ class State:
     # repository that stands for the GitHub-side git remote (checked for the head branch).
     pull_requests: dict[int, dict[str, Any]] = field(default_factory=dict)
     git_remote: str | None = None
+    # Branches protected on "GitHub" (``StandIn.protect``).
+    protected: set[str] = field(default_factory=set)
 
 
 class StandIn:
@@ -137,6 +147,31 @@ class StandIn:
                     installation, read_only)
         self.state.tokens[token] = user
         return user
+
+    def protect(self, branch: str) -> None:
+        """Protect ``branch``: the branches endpoint says ``protected: true``, and the git
+        remote (``State.git_remote``, when set) refuses any push to it, in GitHub's words."""
+        with self.lock:
+            self.state.protected.add(branch)
+            remote = self.state.git_remote
+            names = sorted(self.state.protected)
+        if remote is None:
+            return
+        hook = Path(remote) / "hooks" / "pre-receive"
+        refs = " ".join(f"refs/heads/{n}" for n in names)
+        hook.write_text(
+            "#!/bin/sh\n"
+            "while read old new ref; do\n"
+            f"  for p in {refs}; do\n"
+            '    if [ "$ref" = "$p" ]; then\n'
+            '      echo "error: GH006: Protected branch update failed for $ref." >&2\n'
+            '      echo "error: Changes must be made through a pull request." >&2\n'
+            "      exit 1\n"
+            "    fi\n"
+            "  done\n"
+            "done\n"
+            "exit 0\n")
+        hook.chmod(0o755)
 
     def seed(self, pr: int, body: str, login: str, *, bot: bool = False) -> int:
         with self.lock:
@@ -281,6 +316,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._deployments(method, parts[3:], raw, query, user)
         if len(parts) == 4 and parts[:3] == ["repos", o, r] and parts[3] == "pulls":
             return self._pulls(method, query, raw, user)
+        if len(parts) == 5 and parts[:4] == ["repos", o, r, "branches"] and method == "GET":
+            return self._branch(parts[4])
         number: int | None = None
         if (len(parts) == 6 and parts[:3] == ["repos", o, r] and parts[3] == "issues"
                 and parts[5] == "comments"):
@@ -431,6 +468,30 @@ class _Handler(BaseHTTPRequestHandler):
             s.state.pull_requests[number] = pull
             s.state.pulls.add(number)
         return self._reply(201, pull)
+
+    def _branch(self, name: str) -> None:
+        """GET /repos/o/r/branches/{branch} (docs.github.com/rest/branches/branches), the
+        fields a reader gets."""
+        s = self.standin
+        sha = "0" * 40
+        if s.state.git_remote is not None:
+            out = subprocess.run(["git", "ls-remote", "--heads", s.state.git_remote,
+                                  f"refs/heads/{name}"], capture_output=True, text=True,
+                                 check=False).stdout.split()
+            if not out:
+                return self._error(404, "Branch not found")
+            sha = out[0]
+        with s.lock:
+            protected = name in s.state.protected
+        url = f"{s.api_url}/repos/{s.state.owner}/{s.state.repo}/branches/{name}"
+        return self._reply(200, {
+            "name": name, "commit": {"sha": sha, "url": f"{url}/commit"},
+            "_links": {"self": url, "html": f"https://github.example/{s.state.owner}/"
+                       f"{s.state.repo}/tree/{name}"},
+            "protected": protected,
+            "protection": {"enabled": protected, "required_status_checks": {
+                "enforcement_level": "off", "contexts": [], "checks": []}},
+            "protection_url": f"{url}/protection"})
 
     def _user(self) -> User | bool | None:
         header = self.headers.get("Authorization")

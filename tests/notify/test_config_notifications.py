@@ -46,7 +46,7 @@ def test_sinks_and_tracing_with_their_sources_and_no_secret(run, monkeypatch) ->
     assert "https://hooks.example/cd" in hook and "token from env HOOK_TOKEN (set;" in hook
     assert "settings.yaml:" in hook and "notifications.webhooks.0" in hook
     slack = next(line for line in out.splitlines() if "slack[0]" in line)
-    assert "url from env SLACK_URL (set;" in slack and "on gate_failed, no_go" in slack
+    assert "url from env SLACK_URL (set;" in slack and "on gate_failed, held, no_go" in slack
     github = next(line for line in out.splitlines() if line.strip().startswith("github"))
     assert "commit statuses and deployments" in github
     assert "env GITHUB_TOKEN (NOT readable: the sink is left out" in github
