@@ -22,9 +22,9 @@ from reconciler.shell import notifying
 from reconciler.shell.notifying import Notifier
 from tests.comment.github_standin import StandIn
 from tests.notify import receivers
+from tests.notify.conftest import TOKEN
 from tests.notify.test_deciding import ENV, change, gate, plan, proof, sent
 
-TOKEN = "ghp_n0tifyT0kenValue0123456789abcdef"
 SLACK_PATH_SECRET = "T000/B000/XXXXsecretXXXX"
 
 
@@ -40,14 +40,6 @@ def slack() -> Iterator[receivers.Receiver]:
     r = receivers.start()
     yield r
     r.stop()
-
-
-@pytest.fixture
-def github() -> Iterator[StandIn]:
-    standin = StandIn().start()
-    standin.add_user(TOKEN, "reconcile-bot", bot=True)
-    yield standin
-    standin.stop()
 
 
 def gate_failure() -> Notification:

@@ -14,7 +14,7 @@ import re
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,22 +24,14 @@ from reconciler.sandbox.launcher import Sandbox
 from tests.comment.github_standin import StandIn
 from tests.e2e_repo import Repo, git
 from tests.notify import receivers
+from tests.notify.conftest import TOKEN
 from tests.watch.test_watch_e2e import watching
 from tests.watch.test_watch_proof import free_port, is_apply_end
 
 pytestmark = pytest.mark.integration
 
-TOKEN = "ghp_e2eN0tifyT0ken0123456789abcdefghij"
 SLACK_SECRET = "XXsl4ckS3cretPathXX"
 FAST = {"attempts": 3, "backoffSeconds": 0.2, "timeoutSeconds": 2.0, "drainSeconds": 5.0}
-
-
-@pytest.fixture
-def github() -> Iterator[StandIn]:
-    standin = StandIn().start()
-    standin.add_user(TOKEN, "reconcile-bot", bot=True)
-    yield standin
-    standin.stop()
 
 
 def with_notifications(repo: Repo, notifications: dict[str, Any]) -> str:

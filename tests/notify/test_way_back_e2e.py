@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,9 +27,9 @@ from reconciler.sandbox.launcher import Sandbox
 from tests.comment.github_standin import StandIn
 from tests.e2e_repo import Repo, git
 from tests.notify import receivers
+from tests.notify.conftest import TOKEN
 from tests.notify.test_notify_e2e import (
     FAST,
-    TOKEN,
     metric,
     watching_env,
     with_notifications,
@@ -38,14 +38,6 @@ from tests.revert.test_revert_e2e import NEW, OLD, revert_commits, rollbacks
 from tests.watch.test_watch_proof import free_port
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def github() -> Iterator[StandIn]:
-    standin = StandIn().start()
-    standin.add_user(TOKEN, "reconcile-bot", bot=True)
-    yield standin
-    standin.stop()
 
 
 def head(repo: Repo) -> str:

@@ -115,13 +115,18 @@ def test_http01_and_normal_sync_independently_the_replay_sends_nothing_and_the_o
     assert all(w["ownership"] != status_key for w in route_writes(sandbox))
 
 
+def prune_routes(repo: Repo) -> None:
+    """The repo's Settings say ``policy.routes.prune: true``."""
+    settings = json.loads((repo.path / "settings.yaml").read_text())
+    settings.setdefault("policy", {})["routes"] = {"prune": True}
+    (repo.path / "settings.yaml").write_text(json.dumps(settings, indent=2) + "\n")
+
+
 def test_prune_deletes_only_our_undeclared_route_never_the_other_clients(
         repo: Repo, sandbox: Sandbox) -> None:
     write_routes(repo, NORMAL, ACME)
     assert repo.run("apply", str(repo.path), "--auto-approve").code == Exit.OK
-    settings = json.loads((repo.path / "settings.yaml").read_text())
-    settings.setdefault("policy", {})["routes"] = {"prune": True}
-    (repo.path / "settings.yaml").write_text(json.dumps(settings, indent=2) + "\n")
+    prune_routes(repo)
     write_routes(repo, NORMAL)
     plan = repo.run("plan", str(repo.path), "--format", "json")
     document = json.loads(plan.out)
@@ -158,9 +163,7 @@ def test_a_cluster_keeping_a_pruned_route_fails_the_gate_naming_it_until_it_drop
     until sn2 drops it -- though the control plane no longer lists the route."""
     write_routes(repo, NORMAL, ACME)
     assert repo.run("apply", str(repo.path), "--auto-approve").code == Exit.OK
-    settings = json.loads((repo.path / "settings.yaml").read_text())
-    settings.setdefault("policy", {})["routes"] = {"prune": True}
-    (repo.path / "settings.yaml").write_text(json.dumps(settings, indent=2) + "\n")
+    prune_routes(repo)
     write_routes(repo, NORMAL)
     sandbox.fault("sn2", "route-stuck")
     applied = repo.run("apply", str(repo.path), "--auto-approve")
