@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from reconciler.core import routing
@@ -118,6 +118,9 @@ def test_covers_is_sound_on_the_universe(outer: GatewayRoute, inner: GatewayRout
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(routes, min_size=1, max_size=4, unique_by=lambda r: r.name))
+@example([route("r1", 1, domains=(), ports=(80,), transport="udp"),  # a union: r3 never wins
+          route("r2", 1, domains=(), ports=(443,), transport="udp"),
+          route("r3", 0, domains=(), ports=(80, 443), transport="udp")])
 def test_every_finding_is_true_of_the_gateway_and_no_same_priority_overlap_is_missed(
         declared: list[GatewayRoute]) -> None:
     findings = routing.analyse(declared)
@@ -126,9 +129,11 @@ def test_every_finding_is_true_of_the_gateway_and_no_same_priority_overlap_is_mi
         if finding.code is FindingCode.AMBIGUOUS:
             assert finding.route.priority == finding.other.priority
             assert routing.matches(finding.other, finding.example)
-        else:
-            assert finding.other.priority > finding.route.priority
-            assert all(routing.matches(finding.other, r) for r in UNIVERSE
+        else:  # covered by one higher route, or by the union it names
+            cover = finding.union or (finding.other,)
+            assert finding.other in cover
+            assert all(o.priority > finding.route.priority for o in cover)
+            assert all(any(routing.matches(o, r) for o in cover) for r in UNIVERSE
                        if routing.matches(finding.route, r))
     flagged = {frozenset((f.route.name, f.other.name)) for f in findings
                if f.code is FindingCode.AMBIGUOUS}
