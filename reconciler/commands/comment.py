@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from reconciler.commands import output
+from reconciler.commands import options, output
 from reconciler.core import comments
 from reconciler.core.comments import Owned
 from reconciler.core.plans import Plan
@@ -262,8 +262,8 @@ class Target:
 
 
 def resolve_target(args: argparse.Namespace, env: dict[str, str] | os._Environ[str]) -> Target:
-    api_url = args.api_url or env.get("GITHUB_API_URL") or "https://api.github.com"
-    repo = args.repo or env.get("GITHUB_REPOSITORY") or None
+    api_url = options.github_api_url(args.api_url, env)
+    repo = options.github_repository(args.repo, env)
     pr: int | None = args.pr
     if pr is None and env.get("GITHUB_EVENT_PATH"):
         pr = _pr_from_event_file(Path(env["GITHUB_EVENT_PATH"]))
@@ -284,17 +284,6 @@ def _pr_from_event_file(path: Path) -> int | None:
     return pr_from_event(event)
 
 
-def read_token(name: str) -> str | None:
-    token = os.environ.get(name, "").strip()
-    if not token:
-        return None
-    if not token.isascii() or not token.isprintable() or any(c.isspace() for c in token):
-        # Checked here so that no HTTP library ever echoes a malformed header value.
-        raise EngineError(f"{name} does not hold a token (whitespace or non-ASCII inside)",
-                          Exit.USAGE)
-    return token
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
@@ -310,7 +299,7 @@ def _run(args: argparse.Namespace) -> int:
     if not key.strip() or "\n" in key:
         raise EngineError("--key must be a non-empty single line", Exit.USAGE)
     target = resolve_target(args, os.environ)
-    token = read_token(args.token_env)
+    token = options.read_token(args.token_env)
     delivery = deliveries.from_env(os.environ, artifact=args.artifact,
                                    artifact_url=args.artifact_url, plan_name=args.plan_name)
 

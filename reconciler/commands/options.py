@@ -2,6 +2,10 @@
 
 Owns the connection-override flags. Their precedence (flag > environment > settings,
 each layer able to unset) is ``shell.endpoints``'s; this module only names the flags.
+Also owns how the commands that talk to GitHub (comment, promote --pr, revert,
+watch --promote-from) resolve its API, the repository and the token: flag > GitHub
+Actions' variable > default, the same in each (githubkit itself is loaded only by the
+shell, when a pull request or comment is made).
 """
 
 from __future__ import annotations
@@ -10,9 +14,37 @@ import argparse
 import os
 from collections.abc import Mapping
 
+from reconciler.exitcodes import Exit
+from reconciler.failures import EngineError
 from reconciler.shell.endpoints import Overrides
 
 FORMATS = ("text", "json", "markdown")
+#: GitHub's API when neither a flag nor GITHUB_API_URL names one (GitHub Enterprise:
+#: https://HOST/api/v3)
+GITHUB_API = "https://api.github.com"
+
+
+def github_api_url(flag: str | None, env: Mapping[str, str] = os.environ) -> str:
+    """``--api-url`` > ``GITHUB_API_URL`` > GitHub's own."""
+    return flag or env.get("GITHUB_API_URL") or GITHUB_API
+
+
+def github_repository(flag: str | None, env: Mapping[str, str] = os.environ) -> str | None:
+    """``--repo OWNER/NAME`` > ``GITHUB_REPOSITORY``; None when neither names one."""
+    return flag or env.get("GITHUB_REPOSITORY") or None
+
+
+def read_token(name: str) -> str | None:
+    """The GitHub token in the environment variable ``name`` (None: unset or blank); a
+    usage error when it holds whitespace or non-ASCII inside."""
+    token = os.environ.get(name, "").strip()
+    if not token:
+        return None
+    if not token.isascii() or not token.isprintable() or any(c.isspace() for c in token):
+        # Checked here so that no HTTP library ever echoes a malformed header value.
+        raise EngineError(f"{name} does not hold a token (whitespace or non-ASCII inside)",
+                          Exit.USAGE)
+    return token
 
 
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:

@@ -123,12 +123,12 @@ def _open_pr(args: argparse.Namespace, result: object) -> int:
     from reconciler.shell import pullrequests
 
     assert isinstance(result, PromoteRun) and result.commit is not None
-    repo = args.repo or os.environ.get("GITHUB_REPOSITORY")
+    repo = options.github_repository(args.repo)
     if not repo:
         print("reconcile promote: --pr needs --repo OWNER/NAME (or GITHUB_REPOSITORY)",
               file=sys.stderr)
         return int(Exit.USAGE)
-    api_url = args.api_url or os.environ.get("GITHUB_API_URL") or "https://api.github.com"
+    api_url = options.github_api_url(args.api_url)
     moved = [p for p in result.promotions if p.written]
     # One service: the branch `watch --promote-from` proposes the same promotion on, so
     # a watcher finds this pull request instead of opening a second one.

@@ -11,9 +11,9 @@ repository must be known. What is proposed and when is the engine's
 from __future__ import annotations
 
 import argparse
-import os
 from typing import TYPE_CHECKING
 
+from reconciler.commands import options
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 
@@ -51,7 +51,6 @@ def target(args: argparse.Namespace, stage: Selected | None) -> ProposalTarget |
     wanted = getattr(args, "promote_from", None)
     if wanted is None:
         return None
-    from reconciler.commands.comment import read_token
     from reconciler.engine import ProposalTarget, PullTarget
     from reconciler.render import markdown
 
@@ -69,12 +68,12 @@ def target(args: argparse.Namespace, stage: Selected | None) -> ProposalTarget |
         raise EngineError(f"--promote-from {wanted}: {stage.name} is promoted from "
                           f"{stage.upstream.name}, the environment before it in the "
                           f"pipeline ({order})", Exit.USAGE)
-    repo = args.github_repo or os.environ.get("GITHUB_REPOSITORY") or None
+    repo = options.github_repository(args.github_repo)
     if not repo:
         raise EngineError("--promote-from proposes pull requests: name the GitHub "
                           "repository with --repo OWNER/NAME (or GITHUB_REPOSITORY)",
                           Exit.USAGE)
-    api_url = args.api_url or os.environ.get("GITHUB_API_URL") or "https://api.github.com"
-    pull = PullTarget(api_url=api_url, repo=repo, token=read_token(args.token_env),
+    pull = PullTarget(api_url=options.github_api_url(args.api_url), repo=repo,
+                      token=options.read_token(args.token_env),
                       remote=args.remote, requested=True)
     return ProposalTarget(pull=pull, base=args.base, body=markdown.render)

@@ -45,13 +45,12 @@ def add_pr_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def pull_target(args: argparse.Namespace) -> PullTarget:
-    from reconciler.commands.comment import read_token
     from reconciler.engine import PullTarget
 
     return PullTarget(
-        api_url=os.environ.get("GITHUB_API_URL") or "https://api.github.com",
-        repo=args.github_repo or os.environ.get("GITHUB_REPOSITORY") or None,
-        token=read_token("GITHUB_TOKEN"), remote=args.remote, requested=args.pr)
+        api_url=options.github_api_url(None),
+        repo=options.github_repository(args.github_repo),
+        token=options.read_token("GITHUB_TOKEN"), remote=args.remote, requested=args.pr)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
