@@ -5,9 +5,6 @@ that ends while ``watch`` runs lets the very next cycle apply, without a restart
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -17,10 +14,9 @@ import pytest
 
 from reconciler.exitcodes import Exit
 from reconciler.sandbox.launcher import Sandbox
-from tests.e2e_repo import PROJECT
 from tests.promotion.pipeline_repo import NEW, PipelineRepo, make_pipeline_repo
 from tests.promotion.test_soak_e2e import apply, blockers, plan_json
-from tests.watch.test_watch_e2e import Watch
+from tests.watch.events import watch_process
 
 pytestmark = pytest.mark.integration
 
@@ -112,12 +108,8 @@ def test_a_deny_window_that_ends_while_watch_runs_lets_the_next_cycle_apply(
                                     "schedule": f"{now.minute} {now.hour} * * *",
                                     "duration": f"{duration}s", "timezone": "UTC"}])
     soaked.commit("a deny window open now")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "reconciler", "watch", str(soaked.path), "--env", "prod",
-         "--apply", "--resync", "2", "--log-format", "json"], cwd=PROJECT, env=soaked.env(),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    watch = Watch(proc)
-    try:
+    with watch_process(str(soaked.path), "--env", "prod", "--apply", "--resync", "2",
+                       "--log-format", "json", env=soaked.env()) as watch:
         first = watch.wait_for(lambda e: e["event"] == "plan", timeout=90)
         assert first["verdict"] == "no_go", first
         assert time.time() < now.timestamp() + ends_in, "the window ended before the plan"
@@ -125,12 +117,6 @@ def test_a_deny_window_that_ends_while_watch_runs_lets_the_next_cycle_apply(
                                                           "apply-refused"), timeout=180)
         assert applied["event"] == "applied", applied
         assert time.time() >= now.timestamp() + ends_in - 1  # not before the window ended
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
     assert soaked.prod.rollout_statuses()["svc-checkout"]["expectedDigest"] == NEW
 
 

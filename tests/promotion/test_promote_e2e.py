@@ -6,29 +6,19 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from reconciler.exitcodes import Exit
 from reconciler.sandbox.launcher import Sandbox
-from tests.comment.conftest import BOT, TOKEN
+from tests.comment.conftest import TOKEN
 from tests.comment.github_standin import StandIn
 from tests.promotion.pipeline_repo import NEW, OLD, PipelineRepo, make_pipeline_repo
 from tests.promotion.test_soak_e2e import apply
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def standin() -> Iterator[StandIn]:
-    server = StandIn("").start()
-    server.add_user(TOKEN, BOT, bot=True)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def repo_with_old_prod(tmp_path: Path, sandbox_factory: Callable[..., Sandbox],

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -25,26 +23,15 @@ import pytest
 from reconciler.core.proposals import branch_name
 from reconciler.exitcodes import Exit
 from reconciler.sandbox.launcher import Sandbox
-from tests.comment.conftest import BOT, TOKEN
+from tests.comment.conftest import TOKEN
 from tests.comment.github_standin import StandIn
-from tests.e2e_repo import PROJECT
 from tests.promotion.pipeline_repo import NEW, OLD, PipelineRepo, make_pipeline_repo
 from tests.promotion.test_soak_e2e import apply
-from tests.watch.events import Watch
+from tests.watch.events import Watch, watch_process
 
 pytestmark = pytest.mark.integration
 
 SOAK = 8  # seconds: long enough to see the watcher wait, short enough for a test
-
-
-@pytest.fixture
-def standin() -> Iterator[StandIn]:
-    server = StandIn("").start()
-    server.add_user(TOKEN, BOT, bot=True)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def git(root: Path, *args: str) -> str:
@@ -74,21 +61,9 @@ def watching(repo: PipelineRepo, standin: StandIn, *args: str,
              token: str = TOKEN, promote: bool = True) -> Iterator[Watch]:
     proposing = ["--promote-from", "staging", "--repo", "acme/fleet", "--api-url",
                  standin.api_url] if promote else []
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "reconciler", "watch", str(repo.path), "--env", "prod",
-         *proposing, "--log-format", "json", *args], cwd=PROJECT,
-        env=repo.env(GITHUB_TOKEN=token),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    watch = Watch(proc)
-    try:
+    with watch_process(str(repo.path), "--env", "prod", *proposing, "--log-format", "json",
+                       *args, env=repo.env(GITHUB_TOKEN=token)) as watch:
         yield watch
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 def posts(standin: StandIn) -> int:

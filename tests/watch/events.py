@@ -1,16 +1,21 @@
 """A running `reconcile watch --log-format json` process read as events: a thread reads its
-stdout line by line, tests wait for an event matching a predicate or drain for a while."""
+stdout line by line, tests wait for an event matching a predicate or drain for a while;
+``watch_process`` starts one and stops it (SIGTERM, then kill) however the test ends."""
 
 from __future__ import annotations
 
 import json
 import queue
+import signal
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from typing import Any
+
+from tests.e2e_repo import PROJECT
 
 
 class Watch:
@@ -54,3 +59,21 @@ class Watch:
 
     def named(self, event: str) -> list[dict[str, Any]]:
         return [e for e in self.seen if e["event"] == event]
+
+
+@contextmanager
+def watch_process(*args: str, env: Mapping[str, str]) -> Iterator[Watch]:
+    """``reconcile watch ARGS...`` (add ``--log-format json``) run from the project, read
+    as a ``Watch``; stopped with SIGTERM (killed after 20 s) when the block ends."""
+    proc = subprocess.Popen([sys.executable, "-m", "reconciler", "watch", *args],
+                            cwd=PROJECT, env=dict(env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        yield Watch(proc)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()

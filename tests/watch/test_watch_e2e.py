@@ -7,7 +7,6 @@ import json
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -19,9 +18,9 @@ import pytest
 
 from reconciler.exitcodes import Exit
 from reconciler.sandbox.launcher import Sandbox
-from tests.e2e_repo import PROJECT, Repo, git
+from tests.e2e_repo import Repo, git
 from tests.plan.builders import digest
-from tests.watch.events import Watch
+from tests.watch.events import Watch, watch_process
 
 pytestmark = pytest.mark.integration
 
@@ -31,20 +30,9 @@ WRITES = {"promoteServiceImageRelease", "rollbackServiceImageRelease", "setServi
 
 @contextmanager
 def watching(repo: Repo, *args: str) -> Iterator[Watch]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "reconciler", "watch", str(repo.path), "--log-format", "json",
-         *args], cwd=PROJECT, env=repo.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
-    watch = Watch(proc)
-    try:
+    with watch_process(str(repo.path), "--log-format", "json", *args,
+                       env=repo.env()) as watch:
         yield watch
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 def is_plan(e: dict[str, Any]) -> bool:
