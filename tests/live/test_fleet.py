@@ -4,9 +4,11 @@ one with the same meaning, and the conditional re-read of an unchanged fleet."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from typing import Any
 
+import httpx
 import pytest
 
 from reconciler.core.live import LiveService, ReadFailure
@@ -128,7 +130,44 @@ def test_a_service_get_services_does_not_list_is_not_found_either_way() -> None:
     [result] = read(cp, (*IDS, "svc-gone"))
     gone = result.services["svc-gone"]
     assert isinstance(gone, ReadFailure) and gone.code == "SERVICE_NOT_FOUND"
-    assert "svc-gone" not in cp.calls("getServicesReleases")[0]["request"]["serviceIds"]
+    # The listing is asked for every managed id before getServices has answered; the
+    # control plane leaves a service that does not exist out of it, and nothing asks
+    # for that service on its own.
+    assert "svc-gone" not in [c["request"]["serviceId"]
+                              for c in cp.calls("getServiceImageReleases")]
+
+
+def test_a_service_only_the_listing_carries_is_not_found() -> None:
+    """Created between the two reads: getServices' word (it does not exist) stands."""
+    cp = control_plane(getServices=[{"services": [raw(s) for s in IDS[:2]]}])
+    [result] = read(cp)
+    gone = result.services["svc-c"]
+    assert isinstance(gone, ReadFailure) and gone.code == "SERVICE_NOT_FOUND"
+    assert all(isinstance(result.services[s], LiveService) for s in IDS[:2])
+
+
+def test_the_listing_does_not_wait_for_get_services() -> None:
+    """getServices is the large reply: the releases listing is read while it is still
+    being sent. Here getServices answers only once a listing page was asked for; a read
+    that waited for getServices first would never get it (and fail on the deadline)."""
+    cp = control_plane()
+    asked = asyncio.Event()
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        method = json.loads(request.content).get("method")
+        if method == "getServicesReleases":
+            asked.set()
+        elif method == "getServices":
+            await asyncio.wait_for(asked.wait(), timeout=5)
+        return cp.handle(request)
+
+    async def go() -> fleet.Fleet:
+        async with ControlPlaneClient(connection(), token=CANARY,
+                                      transport=httpx.MockTransport(handle)) as client:
+            return await fleet.read(client, list(IDS), NullProgress())
+
+    result = asyncio.run(go())
+    assert all(isinstance(s, LiveService) for s in result.services.values())
 
 
 def conditional_services(env: dict[str, Any]) -> dict[str, Any]:
