@@ -4,11 +4,11 @@ Owns the control-plane half of a snapshot: ``getServices`` (every service, one c
 the grants, and the releases of every managed service -- in pages of the [ext]
 ``getServicesReleases`` when ``capabilities()`` lists it (read while ``getServices`` is
 still being sent), else one ``getServiceImageReleases`` per service as the seeds define
-(the real upstream) -- folded into ``core.live`` values. The two ways mean the same: a service ``getServices`` does not
-list is ``SERVICE_NOT_FOUND``; a service the batch listing did not carry although it
-exists is asked for on its own (it may have appeared in between); a batch page that
-fails makes every service it had not yet carried a ``ReadFailure`` with the reason, never
-"no releases".
+(the real upstream) -- folded into ``core.live`` values. The two ways mean the same: a
+service ``getServices`` does not list is ``SERVICE_NOT_FOUND``; a service the batch
+listing did not carry although it exists is asked for on its own (it may have appeared
+in between); a batch page that fails makes every service it had not yet carried a
+``ReadFailure`` with the reason, never "no releases".
 
 Conditional resync [ext]: a caller that keeps a ``Memory`` across snapshots (the watcher)
 asks ``getServices`` with ``ifNoneMatch`` = the etag of its last clean read; the control
