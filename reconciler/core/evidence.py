@@ -37,7 +37,9 @@ sanitized strings, codes are the ``Why`` enum.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import ClassVar
 
 from pydantic import ConfigDict
 
@@ -55,6 +57,7 @@ from reconciler.core.live import (
 )
 from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import safe
+from reconciler.core.values import LeanValue, lean_config
 from reconciler.core.whys import Assessment, Why
 
 __all__ = [
@@ -95,7 +98,12 @@ class Target(_Model):
     routes_gone: tuple[tuple[str, str | None, str | None], ...] = ()
 
 
-class ClusterProof(_Model):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterProof(LeanValue):
+    # A lean value (``core.values``): a 10,000 × 10 plan holds one per (service, cluster).
+    # Read back from a saved plan as the models are (unknown fields refused), not strictly.
+    __pydantic_config__: ClassVar[ConfigDict] = lean_config(strict=False)
+
     cluster: str
     proof: Proof
     why: Why | None = None  # None when converged

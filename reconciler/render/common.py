@@ -44,6 +44,7 @@ from reconciler.core.plans import (
 from reconciler.core.preflight import CREATE_METHOD, ServicePreflight, Status
 from reconciler.core.review import ModifiedChange, ReleaseAt, Target
 from reconciler.core.sanitize import safe, safe_json_text
+from reconciler.core.values import LeanValue
 
 #: The bound on any one string of a plan as rendered; fields shown in tables bound harder.
 VALUE_LIMIT = 2_000
@@ -86,8 +87,8 @@ def _kind(kind: type) -> int:
     vocabulary, not data. Learnt once per type."""
     found = _KINDS.get(kind)
     if found is None:
-        found = _KINDS[kind] = _WALK if issubclass(kind, BaseModel | tuple | list | dict) \
-            else _LEAVE
+        found = _KINDS[kind] = _WALK if issubclass(kind, BaseModel | tuple | list | dict
+                                                   | LeanValue) else _LEAVE
     return found
 
 
@@ -180,7 +181,8 @@ class _Sanitizer:
             return dict(pairs)
         # A plan's models forbid extras: their ``__dict__`` is exactly their fields.
         update: dict[str, Any] | None = None
-        for name, old in value.__dict__.items():
+        lean = isinstance(value, LeanValue)  # slotted: no __dict__ (core.values)
+        for name, old in value.__dict__.items() if not lean else _lean_fields(value):
             kind = kinds.get(type(old))
             if kind == _LEAVE:
                 continue
@@ -196,6 +198,10 @@ class _Sanitizer:
                 update = {}
             update[name] = new
         return value.model_copy(update=update) if update else value
+
+
+def _lean_fields(value: Any) -> list[tuple[str, Any]]:
+    return [(name, getattr(value, name)) for name in type(value).__slots__]
 
 
 def _sanitize(value: Any) -> Any:
