@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any
 
 from pydantic import BaseModel
@@ -200,8 +201,20 @@ class _Sanitizer:
         return value.model_copy(update=update) if update else value
 
 
-def _lean_fields(value: Any) -> list[tuple[str, Any]]:
-    return [(name, getattr(value, name)) for name in type(value).__slots__]
+#: A lean value's type -> its field names and a getter of their values (``_lean_fields``).
+_LEAN_FIELDS: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
+
+
+def _lean_fields(value: Any) -> zip[tuple[str, Any]]:
+    """A lean value's (name, value) pairs: its slots, read in one call."""
+    found = _LEAN_FIELDS.get(type(value))
+    if found is None:
+        names: tuple[str, ...] = type(value).__slots__
+        get = attrgetter(*names)
+        found = _LEAN_FIELDS[type(value)] = (
+            names, get if len(names) > 1 else lambda v: (get(v),))
+    names, values = found
+    return zip(names, values(value), strict=True)
 
 
 def _sanitize(value: Any) -> Any:
