@@ -172,8 +172,9 @@ class _Planner:
         self.evidence: list[ServiceEvidence] = []
         self.preconditions: dict[str, object] = {}
         self.proofs: list[evidence.ServiceProof] = []
-        #: service -> the judge's word against what the control plane intends now (only
-        #: its clusters not converged, ``judge(pending_only=True)``, unless it is ``proofs``')
+        #: service -> the judge's word against what the control plane intends now: its
+        #: clusters not converged only (``judge(pending_only=True)``), or the plan's own
+        #: proof of the service when the control plane intends what the repo pins
         self.intended: dict[str, evidence.ServiceProof] = {}
         #: expected clusters no address answered as: cluster -> why (said once, mesh-wide)
         self.unreachable: dict[str, str] = {}

@@ -3,8 +3,8 @@
 Owns ``LeanValue``, the base of the values a snapshot and a plan hold once per (service,
 cluster) -- ``core.live.Observation`` and ``ClusterRuntime``, ``core.evidence.
 ClusterProof`` -- and ``lean_config``, how pydantic reads and writes them as fields of
-the plan's models. A pydantic model instance costs about 350 bytes (the instance, its
-``__dict__`` and its validation); such a value about 90, and is built by its plain
+the plan's models. A pydantic model instance costs about 350 bytes (the instance and its
+``__dict__``) and a validation to build; such a value 80 bytes (five fields) and its plain
 ``__init__``, never validated: whoever builds one holds values already checked (the
 shell's strict wire models, the judge's own vocabulary), and mypy checks the types.
 
