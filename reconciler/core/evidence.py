@@ -37,7 +37,9 @@ sanitized strings, codes are the ``Why`` enum.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import ClassVar
 
 from pydantic import ConfigDict
 
@@ -55,6 +57,7 @@ from reconciler.core.live import (
 )
 from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import safe
+from reconciler.core.values import LeanValue, lean_config
 from reconciler.core.whys import Assessment, Why
 
 __all__ = [
@@ -95,7 +98,12 @@ class Target(_Model):
     routes_gone: tuple[tuple[str, str | None, str | None], ...] = ()
 
 
-class ClusterProof(_Model):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterProof(LeanValue):
+    # A lean value (``core.values``): a 10,000 × 10 plan holds one per (service, cluster).
+    # Read back from a saved plan as the models are (unknown fields refused), not strictly.
+    __pydantic_config__: ClassVar[ConfigDict] = lean_config(strict=False)
+
     cluster: str
     proof: Proof
     why: Why | None = None  # None when converged
@@ -234,16 +242,23 @@ def _judge_rollout(live: LiveService | ReadFailure | None, digest: str) -> tuple
 
 
 def judge(target: Target, live: LiveService | ReadFailure | None,
-          expected: Iterable[str], observations: Iterable[Observation]) -> ServiceProof:
+          expected: Iterable[str], observations: Iterable[Observation], *,
+          pending_only: bool = False) -> ServiceProof:
     """The judgement of one service: converged only when the control plane's rollout is to
     the pinned digest and succeeded, and every ``expected`` cluster proves it. A cluster
-    with no observation is silent. Not converged wins over unproven when both occur."""
+    with no observation is silent. Not converged wins over unproven when both occur.
+
+    ``pending_only``: the same judgement, but the returned ``clusters`` hold only the
+    clusters not converged (what ``pending()`` returns; ``stated()`` and ``reasons()``
+    read no others), for a caller that keeps nothing else -- the planner's second look
+    at a service, against what the control plane intends now, would otherwise build a
+    proof per converged cluster only to drop it (``docs/scaling.md`` round 4)."""
     by_cluster = {o.cluster_id: o for o in observations}
     # Clusters running the same app usually send one and the same (shared) runtime:
     # judged once per runtime, named per cluster.
     assessed: dict[int, _Assessment] = {}
 
-    def one(cluster: str) -> ClusterProof:
+    def one(cluster: str) -> ClusterProof | None:
         observation = by_cluster.get(cluster) or Observation(
             cluster_id=cluster, kind=ObservationKind.SILENT, reason="never probed")
         runtime = observation.runtime
@@ -252,14 +267,17 @@ def judge(target: Target, live: LiveService | ReadFailure | None,
         assessment = assessed.get(id(runtime))
         if assessment is None:
             assessment = assessed[id(runtime)] = _assess(observation, target)
+        if pending_only and assessment[0] is None:
+            return None  # converged: proven, and not kept
         return _proof(cluster, assessment)
 
-    clusters = tuple(one(cluster) for cluster in sorted(set(expected)))
+    names = sorted(set(expected))
+    clusters = tuple(found for found in map(one, names) if found is not None)
     rollout = _judge_rollout(live, target.digest)
     proofs = {c.proof for c in clusters}
     if rollout is not None:
         proofs.add(Proof.UNPROVEN if rollout[0] in UNPROVEN_WHYS else Proof.NOT_CONVERGED)
-    if not clusters:
+    if not names:
         proofs.add(Proof.UNPROVEN)  # no expected cluster at all proves nothing
     proof = Proof.NOT_CONVERGED if Proof.NOT_CONVERGED in proofs else \
         Proof.UNPROVEN if Proof.UNPROVEN in proofs else Proof.CONVERGED

@@ -13,13 +13,15 @@ Pure: no I/O imports.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from reconciler.core.names import Capability
 from reconciler.core.routing import GatewayRoute
+from reconciler.core.values import LeanValue
 
 #: Per class, one set object per distinct set of explicitly given field names (see
 #: ``LeanModel``); a class built with more shapes than that keeps a set per instance.
@@ -159,8 +161,12 @@ class ReplicaCounts(_Model):
     failed: int = 0
 
 
-class ClusterRuntime(_Model):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterRuntime(LeanValue):
     """A cluster's own runtime record for one app (CONTRACT §2), sanitized."""
+
+    # A lean value (``core.values``): one per distinct status body in a snapshot, built
+    # by the shell's parser from its strict wire model, never validated again.
 
     state: str | None = None
     image: str | None = None
@@ -176,8 +182,8 @@ class ClusterRuntime(_Model):
     #: [ext] the gateway routes in effect on this cluster's ingress that the app owns
     #: (docs/extensions.md §5); None: the cluster did not say (proves no route). Left
     #: out of the wire when None, so plans without routes read as they always did.
-    routes: tuple[GatewayRoute, ...] | None = Field(default=None,
-                                                    exclude_if=lambda v: v is None)
+    routes: Annotated[tuple[GatewayRoute, ...] | None,
+                      Field(exclude_if=lambda v: v is None)] = None
 
 
 class Endpoint(_Model):
@@ -190,8 +196,11 @@ class Endpoint(_Model):
     batch_status: str | None = None
 
 
-class Observation(_Model):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Observation(LeanValue):
     """What one cluster said about one app, or why it said nothing."""
+
+    # A lean value (``core.values``): a 10,000 × 10 snapshot holds 100,000 of them.
 
     cluster_id: str  # the expected cluster id, or the address when unnamed
     address: str | None = None  # None: no endpoint answered as this cluster
@@ -204,7 +213,7 @@ class Observation(_Model):
     #: says when the cluster confirmed it (``core.freshness`` takes the later of the two).
     #: Read by ``core.freshness``; not part of the plan's wire format, which carries the
     #: snapshot's time (``Plan.created_at``) and stays the same for the same evidence.
-    observed_at: int | None = Field(default=None, exclude=True)
+    observed_at: Annotated[int | None, Field(exclude=True)] = None
 
 
 class Confirmation(_Model):

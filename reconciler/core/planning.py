@@ -172,7 +172,9 @@ class _Planner:
         self.evidence: list[ServiceEvidence] = []
         self.preconditions: dict[str, object] = {}
         self.proofs: list[evidence.ServiceProof] = []
-        #: service -> the judge's word against what the control plane intends now
+        #: service -> the judge's word against what the control plane intends now: its
+        #: clusters not converged only (``judge(pending_only=True)``), or the plan's own
+        #: proof of the service when the control plane intends what the repo pins
         self.intended: dict[str, evidence.ServiceProof] = {}
         #: expected clusters no address answered as: cluster -> why (said once, mesh-wide)
         self.unreachable: dict[str, str] = {}
@@ -326,8 +328,10 @@ class _Planner:
             evidence.egress_key(target.egress or ()) and \
             target.model_copy(update={"egress": intended.egress}) == intended
         # The same question asked twice has the same answer: judged once when the control
-        # plane already intends exactly what the repo pins (the steady state).
-        now = proof if same else evidence.judge(intended, live, expected, rows)
+        # plane already intends exactly what the repo pins (the steady state). Else only
+        # what is not converged is kept: all that drift and risks read.
+        now = proof if same else evidence.judge(intended, live, expected, rows,
+                                                pending_only=True)
         self.intended[svc.name] = now
         status = live.rollout_status
         in_progress = status is not None and status.status in IN_PROGRESS_STATUSES

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any
 
 from pydantic import BaseModel
@@ -44,6 +45,7 @@ from reconciler.core.plans import (
 from reconciler.core.preflight import CREATE_METHOD, ServicePreflight, Status
 from reconciler.core.review import ModifiedChange, ReleaseAt, Target
 from reconciler.core.sanitize import safe, safe_json_text
+from reconciler.core.values import LeanValue
 
 #: The bound on any one string of a plan as rendered; fields shown in tables bound harder.
 VALUE_LIMIT = 2_000
@@ -86,8 +88,8 @@ def _kind(kind: type) -> int:
     vocabulary, not data. Learnt once per type."""
     found = _KINDS.get(kind)
     if found is None:
-        found = _KINDS[kind] = _WALK if issubclass(kind, BaseModel | tuple | list | dict) \
-            else _LEAVE
+        found = _KINDS[kind] = _WALK if issubclass(kind, BaseModel | tuple | list | dict
+                                                   | LeanValue) else _LEAVE
     return found
 
 
@@ -180,7 +182,8 @@ class _Sanitizer:
             return dict(pairs)
         # A plan's models forbid extras: their ``__dict__`` is exactly their fields.
         update: dict[str, Any] | None = None
-        for name, old in value.__dict__.items():
+        lean = isinstance(value, LeanValue)  # slotted: no __dict__ (core.values)
+        for name, old in value.__dict__.items() if not lean else _lean_fields(value):
             kind = kinds.get(type(old))
             if kind == _LEAVE:
                 continue
@@ -196,6 +199,22 @@ class _Sanitizer:
                 update = {}
             update[name] = new
         return value.model_copy(update=update) if update else value
+
+
+#: A lean value's type -> its field names and a getter of their values (``_lean_fields``).
+_LEAN_FIELDS: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
+
+
+def _lean_fields(value: Any) -> zip[tuple[str, Any]]:
+    """A lean value's (name, value) pairs: its slots, read in one call."""
+    found = _LEAN_FIELDS.get(type(value))
+    if found is None:
+        names: tuple[str, ...] = type(value).__slots__
+        get = attrgetter(*names)
+        found = _LEAN_FIELDS[type(value)] = (
+            names, get if len(names) > 1 else lambda v: (get(v),))
+    names, values = found
+    return zip(names, values(value), strict=True)
 
 
 def _sanitize(value: Any) -> Any:

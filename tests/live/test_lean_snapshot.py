@@ -17,6 +17,7 @@ from reconciler.core.live import (
     MeshView,
     Observation,
     ObservationKind,
+    ReadFailure,
 )
 from reconciler.shell.probing.parsing import Malformed, Shared, parse_status
 
@@ -67,15 +68,14 @@ def test_sharing_never_conflates_values_a_parser_tells_apart() -> None:
 
 
 def test_models_share_their_fields_set_and_a_copy_does_not_leak_into_others() -> None:
-    one = Observation(cluster_id="sn1", address="127.0.0.2", kind=ObservationKind.ANSWERED,
-                      runtime=ClusterRuntime(state="ACTIVE"), observed_at=T0)
-    two = Observation(cluster_id="sn2", address="127.0.0.3", kind=ObservationKind.ANSWERED,
-                      runtime=ClusterRuntime(state="ACTIVE"), observed_at=T0)
+    # (Observations are lean values, ``core.values``: they keep no fields set at all.)
+    one = ReadFailure(service_id="svc-1", reason="timed out")
+    two = ReadFailure(service_id="svc-2", reason="timed out")
     assert one.model_fields_set is two.model_fields_set
-    copied = one.model_copy(update={"reason": "r"})
-    assert "reason" in copied.model_fields_set
-    assert "reason" not in one.model_fields_set and "reason" not in two.model_fields_set
-    assert one.model_dump() == two.model_dump() | {"cluster_id": "sn1", "address": "127.0.0.2"}
+    copied = one.model_copy(update={"code": "SERVICE_NOT_FOUND"})
+    assert "code" in copied.model_fields_set
+    assert "code" not in one.model_fields_set and "code" not in two.model_fields_set
+    assert one.model_dump() == two.model_dump() | {"service_id": "svc-1"}
 
 
 def snapshot(observed_at: int, confirmed: tuple[Confirmation, ...]) -> LiveSnapshot:

@@ -306,3 +306,21 @@ def test_a_converged_service_proof_has_every_expected_cluster_converged(
         assert proof.pending() == () and proof.reasons() == []
     else:
         assert proof.reasons(), "a proof that is not converged says why"
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(case=judge_cases(), share=st.booleans())
+def test_a_judgement_kept_pending_only_is_the_same_judgement_without_converged_clusters(
+        case: tuple[evidence.Target, LiveService, tuple[str, ...], list[Observation],
+                    list[Observation]], share: bool) -> None:
+    target, live, expected, rows, _ = case
+    if share:  # one runtime object for every answer, as a snapshot's shared status
+        first = next((o.runtime for o in rows if o.runtime is not None), None)
+        rows = [o.model_copy(update={"runtime": first}) if o.runtime is not None else o
+                for o in rows]
+    full = evidence.judge(target, live, expected, rows)
+    kept = evidence.judge(target, live, expected, rows, pending_only=True)
+    assert kept == full.model_copy(update={"clusters": full.pending()})
+    assert kept.proof is full.proof and kept.pending() == full.pending()
+    assert kept.stated() == full.stated() and kept.reasons() == full.reasons()
+    assert all(c.proof is not evidence.Proof.CONVERGED for c in kept.clusters)
