@@ -61,7 +61,8 @@ class LoadResult:
 
     ``state`` is None whenever ``diagnostics`` is not empty: a desired state with a
     known problem is never handed to planning. ``documents`` holds every document
-    that passed its own model, with positions, even when the repo as a whole did not.
+    that passed its own model, with the positions its later rules need
+    (``crosscheck.keep``), even when the repo as a whole did not.
     """
 
     state: DesiredState | None
@@ -76,7 +77,12 @@ class LoadResult:
 
 @dataclass(frozen=True, slots=True)
 class _FileOutcome:
-    loaded: LoadedFile
+    """What is kept of a validated file: its models, each with the few positions later
+    rules can name (``crosscheck.keep``), and its diagnostics -- not its plain values,
+    nor the position of each (at fleet scale they were most of a loaded file's memory,
+    and the watcher's ``BlobCache`` keeps outcomes from one load to the next)."""
+
+    path: str
     documents: tuple[crosscheck.Located, ...]
     diagnostics: tuple[Diagnostic, ...]
 
@@ -103,7 +109,7 @@ def load_files(root: Path, paths: Sequence[str],
     under ``root``, each read and parsed once; ``problems`` are added (what the walk
     refused)."""
     with heap.bulk(keep=True):  # see ``load_blobs``
-        outcomes = {outcome.loaded.path: outcome
+        outcomes = {outcome.path: outcome
                     for outcome in (_validate_loaded(loading.load_file(root, rel))
                                     for rel in paths)}
         return _combine(root, tuple(paths), outcomes, problems)
@@ -232,9 +238,9 @@ def _validate_loaded(loaded: LoadedFile) -> _FileOutcome:
         model, problems = validate_document(document)
         diagnostics.extend(problems)
         if model is not None:
-            documents.append(crosscheck.Located(
+            documents.append(crosscheck.keep(
                 model, document.path, document.line, document.column, document.positions))
-    return _FileOutcome(loaded, tuple(documents), tuple(diagnostics))
+    return _FileOutcome(loaded.path, tuple(documents), tuple(diagnostics))
 
 
 def _assemble(located: Sequence[crosscheck.Located]) -> DesiredState | None:
