@@ -56,15 +56,19 @@ class Located:
 
     def position(self, loc: Loc) -> Position:
         """Where ``loc`` was written, or its nearest written ancestor, or the document."""
-        for end in range(len(loc), -1, -1):
-            found = self.positions.get(loc[:end])
-            if found is not None:
-                return found
-        return self.line, self.column
+        return _position(self.positions, loc, (self.line, self.column))
 
     @property
     def where(self) -> str:
         return f"{self.path}:{self.line}"
+
+
+def _position(positions: Mapping[Loc, Position], loc: Loc, document: Position) -> Position:
+    for end in range(len(loc), -1, -1):
+        found = positions.get(loc[:end])
+        if found is not None:
+            return found
+    return document
 
 
 class Kept(Mapping[Loc, Position]):
@@ -131,10 +135,9 @@ def keep(document: Settings | Service | Grant | Hold | Route, path: str, line: i
     paths = kept_paths(document)
     if paths is None:
         return Located(document, path, line, column, positions)
-    whole = Located(document, path, line, column, positions)
     lines_columns: list[int] = []
     for loc in paths:
-        lines_columns.extend(whole.position(loc))
+        lines_columns.extend(_position(positions, loc, (line, column)))
     return Located(document, path, line, column, Kept(paths, tuple(lines_columns)))
 
 

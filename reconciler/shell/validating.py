@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
@@ -317,7 +318,7 @@ def validate_document(
                                         "leave the live egress alone, or write `egress: []` "
                                         "to revoke all"))
     try:
-        model = model_type.model_validate_json(json.dumps(value))
+        model = model_type.model_validate_json(_json_text(value))
     except ValidationError as exc:
         for error in exc.errors(include_url=False):
             ctx = error.get("ctx") or {}
@@ -330,6 +331,20 @@ def validate_document(
             problems.append(at(loc, message, key=on_key))
         return None, problems
     return (None, problems) if problems else (model, problems)
+
+
+_ENCODE: Final = msgspec.json.Encoder().encode
+
+
+def _json_text(value: object) -> bytes | str:
+    """The JSON text of a loaded document's values: msgspec's, a tenth of ``json.dumps``'s
+    cost (10,000 documents a load); ``json.dumps`` for what msgspec cannot encode (a
+    lone surrogate from a ``"\\ud800"`` escape). Either text reads back as the same
+    values: floats keep their ``.`` or exponent, integers of any size stay integers."""
+    try:
+        return _ENCODE(value)
+    except (UnicodeEncodeError, OverflowError, msgspec.EncodeError):
+        return json.dumps(value)
 
 
 # --------------------------------------------------------------------------- messages
