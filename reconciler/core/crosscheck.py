@@ -137,7 +137,9 @@ def keep(document: Settings | Service | Grant | Hold | Route, path: str, line: i
         return Located(document, path, line, column, positions)
     lines_columns: list[int] = []
     for loc in paths:
-        lines_columns.extend(_position(positions, loc, (line, column)))
+        found = positions.get(loc)  # written, nearly always: no ancestor to look for
+        lines_columns.extend(found if found is not None
+                             else _position(positions, loc, (line, column)))
     return Located(document, path, line, column, Kept(paths, tuple(lines_columns)))
 
 

@@ -5,7 +5,9 @@ Owns the sequence load (``shell.loading``) -> dispatch on ``kind`` -> model vali
 of pydantic's errors into ``Diagnostic``s that name the file, line, column and field
 in plain English. Callers: ``reconcile validate``, the engine (plan/apply) and the
 watcher, which reads commits through ``load_blobs`` with a ``BlobCache`` so that only
-changed blobs are parsed and validated again. Each file is read and parsed once.
+changed blobs are parsed and validated again. Each file is read and parsed once; once
+validated, a file keeps its models, its diagnostics and the few positions later rules
+can name (``core.crosscheck.keep``), never its plain values or every value's position.
 
 It must not print, exit, or decide anything about plans. It never raises for bad
 input: a repo that cannot be read is a diagnostic too.
