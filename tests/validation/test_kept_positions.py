@@ -147,3 +147,29 @@ def test_a_service_keeps_a_few_positions_and_settings_keep_all() -> None:
     assert len(services) > 1
     assert all(crosscheck.kept_paths(d.document) is crosscheck.kept_paths(services[0].document)
                for d in services)
+
+
+def test_a_cached_file_is_named_at_its_lines_when_a_later_commit_clashes_with_it(
+        tmp_path: Path) -> None:
+    """The watcher keeps validated files between loads (``BlobCache``): a file kept from
+    the first load is still named at its own lines by a rule a second load breaks."""
+    files = {rel: text.encode() for rel, text in _files().items() if not rel.startswith("twin/")}
+    twin = "\n# shifted\n\n" + (EXAMPLES / "services" / "search.yaml").read_text()
+    blobs = {f"oid-{rel}": data for rel, data in files.items()} | {"oid-twin": twin.encode()}
+
+    def read(oids: object) -> list[bytes | int]:
+        assert isinstance(oids, list)
+        return [blobs[oid] for oid in oids]
+
+    first = [(rel, f"oid-{rel}") for rel in sorted(files)]
+    second = sorted([*first, ("services/twin.yaml", "oid-twin")])
+    cache = validating.BlobCache()
+    assert validating.load_blobs(tmp_path, first, read, cache=cache).valid
+    cached = validating.load_blobs(tmp_path, second, read, cache=cache)
+    assert cache.hits == len(first) and cache.misses == len(first) + 1
+    fresh = validating.load_blobs(tmp_path, second, read)
+    assert cached.diagnostics == fresh.diagnostics
+    search = (EXAMPLES / "services" / "search.yaml").read_text().splitlines()
+    name_line = next(i for i, line in enumerate(search, 1) if line.startswith("name:"))
+    assert any(d.path == "services/search.yaml" and d.line == name_line and d.field == "name"
+               and "services/twin.yaml:" in d.message for d in cached.diagnostics), cached
