@@ -8,6 +8,10 @@ was created); every grant names a declared service; no two
 ``core.routedocs``. Called by
 ``shell.validating`` after every document has passed its own model.
 
+Also owns which positions a validated document keeps (``keep``): once a file has passed
+its models, only the values these rules can point at are ever located again, so a
+document keeps their positions alone -- not the position of every value of the file.
+
 Pure: takes validated documents with their positions, returns diagnostics; reads no
 file and raises nothing for bad input.
 """
@@ -15,44 +19,128 @@ file and raises nothing for bad input.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import lru_cache
+from typing import Any, Final
 
 from reconciler.core import routedocs
 from reconciler.core.desired import Grant, Hold, Route, Service, Settings
 from reconciler.core.diagnostics import NO_POSITION, Diagnostic, field_path
 
 Loc = tuple[str | int, ...]
+Position = tuple[int, int]
 
 
 @dataclass(frozen=True, slots=True)
 class Located:
-    """A validated document and where it (and each of its values) was written.
+    """A validated document and where it (and the values the rules point at) was written.
 
     ``positions`` maps a value's path in the document (YAML keys, i.e. the models'
-    aliases, and list indexes) to its 1-based (line, column).
+    aliases, and list indexes) to its 1-based (line, column): for the ``Settings``
+    document every value's (``reconcile config`` says where each setting was written),
+    for the others only the paths ``keep`` names (``Kept``), each with the position
+    ``at`` gave it when the file was loaded.
     """
 
     document: Settings | Service | Grant | Hold | Route
     path: str
     line: int
     column: int
-    positions: Mapping[Loc, tuple[int, int]]
+    positions: Mapping[Loc, Position]
 
     def at(self, loc: Loc, message: str) -> Diagnostic:
         """A diagnostic pointing at ``loc`` (or its nearest written ancestor)."""
-        line, column = self.line, self.column
-        for end in range(len(loc), -1, -1):
-            found = self.positions.get(loc[:end])
-            if found is not None:
-                line, column = found
-                break
+        line, column = self.position(loc)
         return Diagnostic(self.path, line, column, field_path(loc), message)
+
+    def position(self, loc: Loc) -> Position:
+        """Where ``loc`` was written, or its nearest written ancestor, or the document."""
+        return _position(self.positions, loc, (self.line, self.column))
 
     @property
     def where(self) -> str:
         return f"{self.path}:{self.line}"
+
+
+def _position(positions: Mapping[Loc, Position], loc: Loc, document: Position) -> Position:
+    for end in range(len(loc), -1, -1):
+        found = positions.get(loc[:end])
+        if found is not None:
+            return found
+    return document
+
+
+class Kept(Mapping[Loc, Position]):
+    """The positions a validated document keeps: a few paths, in a compact form.
+
+    At fleet scale a repo is 10,000 Service files of about 25 values each; a dict of
+    every value's position (a path tuple and a position tuple per value) was most of the
+    memory a loaded file kept. ``paths`` is one tuple shared by every document of the
+    same shape; ``lines_columns`` holds line, column of each path in turn."""
+
+    __slots__ = ("_lines_columns", "_paths")
+
+    def __init__(self, paths: tuple[Loc, ...], lines_columns: tuple[int, ...]) -> None:
+        self._paths = paths
+        self._lines_columns = lines_columns
+
+    def __getitem__(self, loc: Loc) -> Position:
+        try:
+            index = 2 * self._paths.index(loc)
+        except ValueError:
+            raise KeyError(loc) from None
+        return self._lines_columns[index], self._lines_columns[index + 1]
+
+    def __iter__(self) -> Iterator[Loc]:
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+
+_SERVICE: Final[tuple[Loc, ...]] = (("name",), ("serviceId",), ("appId",))
+_SERVICE_CREATED: Final[tuple[Loc, ...]] = (*_SERVICE, ("create", "namespace"))
+_HOLD: Final[tuple[Loc, ...]] = (("service",), ("digest",))
+_ROUTE: Final[tuple[Loc, ...]] = (("owner",), ("owner", "service"), ("name",), ("priority",))
+
+
+@lru_cache(maxsize=256)
+def _grant(entries: int) -> tuple[Loc, ...]:
+    return tuple(("services", index, "service") for index in range(entries))
+
+
+def kept_paths(document: Settings | Service | Grant | Hold | Route) -> tuple[Loc, ...] | None:
+    """The paths of ``document`` that the rules of this module, ``core.routedocs`` and
+    ``shell.validating`` (a ``Settings`` ``stateDir``) may point at once it is
+    validated; None: every path (the ``Settings`` document). A rule that points at
+    another path must add it here (``tests/validation/test_kept_positions.py`` compares
+    every rule's diagnostics with all positions and with the kept ones)."""
+    if isinstance(document, Service):
+        return _SERVICE_CREATED if document.create is not None else _SERVICE
+    if isinstance(document, Grant):
+        return _grant(len(document.services))
+    if isinstance(document, Hold):
+        return _HOLD
+    if isinstance(document, Route):
+        return _ROUTE
+    return None
+
+
+def keep(document: Settings | Service | Grant | Hold | Route, path: str, line: int,
+         column: int, positions: Mapping[Loc, Position]) -> Located:
+    """``document`` located, keeping only the positions ``kept_paths`` names (each as
+    ``Located.at`` finds it in ``positions``: its own, or its nearest written
+    ancestor's), so that every diagnostic names the same line as with all of them."""
+    paths = kept_paths(document)
+    if paths is None:
+        return Located(document, path, line, column, positions)
+    lines_columns: list[int] = []
+    for loc in paths:
+        found = positions.get(loc)  # written, nearly always: no ancestor to look for
+        lines_columns.extend(found if found is not None
+                             else _position(positions, loc, (line, column)))
+    return Located(document, path, line, column, Kept(paths, tuple(lines_columns)))
 
 
 def check(documents: Sequence[Located], *, complete: bool = True,

@@ -17,9 +17,10 @@ import posixpath
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic import ConfigDict, Field, Strict, field_validator, model_validator
 
 from reconciler.core import names
+from reconciler.core.lean import LeanModel
 from reconciler.core.names import Capability, MediaType
 
 API_VERSION = "reconcile/v1"
@@ -71,7 +72,7 @@ class LocatedErrors(LocatedError):
         self.problems = tuple(problems)
 
 
-class _Model(BaseModel):
+class _Model(LeanModel):
     model_config = MODEL_CONFIG
 
 

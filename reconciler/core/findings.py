@@ -10,12 +10,13 @@ Pure: no I/O imports.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from reconciler.core.codes import BlockerCode, DriftCode
+from reconciler.core.lean import LeanModel
 
 
-class _Model(BaseModel):
+class _Model(LeanModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 

@@ -55,11 +55,12 @@ import re
 from enum import StrEnum
 from typing import Any, Final, NotRequired, TypedDict
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from reconciler.core import desired
 from reconciler.core.codes import UpstreamBlockerCode
 from reconciler.core.desired import EvidenceKind, Release, Service
+from reconciler.core.lean import LeanModel
 from reconciler.core.sanitize import safe
 
 #: A full lower-case Git commit (seed 002 ``fullGitRevisionRegex``).
@@ -82,7 +83,7 @@ class Origin(StrEnum):
     CONTROL_PLANE = "control_plane"
 
 
-class PreflightBlocker(BaseModel):
+class PreflightBlocker(LeanModel):
     """One preflight blocker, with the control plane's code verbatim.
 
     ``code`` is a ``str``, not ``UpstreamBlockerCode``: the upstream list is closed *per

@@ -15,38 +15,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from reconciler.core.lean import LeanModel as LeanModel  # re-exported: its home was here
 from reconciler.core.names import Capability
 from reconciler.core.routing import GatewayRoute
 from reconciler.core.values import LeanValue
-
-#: Per class, one set object per distinct set of explicitly given field names (see
-#: ``LeanModel``); a class built with more shapes than that keeps a set per instance.
-_FIELDS_SETS: dict[type, list[set[str]]] = {}
-_MAX_SHAPES = 16
-
-
-class LeanModel(BaseModel):
-    """A frozen model that is lean: a snapshot holds 100,000 observations at fleet scale,
-    and a plan one proof per (service, cluster).
-
-    Every instance keeps which fields were given (pydantic's ``model_fields_set``), a set
-    of its own that costs more than the instance's values; instances that were given the
-    same fields share one such set instead. Nothing mutates it in place: subclasses are
-    frozen, and ``model_copy`` copies the set before adding to it."""
-
-    def model_post_init(self, context: Any, /) -> None:
-        given = self.__pydantic_fields_set__
-        shapes = _FIELDS_SETS.setdefault(type(self), [])
-        for shared in shapes:  # a class is built with a handful of shapes at most
-            if shared == given:
-                object.__setattr__(self, "__pydantic_fields_set__", shared)
-                return
-        if len(shapes) < _MAX_SHAPES:
-            shapes.append(given)
 
 
 class _Model(LeanModel):

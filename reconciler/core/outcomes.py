@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from reconciler.core.evidence import ServiceProof
+from reconciler.core.lean import LeanModel
 from reconciler.core.plans import Change
 
 
-class _Model(BaseModel):
+class _Model(LeanModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 

@@ -27,10 +27,11 @@ from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
-from pydantic import BaseModel, Field, Strict, field_validator, model_validator
+from pydantic import Field, Strict, field_validator, model_validator
 
 from reconciler.core import names
 from reconciler.core.desired import MODEL_CONFIG, LocatedError
+from reconciler.core.lean import LeanModel
 
 PIPELINE_FILE = "pipeline.yaml"
 FREEZE_DIR = "freezes"
@@ -45,7 +46,7 @@ _WHOLE = re.compile(r"(?:\d+(?:d|h|m|s))+")
 _UNIT = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 
 
-class _Model(BaseModel):
+class _Model(LeanModel):
     model_config = MODEL_CONFIG
 
 

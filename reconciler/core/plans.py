@@ -39,7 +39,7 @@ import re
 from collections.abc import Callable
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from reconciler.core.codes import SILENT_CLUSTER_CODES, BlockerCode, RiskCode
 from reconciler.core.evidence import Proof, ServiceProof
@@ -55,6 +55,7 @@ from reconciler.core.kinds import (
     ReleaseRef,
     kind_of,
 )
+from reconciler.core.lean import LeanModel
 from reconciler.core.live import Observation
 from reconciler.core.preflight import ServicePreflight
 from reconciler.core.review import Review
@@ -66,7 +67,7 @@ __all__ = [
 ]
 
 
-class _Model(BaseModel):
+class _Model(LeanModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 

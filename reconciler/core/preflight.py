@@ -32,11 +32,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
+from pydantic import ConfigDict, JsonValue, ValidationError
 
 from reconciler.core.codes import BlockerCode, UpstreamBlockerCode
 from reconciler.core.desired import Service
 from reconciler.core.greenfield import PreflightBlocker
+from reconciler.core.lean import LeanModel
 from reconciler.core.names import is_digest
 from reconciler.core.sanitize import safe
 from reconciler.core.wireshape import WireModel, decode_value, problem
@@ -47,7 +48,7 @@ CREATE_CAPABILITY = "deployment:create-greenfield"
 CREATE_METHOD = "createGreenfieldDeployment"
 
 
-class _Model(BaseModel):
+class _Model(LeanModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 

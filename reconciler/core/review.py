@@ -30,17 +30,18 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from reconciler.core.desired import DesiredState
 from reconciler.core.kinds import KINDS, kind_of
+from reconciler.core.lean import LeanModel
 from reconciler.core.live import EgressRule
 
 if TYPE_CHECKING:  # ``core.plans`` imports this module: a plan carries its review
     from reconciler.core.plans import Change, Plan
 
 
-class _Model(BaseModel):
+class _Model(LeanModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 

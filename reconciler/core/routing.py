@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from reconciler.core.desired import (
     DEFAULT_ROUTE_PATH,
@@ -41,12 +41,13 @@ from reconciler.core.desired import (
     DEFAULT_ROUTE_TRANSPORT,
     Route,
 )
+from reconciler.core.lean import LeanModel
 
 #: A host the example request uses when a route matches every host.
 ANY_HOST = "any-host.example"
 
 
-class _Model(BaseModel):
+class _Model(LeanModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 

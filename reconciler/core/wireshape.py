@@ -31,13 +31,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
+from reconciler.core.lean import LeanModel
 from reconciler.core.modelpaths import annotation_at
 from reconciler.core.sanitize import safe
 
 M = TypeVar("M", bound=BaseModel)
 
 
-class WireModel(BaseModel):
+class WireModel(LeanModel):
     """A reply's shape: the fields read, strict, frozen; every other field ignored."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", strict=True,

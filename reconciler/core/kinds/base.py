@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from reconciler.core.codes import ReasonCode
 from reconciler.core.desired import DesiredState, Service
 from reconciler.core.findings import Blocker, Drift
+from reconciler.core.lean import LeanModel
 from reconciler.core.live import LiveService, LiveSnapshot, Observation, ReadFailure
 from reconciler.core.preflight import ServicePreflight
 from reconciler.core.whys import Assessment, Why
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # the judge imports the kinds; a kind only reads the judge's 
     from reconciler.core.evidence import Target
 
 
-class _Model(BaseModel):
+class _Model(LeanModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
