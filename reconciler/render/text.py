@@ -9,7 +9,9 @@ a ``+ create`` line (green: something new) with its preflight report compact und
 the report's blockers are the service's blockers, shown by the control plane's own code. Colour is a
 parameter: the CLI turns it on only for a TTY without ``NO_COLOR``. ``render`` reads
 only ``common.untrusted(plan)``, so every string of the plan reaches the terminal passed
-through ``safe`` whatever field it comes from. Pure.
+through ``safe`` whatever field it comes from. ``write`` puts the same text on a stream
+(the commands' way: UTF-8 bytes, rendered whole before the first is written, so nothing
+is written when rendering fails). Pure but for ``write``.
 """
 
 from __future__ import annotations
@@ -136,8 +138,8 @@ def write(plan: Plan, stream: TextIO, *, color: bool = False) -> None:
     The whole plan is rendered before anything is written, so an error while rendering
     leaves nothing on the stream. To a UTF-8 text file (the terminal, a pipe, a file)
     each piece is encoded as it is made and the bytes written at once: the 10,000 × 10
-    plan is 12 MB of UTF-8, against 25 MB for the same text as one ``str`` (a bullet
-    makes it two bytes a character) plus its pieces while they are joined. Any other
+    plan is 12 MB of UTF-8, against 25 MB for the same text as one ``str`` (one "●"
+    makes a string two bytes a character) plus its pieces while they are joined. Any other
     stream gets ``render``'s text (``docs/scaling.md``)."""
     if not _utf8_file(stream):
         stream.write(render(plan, color=color))
@@ -160,7 +162,7 @@ def _utf8_file(stream: TextIO) -> TypeGuard[io.TextIOWrapper]:
 
 
 #: A piece is yielded once it holds this many entries: a line, or a service's lines as
-#: one (so a piece is about 64 services: some 80 kB of text at 10,000 × 10).
+#: one (a piece is at most about 64 services: some 80 kB of text at 10,000 × 10).
 _PIECE_LINES = 64
 
 
@@ -208,10 +210,9 @@ def _pieces(plan: Plan, color: bool) -> Iterator[str]:
     changes_by_service: dict[str, list[int]] = {}
     for index, change in enumerate(plan.changes):
         changes_by_service.setdefault(change.service, []).append(index)
-    blockers_by_service: dict[str, list[Blocker]] = {}
+    blockers_by_service: dict[str | None, list[Blocker]] = {}
     for blocker in plan.blockers:
-        if blocker.service:
-            blockers_by_service.setdefault(blocker.service, []).append(blocker)
+        blockers_by_service.setdefault(blocker.service, []).append(blocker)
     drifting = {d.service for d in plan.drift}
     review = plan.review
     converging = set(plan.converging)  # computed once: a property walking every proof
