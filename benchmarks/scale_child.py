@@ -4,7 +4,8 @@
 (``os.wait4``) is the reconcile process's and nothing else's, and so that every run
 starts cold (new connections, TLS, cluster handshakes, no cache). It does what the
 watcher does, through the engine's ``WatchSteps`` (the same pieces ``reconcile plan``
-uses): read the commit, observe the live side, plan, render the text plan; then,
+uses): read the commit, observe the live side, plan, write the text plan (to the null
+device, as ``reconcile plan`` writes it to stdout: ``render.text.write``); then,
 optionally, observe again with everything the watcher keeps between resyncs (an
 unchanged fleet: the resync). Prints one JSON object on stdout's last line.
 
@@ -162,7 +163,8 @@ async def measure(repo: Path, env: Mapping[str, str], resync_if_under: float) ->
         snapshot_rss = maxrss_mb()
         made = steps.plan(loaded.state, snapshot, loaded.provenance)
         t3 = time.perf_counter()
-        text.render(made)
+        with open(os.devnull, "w", encoding="utf-8") as shown:  # as ``reconcile plan`` writes it
+            text.write(made, shown)
         t4 = time.perf_counter()
         out: dict[str, Any] = {
             "load_seconds": t1 - t0, "snapshot_seconds": t2 - t1,

@@ -22,7 +22,7 @@ from reconciler.core.outcomes import ApplyReport, Outcome
 from reconciler.core.plans import Plan
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.render import applyview, text
+from reconciler.render import applyview
 
 if TYPE_CHECKING:
     from reconciler.engine import ApplyRun
@@ -90,7 +90,7 @@ class _View:
 
 
 def _confirm_on_terminal(plan: Plan) -> bool:
-    output.write(text.render(plan, color=output.use_color(sys.stdout)))
+    output.show(plan, "text", sys.stdout)
     if not sys.stdin.isatty():
         raise EngineError("not on a terminal: pass --auto-approve, or apply a saved plan "
                           "(reconcile plan --out FILE; reconcile apply FILE)", Exit.DECLINED)
@@ -103,7 +103,7 @@ def _accept(plan: Plan) -> bool:
 
 
 def _show_plan(plan: Plan) -> bool:
-    output.write(text.render(plan, color=output.use_color(sys.stdout)))
+    output.show(plan, "text", sys.stdout)
     return True
 
 

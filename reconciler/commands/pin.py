@@ -141,7 +141,7 @@ def show(result: PinRun, *, planned: bool) -> int:
               "run `reconcile plan` once the change is committed", file=sys.stderr)
         return int(Exit.OK)
     print(f"\nplan for {result.service} with this pin (the working tree, as if committed):")
-    output.write(output.render(result.preview, "text", sys.stdout))
+    output.show(result.preview, "text", sys.stdout)
     return int(Exit.OK)
 
 

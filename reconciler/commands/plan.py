@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
             output.save_result(Path(args.result), outcome)
     except EngineError as exc:
         return output.report_error(exc)
-    output.write(output.render(result, args.format, sys.stdout, plan_file=args.out))
+    output.show(result, args.format, sys.stdout, plan_file=args.out)
     if args.out and result.worktree:
         print(f"saved the preview to {args.out}; it can be shown and commented, never "
               "applied: commit, then plan again", file=sys.stderr)

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"committed {result.commit[:12]}")
     if result.preview is not None:
         print(f"\nplan for {result.environment} with these pins:")
-        output.write(output.render(result.preview, "text", sys.stdout))
+        output.show(result.preview, "text", sys.stdout)
     elif result.preview_error:
         print(f"(no plan: {safe(result.preview_error, 2000)})", file=sys.stderr)
     if args.pr and result.commit:

@@ -31,5 +31,5 @@ def run(args: argparse.Namespace) -> int:
         plan = output.load_plan(Path(args.file))
     except EngineError as exc:
         return output.report_error(exc)
-    output.write(output.render(plan, args.format, sys.stdout, plan_file=str(args.file)))
+    output.show(plan, args.format, sys.stdout, plan_file=str(args.file))
     return int(Exit.OK)

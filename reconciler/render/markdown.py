@@ -499,7 +499,7 @@ def _details(summary: str, lines: list[str], header: str = "") -> _Seg:
 def _evidence(ev: ServiceEvidence) -> _Seg:
     rows = common.evidence_rows(ev)
     answered = sum(1 for r in rows if r.status != "SILENT")
-    # status and replicas are this program's words and numbers (common._row).
+    # status and replicas are this program's words and numbers (common.EvidenceRows).
     lines = [f"| {cell(r.cluster)} | {cell(r.address)} | {esc(r.status)} | {cell(r.runs)} | "
              f"{cell(r.state)} | {esc(r.replicas)} | {cell(r.note)} |\n" for r in rows]
     seg = _details(f"Evidence: {answered}/{len(rows)} clusters answered", lines,
