@@ -154,27 +154,21 @@ async def read(client: ControlPlaneClient, managed: Sequence[str], progress: Pro
             progress.advance()
 
     revisions: set[str | None] = set()  # every revision this read saw
-
-    async def listing_read() -> _Listing | None:
-        """The batch listing of every managed id, or None when it is not offered."""
-        if SERVICES_RELEASES not in await offered or not ids:
-            return None
-        return await _listing(client, ids, revisions)
-
     # A full read: the control plane changed (or this is the first read), so what it
     # offers is asked again -- a watcher must not keep using an extension a restarted
-    # control plane no longer has, nor miss one it gained.
+    # control plane no longer has, nor miss one it gained. Asked before anything else is
+    # sent (one small round trip): asked together with getServices, the control plane
+    # answers it only after that large reply, and the listing would wait for it too; and
+    # a control plane that cannot be asked at all fails here, with its first error (the
+    # scheme, the address), not with a later caller's.
     client.forget_capabilities()
+    capabilities = await _offered(client)
     grants_task = asyncio.create_task(grants_read())
-    offered = asyncio.create_task(_offered(client))
-    listing_task = asyncio.create_task(listing_read())
-    tasks = (grants_task, offered, listing_task)
+    listing_task = asyncio.create_task(_listing(client, ids, revisions)) \
+        if SERVICES_RELEASES in capabilities and ids else None
+    tasks = [grants_task] + ([listing_task] if listing_task is not None else [])
     try:
         if first is None:
-            # What is offered is known before getServices is sent (one small round trip):
-            # asked together, the control plane answers it only after the large reply,
-            # and the listing would wait for that too.
-            await asyncio.wait((offered,))
             first = await client.read_services()
             progress.advance()
         revisions.add(first.etag)
@@ -187,7 +181,7 @@ async def read(client: ControlPlaneClient, managed: Sequence[str], progress: Pro
                     reason="the control plane has no service with this id")
                 progress.advance()
         present = [s for s in ids if s in by_id]
-        listing = await listing_task
+        listing = await listing_task if listing_task is not None else None
     except BaseException:
         for task in tasks:
             task.cancel()
