@@ -316,7 +316,7 @@ async def _fold(client: ControlPlaneClient, listing: _Listing, ids: Sequence[str
         progress.advance()
     missing = [s for s in ids if s not in out]
     exc = listing.error
-    if exc is not None and not listing.unanswered:
+    if exc is not None:
         message = exc.message if isinstance(exc, ControlPlaneError) else str(exc)
         reason = (f"{message} (page {listing.page}; this service was not on a page read "
                   "before it)") if listing.page > 1 else message
