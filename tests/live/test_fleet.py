@@ -170,6 +170,60 @@ def test_the_listing_does_not_wait_for_get_services() -> None:
     assert all(isinstance(s, LiveService) for s in result.services.values())
 
 
+FIVE = ("svc-a", "svc-b", "svc-c", "svc-d", "svc-e")
+
+
+def test_the_ids_are_listed_in_parts_of_a_page_all_asked_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One listing's cursor chains its pages one round trip after another; parts of a
+    page each do not wait for each other. Here no part is answered before every part
+    was asked for: a read that listed the parts one after another would never finish."""
+    monkeypatch.setattr(fleet, "RELEASES_PAGE", 2)
+    cp = control_plane(getServices=[{"services": [raw(s) for s in FIVE]}])
+    parts: list[list[str]] = []
+    every_part_asked = asyncio.Event()
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        envelope = json.loads(request.content)
+        if envelope.get("method") == "getServicesReleases":
+            parts.append(envelope["request"]["serviceIds"])
+            if len(parts) == 3:
+                every_part_asked.set()
+            await asyncio.wait_for(every_part_asked.wait(), timeout=5)
+        return cp.handle(request)
+
+    async def go() -> fleet.Fleet:
+        async with ControlPlaneClient(connection(), token=CANARY,
+                                      transport=httpx.MockTransport(handle)) as client:
+            return await fleet.read(client, list(FIVE), NullProgress())
+
+    result = asyncio.run(go())
+    assert sorted(parts) == [["svc-a", "svc-b"], ["svc-c", "svc-d"], ["svc-e"]]
+    assert all(isinstance(s, LiveService) and s.releases[0].id == f"rel-{i}"
+               for i, s in result.services.items())
+    assert "getServiceImageReleases" not in methods(cp)
+
+
+def test_a_failed_page_fails_only_what_its_own_part_had_not_carried(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fleet, "RELEASES_PAGE", 2)
+
+    def listing(env: dict[str, Any]) -> dict[str, Any]:
+        if "svc-c" in env["request"]["serviceIds"]:
+            return error("INTERNAL", "this part broke")
+        return paged(env)
+
+    cp = control_plane(getServices=[{"services": [raw(s) for s in FIVE]}],
+                       getServicesReleases=[listing])
+    [result] = read(cp, FIVE)
+    for broken in ("svc-c", "svc-d"):
+        failed = result.services[broken]
+        assert isinstance(failed, ReadFailure) and failed.code == "INTERNAL"
+        assert failed.reason == "getServicesReleases: INTERNAL: this part broke"
+    assert all(isinstance(result.services[s], LiveService) for s in ("svc-a", "svc-b", "svc-e"))
+    assert "getServiceImageReleases" not in methods(cp)  # a failure is never "ask again"
+
+
 def conditional_services(env: dict[str, Any]) -> dict[str, Any]:
     if env["request"].get("ifNoneMatch") == "rev-1":
         return {"notModified": True, "etag": "rev-1"}

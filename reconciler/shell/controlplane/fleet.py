@@ -2,9 +2,10 @@
 
 Owns the control-plane half of a snapshot: ``getServices`` (every service, one call),
 the grants, and the releases of every managed service -- in pages of the [ext]
-``getServicesReleases`` when ``capabilities()`` lists it (read while ``getServices`` is
-still being sent), else one ``getServiceImageReleases`` per service as the seeds define
-(the real upstream) -- folded into ``core.live`` values. The two ways mean the same: a
+``getServicesReleases`` when ``capabilities()`` lists it (the managed ids in parts of a
+page each, every part asked at once while ``getServices`` is still being sent), else one
+``getServiceImageReleases`` per service as the seeds define (the real upstream) --
+folded into ``core.live`` values. The two ways mean the same: a
 service ``getServices`` does not list is ``SERVICE_NOT_FOUND``; a service the batch
 listing did not carry although it exists is asked for on its own (it may have appeared
 in between); a batch page that fails makes every service it had not yet carried a
@@ -45,7 +46,9 @@ from reconciler.shell.controlplane.wire import (
 )
 from reconciler.shell.progress import Progress
 
-#: Services asked per ``getServicesReleases`` page (a server may answer fewer).
+#: Services asked per ``getServicesReleases`` page (a server may answer fewer), and so
+#: per part of the listing: the managed ids are asked in parts of this many, each part
+#: its own paged listing, every part at once (a cursor chains one part's pages only).
 RELEASES_PAGE: Final = 1000
 #: Pages beyond what the services explain before a listing is taken as not ending.
 SPARE_PAGES: Final = 100
@@ -127,9 +130,10 @@ async def read(client: ControlPlaneClient, managed: Sequence[str], progress: Pro
     managed id as soon as the capabilities say it is offered, while the control plane
     is still sending the (large) ``getServices`` reply, and folded in once that is read
     (a requested service that does not exist is absent from the listing, so asking for
-    the managed ids is asking for the listed ones; docs/extensions.md §2). At 10,000
-    services this takes the listing's ten round trips off the snapshot's critical path
-    (docs/scaling.md, round 4).
+    the managed ids is asking for the listed ones; docs/extensions.md §2). The ids are
+    asked in parts of a page each, all parts at once: one listing's cursor would chain
+    its pages one round trip after another (at 10,000 services, ten of them after
+    ``getServices`` had arrived; docs/scaling.md, rounds 4 and 5).
 
     With a usable ``memory``, ``getServices`` goes first and alone, with the remembered
     etag: ``notModified`` returns the remembered fleet (one request for an unchanged
@@ -164,7 +168,7 @@ async def read(client: ControlPlaneClient, managed: Sequence[str], progress: Pro
     client.forget_capabilities()
     capabilities = await _offered(client)
     grants_task = asyncio.create_task(grants_read())
-    listing_task = asyncio.create_task(_listing(client, ids, revisions)) \
+    listing_task = asyncio.create_task(_listings(client, ids, revisions)) \
         if SERVICES_RELEASES in capabilities and ids else None
     tasks = [grants_task] + ([listing_task] if listing_task is not None else [])
     try:
@@ -181,14 +185,14 @@ async def read(client: ControlPlaneClient, managed: Sequence[str], progress: Pro
                     reason="the control plane has no service with this id")
                 progress.advance()
         present = [s for s in ids if s in by_id]
-        listing = await listing_task if listing_task is not None else None
+        parts = await listing_task if listing_task is not None else None
     except BaseException:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
-    if listing is not None and present:
-        services.update(await _fold(client, listing, present, by_id, progress))
+    if parts is not None and present:
+        services.update(await _fold(client, parts, present, by_id, progress))
     else:
         services.update(await _one_by_one(client, present, by_id, progress))
     grants, grants_error, grants_etag = await grants_task
@@ -253,9 +257,10 @@ async def _one_by_one(client: ControlPlaneClient, ids: Sequence[str],
 
 @dataclass
 class _Listing:
-    """What the [ext] releases listing carried for the managed ids, before
+    """What one part of the [ext] releases listing carried for its ids, before
     ``getServices`` says which of them exist."""
 
+    ids: frozenset[str]
     #: serviceId -> its releases as listed; None: listed on two pages (neither is its word)
     releases: dict[str, list[ReleaseWire | RawObject] | None] = field(default_factory=dict)
     #: the page that failed, and why (the services it had not carried fail with it)
@@ -265,13 +270,27 @@ class _Listing:
     unanswered: bool = False
 
 
+async def _listings(client: ControlPlaneClient, ids: Sequence[str],
+                    revisions: set[str | None]) -> list[_Listing]:
+    """[ext] ``getServicesReleases`` for ``ids``, in parts of ``RELEASES_PAGE`` ids read
+    at once (at most ``client.concurrency`` in flight), each part to its end."""
+    slots = asyncio.Semaphore(client.concurrency)
+
+    async def part(start: int) -> _Listing:
+        async with slots:
+            return await _listing(client, ids[start:start + RELEASES_PAGE], revisions)
+
+    return list(await asyncio.gather(*(part(start)
+                                       for start in range(0, len(ids), RELEASES_PAGE))))
+
+
 async def _listing(client: ControlPlaneClient, ids: Sequence[str],
                    revisions: set[str | None]) -> _Listing:
     """[ext] ``getServicesReleases`` for ``ids``, every page; the etag of every page goes
     into ``revisions``. Never raises for the control plane's answer: a failure is kept
     in the listing, for ``_fold`` to word per service."""
-    wanted = set(ids)
-    listing = _Listing()
+    wanted = frozenset(ids)
+    listing = _Listing(wanted)
     cursor: str | None = None
     seen_cursors: set[str] = set()
     most = len(ids) // RELEASES_PAGE + SPARE_PAGES
@@ -299,32 +318,33 @@ async def _listing(client: ControlPlaneClient, ids: Sequence[str],
     return listing
 
 
-async def _fold(client: ControlPlaneClient, listing: _Listing, ids: Sequence[str],
+async def _fold(client: ControlPlaneClient, parts: Sequence[_Listing], ids: Sequence[str],
                 by_id: dict[Any, Listed],
                 progress: Progress) -> dict[str, LiveService | ReadFailure]:
     """The listing's releases of ``ids`` (each exists per ``getServices``) as
-    ``core.live`` values; a service the listing did not carry is asked for on its own
-    (it may have appeared in between), or fails with the page that failed."""
+    ``core.live`` values; a service its part did not carry is asked for on its own (it
+    may have appeared in between), or fails with the page of its part that failed."""
     out: dict[str, LiveService | ReadFailure] = {}
+    missing: list[str] = []
+    part_of = {service_id: part for part in parts for service_id in part.ids}
     for service_id in ids:
-        if service_id not in listing.releases:
-            continue
-        releases = listing.releases[service_id]
-        out[service_id] = failure(service_id, None, reason=(
-            f"{SERVICES_RELEASES}: listed on two pages")) if releases is None \
-            else _parsed(by_id[service_id], releases)
-        progress.advance()
-    missing = [s for s in ids if s not in out]
-    exc = listing.error
-    if exc is not None:
-        message = exc.message if isinstance(exc, ControlPlaneError) else str(exc)
-        reason = (f"{message} (page {listing.page}; this service was not on a page read "
-                  "before it)") if listing.page > 1 else message
-        for service_id in missing:
+        part = part_of[service_id]
+        if service_id in part.releases:
+            releases = part.releases[service_id]
+            out[service_id] = failure(service_id, None, reason=(
+                f"{SERVICES_RELEASES}: listed on two pages")) if releases is None \
+                else _parsed(by_id[service_id], releases)
+        elif part.error is not None:
+            exc = part.error
+            message = exc.message if isinstance(exc, ControlPlaneError) else str(exc)
+            reason = (f"{message} (page {part.page}; this service was not on a page read "
+                      "before it)") if part.page > 1 else message
             out[service_id] = failure(
                 service_id, exc if isinstance(exc, ControlPlaneError) else None, reason)
-            progress.advance()
-        return out
+        else:
+            missing.append(service_id)
+            continue
+        progress.advance()
     if missing:
         out.update(await _one_by_one(client, missing, by_id, progress))
     return out
