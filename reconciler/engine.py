@@ -369,6 +369,12 @@ class ApplyRun:
     reverted: RevertRun | None = None
     revert_error: str | None = None
 
+    def revert_proposed(self) -> bool:
+        """The revert is a pull request, not yet merged: the failed commit is still the
+        branch's head and nothing was rolled back. Applying that commit again would send
+        the release the clusters just refused; a watcher waits for a newer commit."""
+        return self.reverted is not None and self.reverted.pull is not None
+
     def revert_story(self) -> list[str]:
         """How the way back ended, in one sentence (empty: no revert was asked for or
         needed). Whether the rollback is proven is the gate's word -- the one judge's.

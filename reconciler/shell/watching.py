@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -696,7 +697,7 @@ class Watcher:
 
     async def _apply(self, commit: str) -> None:
         self.log.event("apply", f"applying commit {commit[:12]}")
-        ok = False
+        ok = parked = False
         outcome, report = "error", None
         try:
             run = await self.steps.apply(_LogHook(self.log))
@@ -708,6 +709,8 @@ class Watcher:
             if callable(told) and told():
                 self.log.event("reverted", f"commit {commit[:12]}: release failed",
                                lines=told(), commit=commit)
+            proposed = getattr(run, "revert_proposed", None)
+            parked = callable(proposed) and bool(proposed())
         except EngineError as exc:
             kind = error_kind(exc)
             outcome = "refused" if kind == "apply_refused" else "error"
@@ -723,6 +726,15 @@ class Watcher:
             self.failed_commit, self.backoff = None, 0.0
             if self.metrics is not None:
                 self.metrics.last_apply.set(time.time())
+        elif parked:
+            # Issue 20: the way back is a pull request, so the failed commit is still
+            # HEAD. Trying it again would send the release the clusters refused, once per
+            # backoff, until someone merges; it waits for a newer commit instead (the
+            # merged revert, or anything else).
+            self.failed_commit, self.next_apply_at = commit, math.inf
+            self.log.event("backoff", f"commit {commit[:12]} is not applied again: its "
+                           "revert is proposed as a pull request (a newer commit is "
+                           "applied at once)", commit=commit)
         else:
             # Back off on this commit; a newer commit is tried at once (it supersedes).
             self.backoff = min(self.max_backoff, max(self.resync, self.backoff * 2 or 5.0))

@@ -183,3 +183,31 @@ def test_a_revert_proposed_for_a_protected_branch_is_told_as_proposed(
         assert f"pull request #{pull['number']}" in statuses[-1]["description"]
     finally:
         hook.stop()
+
+
+def test_watch_does_not_apply_the_failed_commit_again_while_its_revert_is_a_pull_request(
+        setup: Setup, sandbox: Sandbox) -> None:
+    """Issue 20's "does not try the failed release again on its next cycle", when the way
+    back is a pull request: the failed commit stays HEAD, and a watcher that backed off
+    and tried it again would send the refused release once per backoff until someone
+    merges. It waits for a newer commit instead, and says so."""
+    from tests.watch.events import watch_process
+
+    setup.github.protect(setup.branch)
+    with watch_process(str(setup.repo.path), "--log-format", "json", "--apply",
+                       "--on-gate-failure", "revert", "--only", "checkout", "--resync", "1",
+                       env={**setup.repo.env(), **setup.env()}) as w:
+        told = w.wait_for(lambda e: e["event"] == "reverted", timeout=150)
+        assert any("proposed in pull request #" in line for line in told.get("lines", [])), \
+            told
+        waiting = w.wait_for(lambda e: e["event"] == "backoff", timeout=30)
+        assert "is not applied again: its revert is proposed as a pull request" \
+            in waiting["message"], waiting
+        w.drain(12.0)  # past the first backoffs (5 s, then 10 s) at one resync a second
+        assert not [e for e in w.seen if e["event"] == "apply"][1:], \
+            "the failed commit was applied again"
+    promotions = [a for a in sandbox.audit() if a["method"] == "promoteServiceImageRelease"
+                  and a.get("serviceId") == "svc-checkout"]
+    assert len(promotions) == 1
+    assert len(setup.github.state.pull_requests) == 1
+    assert not checkout_rollbacks(sandbox)
