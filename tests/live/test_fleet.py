@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import httpx
@@ -72,6 +72,17 @@ def read(cp: FakeControlPlane, ids: Sequence[str] = IDS, *, passes: int = 1,
                     cp.sent.clear()
                 out.append(await fleet.read(client, list(ids), NullProgress(), memory))
             return out
+
+    return asyncio.run(go())
+
+
+def read_through(handle: Callable[[httpx.Request], Awaitable[httpx.Response]],
+                 ids: Sequence[str]) -> fleet.Fleet:
+    """One read whose every request goes through ``handle`` (which may hold it back)."""
+    async def go() -> fleet.Fleet:
+        async with ControlPlaneClient(connection(), token=CANARY,
+                                      transport=httpx.MockTransport(handle)) as client:
+            return await fleet.read(client, list(ids), NullProgress())
 
     return asyncio.run(go())
 
@@ -161,12 +172,7 @@ def test_the_listing_does_not_wait_for_get_services() -> None:
             await asyncio.wait_for(asked.wait(), timeout=5)
         return cp.handle(request)
 
-    async def go() -> fleet.Fleet:
-        async with ControlPlaneClient(connection(), token=CANARY,
-                                      transport=httpx.MockTransport(handle)) as client:
-            return await fleet.read(client, list(IDS), NullProgress())
-
-    result = asyncio.run(go())
+    result = read_through(handle, IDS)
     assert all(isinstance(s, LiveService) for s in result.services.values())
 
 
@@ -192,12 +198,7 @@ def test_the_ids_are_listed_in_parts_of_a_page_all_asked_at_once(
             await asyncio.wait_for(every_part_asked.wait(), timeout=5)
         return cp.handle(request)
 
-    async def go() -> fleet.Fleet:
-        async with ControlPlaneClient(connection(), token=CANARY,
-                                      transport=httpx.MockTransport(handle)) as client:
-            return await fleet.read(client, list(FIVE), NullProgress())
-
-    result = asyncio.run(go())
+    result = read_through(handle, FIVE)
     assert sorted(parts) == [["svc-a", "svc-b"], ["svc-c", "svc-d"], ["svc-e"]]
     assert all(isinstance(s, LiveService) and s.releases[0].id == f"rel-{i}"
                for i, s in result.services.items())
