@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import os
 import sys
 from pathlib import Path
 
@@ -78,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
         return int(Exit.USAGE)
     names = None if args.all else list(selection.names(args.services))
     try:
+        # --pr's repository and token are asked before anything is written: a promotion
+        # committed and then refused its pull request would leave the commit to undo.
+        pr = _pr_target(args) if args.pr else None
         _, stage = stages.select(args, args.path, command="promote")
         if stage is None:
             raise EngineError("promote needs environments: no pipeline.yaml at or above "
@@ -111,23 +113,32 @@ def run(args: argparse.Namespace) -> int:
         output.show(result.preview, "text", sys.stdout)
     elif result.preview_error:
         print(f"(no plan: {safe(result.preview_error, 2000)})", file=sys.stderr)
-    if args.pr and result.commit:
-        code = _open_pr(args, result)
+    if pr is not None and result.commit:
+        code = _open_pr(args, result, *pr)
         if code:
             return code
     return int(Exit.REFUSED_NO_GO) if refused else int(Exit.OK)
 
 
-def _open_pr(args: argparse.Namespace, result: object) -> int:
+def _pr_target(args: argparse.Namespace) -> tuple[str, str]:
+    """``--pr``'s repository and token, or a usage error naming what is missing."""
+    repo = options.github_repository(args.repo)
+    if not repo:
+        raise EngineError("--pr needs --repo OWNER/NAME (or GITHUB_REPOSITORY); nothing "
+                          "was written", Exit.USAGE)
+    token = options.read_token(args.token_env)
+    if token is None:
+        raise EngineError(f"--pr needs a GitHub token in {args.token_env} (unset or empty; "
+                          "--token-env names another variable); nothing was written",
+                          Exit.USAGE)
+    return repo, token
+
+
+def _open_pr(args: argparse.Namespace, result: object, repo: str, token: str) -> int:
     from reconciler.engine import PromoteRun
     from reconciler.shell import pullrequests
 
     assert isinstance(result, PromoteRun) and result.commit is not None
-    repo = options.github_repository(args.repo)
-    if not repo:
-        print("reconcile promote: --pr needs --repo OWNER/NAME (or GITHUB_REPOSITORY)",
-              file=sys.stderr)
-        return int(Exit.USAGE)
     api_url = options.github_api_url(args.api_url)
     moved = [p for p in result.promotions if p.written]
     # One service: the branch `watch --promote-from` proposes the same promotion on, so
@@ -143,7 +154,7 @@ def _open_pr(args: argparse.Namespace, result: object) -> int:
         body += "\n\n" + markdown.render(result.preview)
     try:
         _, pull = pullrequests.open_pull_request(
-            Path(args.path), api_url=api_url, repo=repo, token=os.environ.get(args.token_env),
+            Path(args.path), api_url=api_url, repo=repo, token=token,
             branch=branch, base=args.base, title=title, body=body, commit=result.commit,
             remote=args.remote)
     except pullrequests.PullRequestError as exc:

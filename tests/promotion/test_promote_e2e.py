@@ -71,6 +71,30 @@ def test_promote_writes_what_staging_proves_commits_the_evidence_and_opens_a_pr(
     assert plan.code == Exit.CHANGES, plan.out + plan.err
 
 
+def test_promote_pr_without_its_repository_or_token_writes_nothing(
+        tmp_path: Path, sandbox_factory: Callable[..., Sandbox]) -> None:
+    """--pr's prerequisites are asked before anything is written: a promotion committed
+    and then refused its pull request would leave a commit to undo."""
+    repo = repo_with_old_prod(tmp_path, sandbox_factory, soak="1s")
+    before = repo.service_file("prod").read_bytes()
+    head = git(repo.path, "rev-parse", "HEAD")
+    time.sleep(1.1)
+    promote = ("promote", "checkout", "--to", "prod", "-C", str(repo.path), "--pr")
+    no_repo = repo.run(*promote, GITHUB_REPOSITORY="", GITHUB_TOKEN=TOKEN)
+    no_token = repo.run(*promote, "--repo", "acme/fleet", GITHUB_TOKEN="")
+    bad_token = repo.run(*promote, "--repo", "acme/fleet", "--token-env", "PR_TOKEN",
+                         PR_TOKEN="ghp_one two")
+    for result, said in ((no_repo, "--pr needs --repo OWNER/NAME"),
+                         (no_token, "--pr needs a GitHub token in GITHUB_TOKEN"),
+                         (bad_token, "PR_TOKEN does not hold a token")):
+        assert result.code == Exit.USAGE, result.out + result.err
+        assert said in result.err, result.err
+        assert "Traceback" not in result.err
+    assert repo.service_file("prod").read_bytes() == before
+    assert git(repo.path, "rev-parse", "HEAD") == head
+    assert git(repo.path, "status", "--porcelain") == ""
+
+
 def test_promote_refuses_while_the_soak_runs_and_writes_nothing(
         tmp_path: Path, sandbox_factory: Callable[..., Sandbox]) -> None:
     repo = repo_with_old_prod(tmp_path, sandbox_factory, soak="1h")
