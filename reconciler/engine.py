@@ -2402,6 +2402,8 @@ class Proposal:
     error: str | None = None
     news: bool = True
     note: str | None = None
+    #: the superseded proposal's pull request, closed by this one (None: none was open)
+    closed: int | None = None
 
 
 class Proposer:
@@ -2570,7 +2572,28 @@ class Proposer:
                 "supersedes": superseded.digest if superseded else None})
         except JournalError as exc:  # the pull request is open: GitHub finds it again
             note = f"not journaled: {exc}"
-        return Proposal(decision, pull=opened, note=note)
+        closed: int | None = None
+        if superseded is not None and superseded.number is not None \
+                and superseded.branch != decision.branch:
+            # The older proposal would pin a digest this one replaces: merged after it,
+            # it would take ENV back. Closed with a comment naming the newer one; one a
+            # person merged or closed is left as it is (``close_superseded``).
+            comment = (f"Superseded by #{opened.number} ({opened.url}): {up} now proves "
+                       f"{svc.name} {decision.digest}"
+                       + (f" ({decision.tag})" if decision.tag else "")
+                       + f". Closed by reconcile watch --env {stage.name} --promote-from "
+                       f"{up}; this branch is left as it is.")
+            try:
+                if pullrequests.close_superseded(
+                        api_url=pull.api_url, repo=pull.repo, token=pull.token,
+                        number=superseded.number, branch=superseded.branch,
+                        comment=comment):
+                    closed = superseded.number
+            except pullrequests.PullRequestError as exc:
+                note = "; ".join(x for x in (note, f"the superseded pull request "
+                                             f"#{superseded.number} is still open: {exc}")
+                                 if x)
+        return Proposal(decision, pull=opened, note=note, closed=closed)
 
 
 # -- status (issues 19 and 23) ---------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Owns the two outside effects a change proposed for review needs: ``git push`` of one
 commit to one branch of a remote (the ``git`` command, never ``.git`` by hand), and
-GitHub's pull-request endpoints (``GET``/``POST /repos/{o}/{r}/pulls``) through the same
+GitHub's pull-request endpoints (``GET``/``POST /repos/{o}/{r}/pulls``, and closing a
+superseded one: ``GET``/``PATCH .../pulls/{n}`` with a comment) through the same
 githubkit client ``reconcile comment`` uses (``shell.github.CommentsClient``: its
 token handling, bounded retry, API version header and error messages without the
 token). It decides nothing about *what* is proposed: the caller gives the branch name,
@@ -197,6 +198,38 @@ class PullRequestsClient(CommentsClient):
                 if again is not None:
                     return again
             raise
+
+
+    def close_superseded(self, number: int, branch: str, comment: str) -> bool:
+        """Close pull request ``number`` with ``comment``, when it is still open and still
+        proposes ``branch``; False when it is not (merged, closed by someone, or another
+        branch's now): a pull request a person acted on is left as they left it."""
+        where = f"/repos/{self.owner}/{self.name}"
+        with self._errors(f"GET {where}/pulls/{number}"):
+            data = self._github.rest.pulls.get(self.owner, self.name, number,
+                                               headers=_HEADERS).json()
+        head = data.get("head") if isinstance(data, dict) else None
+        if not (isinstance(data, dict) and data.get("state") == "open"
+                and not data.get("merged") and isinstance(head, dict)
+                and head.get("ref") == branch):
+            return False
+        with self._errors(f"POST {where}/issues/{number}/comments"):
+            self._github.rest.issues.create_comment(self.owner, self.name, number,
+                                                    body=comment, headers=_HEADERS)
+        with self._errors(f"PATCH {where}/pulls/{number}"):
+            self._github.rest.pulls.update(self.owner, self.name, number, state="closed",
+                                           headers=_HEADERS)
+        return True
+
+
+def close_superseded(*, api_url: str, repo: str, token: str | None, number: int,
+                     branch: str, comment: str) -> bool:
+    """``PullRequestsClient.close_superseded`` on GitHub's ``repo`` (OWNER/NAME)."""
+    try:
+        with PullRequestsClient(api_url, repo, token) as client:
+            return client.close_superseded(number, branch, comment)
+    except GitHubError as exc:
+        raise PullRequestError(str(exc)) from None
 
 
 def open_pull_request(root: Path, *, api_url: str, repo: str, token: str | None,

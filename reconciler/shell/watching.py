@@ -627,6 +627,11 @@ class Watcher:
                 failures=getattr(getattr(self.steps, "proposer", None), "failures", 0))
             if line is not None:
                 self._say(line)
+            if item.closed is not None and item.pull is not None:
+                self.log.event("promotion-superseded", f"{decision.service} → {environment}: "
+                               f"closed pull request #{item.closed}, superseded by "
+                               f"#{item.pull.number}", service=decision.service,
+                               closed=item.closed, pull=item.pull.number)
             if item.note:
                 self.log.event("promotion-failed", f"{decision.service}: {safe(item.note)}",
                                level="warning", service=decision.service)

@@ -25,6 +25,8 @@ Implements the documented shapes (docs.github.com/rest/issues/comments) that
   {prefix}/repos/{o}/{r}/actions/workflows/{file}/runs?head_sha=&event=&status=``: what
   the apply-on-merge workflow asks to find the run that planned the merged PR.
 
+- ``GET``/``PATCH {prefix}/repos/{o}/{r}/pulls/{n}`` (``state``, ``title``, ``body``):
+  what closing a superseded promotion's pull request asks.
 - ``GET {prefix}/repos/{o}/{r}/pulls?state=&head=OWNER:BRANCH&base=`` and ``POST
   {prefix}/repos/{o}/{r}/pulls`` ``{"title", "head", "base", "body"}`` → 201, or 422
   ``A pull request already exists for OWNER:BRANCH.`` as GitHub words it; when
@@ -316,6 +318,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._deployments(method, parts[3:], raw, query, user)
         if len(parts) == 4 and parts[:3] == ["repos", o, r] and parts[3] == "pulls":
             return self._pulls(method, query, raw, user)
+        if len(parts) == 5 and parts[:4] == ["repos", o, r, "pulls"] and parts[4].isdigit():
+            return self._pull(method, int(parts[4]), raw, user)
         if len(parts) == 5 and parts[:4] == ["repos", o, r, "branches"] and method == "GET":
             return self._branch(parts[4])
         number: int | None = None
@@ -468,6 +472,31 @@ class _Handler(BaseHTTPRequestHandler):
             s.state.pull_requests[number] = pull
             s.state.pulls.add(number)
         return self._reply(201, pull)
+
+    def _pull(self, method: str, number: int, raw: bytes, user: User | bool | None) -> None:
+        """``GET``/``PATCH /repos/o/r/pulls/{n}`` (docs.github.com/rest/pulls/pulls): the
+        pull request; a PATCH may set ``state`` (open/closed), ``title`` or ``body``."""
+        s = self.standin
+        with s.lock:
+            pull = s.state.pull_requests.get(number)
+        if pull is None:
+            return self._error(404, "Not Found")
+        if method == "GET":
+            return self._reply(200, pull)
+        if method != "PATCH":
+            return self._error(404, "Not Found")
+        if not isinstance(user, User):
+            return self._error(401, "Requires authentication")
+        try:
+            data = json.loads(raw or b"null")
+        except ValueError:
+            return self._error(400, "Problems parsing JSON")
+        if not isinstance(data, dict) or data.get("state", "open") not in ("open", "closed"):
+            return self._error(422, "Validation Failed", errors=[{
+                "resource": "PullRequest", "code": "invalid", "field": "state"}])
+        with s.lock:
+            pull.update({k: v for k, v in data.items() if k in ("state", "title", "body")})
+        return self._reply(200, pull)
 
     def _branch(self, name: str) -> None:
         """GET /repos/o/r/branches/{branch} (docs.github.com/rest/branches/branches), the

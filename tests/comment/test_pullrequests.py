@@ -105,3 +105,26 @@ def test_errors_name_the_call_and_never_the_token(repo: Path, standin: StandIn) 
         open_pr(repo, standin, branch="--force")
     with pytest.raises(PullRequestError, match="no such commit"):
         open_pr(repo, standin, commit="f" * 40)
+
+
+def test_a_superseded_pull_request_is_closed_only_while_open_on_its_branch(
+        repo: Path, standin: StandIn) -> None:
+    _, pull = open_pr(repo, standin)
+
+    def close(number: int, branch: str = "reconcile/revert-x") -> bool:
+        return pullrequests.close_superseded(
+            api_url=standin.api_url, repo="acme/fleet", token=TOKEN, number=number,
+            branch=branch, comment="Superseded by #9")
+
+    assert close(pull.number, branch="reconcile/other") is False  # not the branch proposed
+    assert standin.state.pull_requests[pull.number]["state"] == "open"
+    assert not standin.comments_on(pull.number)
+    assert close(pull.number) is True
+    assert standin.state.pull_requests[pull.number]["state"] == "closed"
+    assert [c["body"] for c in standin.comments_on(pull.number)] == ["Superseded by #9"]
+    assert close(pull.number) is False  # closed already: nothing more is said
+    assert len(standin.comments_on(pull.number)) == 1
+    standin.state.pull_requests[pull.number].update(state="open", merged=True)
+    assert close(pull.number) is False  # a merged one is never touched
+    with pytest.raises(PullRequestError, match="GET /repos/acme/fleet/pulls/404"):
+        close(404)

@@ -123,6 +123,30 @@ def test_the_watcher_proposes_once_after_the_soak_and_never_again(
     assert f"PROPOSED checkout {NEW}" in history.out and "#" in history.out, history.out
 
 
+def test_a_newer_digest_closes_the_pull_request_it_supersedes(
+        repo: PipelineRepo, standin: StandIn) -> None:
+    """Merged after the newer one, the older proposal would take prod back: it is closed,
+    with a comment naming the pull request that replaces it."""
+    apply(repo, "staging")
+    with watching(repo, standin, "--resync", "1") as w:
+        first = w.wait_for(lambda e: e["event"] == "promotion-proposed", timeout=SOAK + 40)
+        assert first["digest"] == NEW
+        newer = repo.staging.push("checkout", "v2.5.0")
+        assert repo.prod.push("checkout", "v2.5.0") == newer  # one image, two registries
+        repo.pin("staging", newer, "v2.5.0")
+        apply(repo, "staging")
+        second = w.wait_for(lambda e: e["event"] == "promotion-proposed"
+                            and e["digest"] == newer, timeout=SOAK + 60)
+        closed = w.wait_for(lambda e: e["event"] == "promotion-superseded", timeout=10)
+    assert second["supersedes"] == NEW and second["pull"] != first["pull"]
+    assert (closed["closed"], closed["pull"]) == (first["pull"], second["pull"])
+    assert standin.state.pull_requests[first["pull"]]["state"] == "closed"
+    assert standin.state.pull_requests[second["pull"]]["state"] == "open"
+    [comment] = standin.comments_on(first["pull"])
+    assert f"Superseded by #{second['pull']}" in comment["body"], comment["body"]
+    assert newer in comment["body"]
+
+
 def test_a_staging_rollback_before_the_soak_ends_proposes_nothing(
         repo: PipelineRepo, standin: StandIn) -> None:
     # A soak the rollback's own apply surely fits in, on a loaded machine too.
