@@ -2478,7 +2478,10 @@ class Proposer:
                      if not (stage.override and b.code in promotion.OVERRIDABLE))
         candidate = proposals.Candidate(name, digest, tag, svc.release.digest, held,
                                         gate.eligible_at,
-                                        problem=None if held else refused)
+                                        problem=None if held else refused or
+                                        proposals.older_than_pinned(
+                                            stage.name, snapshot.services.get(svc.service_id),
+                                            svc.release.digest, digest))
         decision = proposals.decide(stage.name, candidate, earlier)
         if decision.step is not proposals.Step.PROPOSE:
             return decision, None

@@ -8,6 +8,9 @@ Owns, for proposing promotions as pull requests:
   pinned in ENV, already proposed (the journal says so), waiting (blockers, and *when* it
   becomes eligible when the rules can say), or propose -- naming the older proposal of
   another digest it supersedes;
+- never proposing what would take ENV back (``older_than_pinned``): a digest ENV's control
+  plane first observed before the one ENV pins (a release made for ENV alone, a hotfix,
+  after the previous environment's) is said, not proposed;
 - what is new enough to say (``Decision.key``: a promotion still soaking is said once per
   eligible time, not at every resync) and when the watcher must look again
   (``wake_at``: the earliest eligible time).
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from reconciler.core.codes import BlockerCode
+from reconciler.core.live import LiveService, ReadFailure
 from reconciler.core.plans import Blocker
 
 #: The blockers that are ENV's promotion rules: any of them holds a proposal back. Other
@@ -34,6 +38,24 @@ RULES = frozenset({BlockerCode.NOT_SOAKED, BlockerCode.NOT_PROVEN_UPSTREAM,
                    BlockerCode.WINDOW_CLOSED, BlockerCode.FROZEN, BlockerCode.POLICY_DENIED})
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")  # no dots: git refuses ".." and ".lock"
+
+
+def older_than_pinned(environment: str, live: LiveService | ReadFailure | None,
+                      pinned: str | None, candidate: str) -> str | None:
+    """Why proposing ``candidate`` would take ``environment`` back, or None: its control
+    plane (``live``, the service as ENV's control plane holds it) first observed
+    ``candidate`` before the digest ENV pins. Unknown (a release it has not observed, no
+    time) is not "older": the plan and the rules still judge the proposal."""
+    if not isinstance(live, LiveService) or pinned is None or pinned == candidate:
+        return None
+    now, then = live.release_by_digest(pinned), live.release_by_digest(candidate)
+    if now is None or then is None or not now.first_observed_at \
+            or not then.first_observed_at or then.first_observed_at >= now.first_observed_at:
+        return None
+    return (f"{candidate} is older than {pinned}, which {environment} pins ({environment}'s "
+            "control plane observed it first): proposing it would take "
+            f"{environment} back (a release made for {environment} alone, a hotfix?); "
+            "promote it by hand if that is meant")
 
 
 class Step(StrEnum):

@@ -9,6 +9,7 @@ import pytest
 
 from reconciler.core import proposals
 from reconciler.core.codes import BlockerCode
+from reconciler.core.live import ImageRelease, LiveService, ReadFailure
 from reconciler.core.plans import Blocker
 from reconciler.core.proposals import Candidate, Earlier, Step
 
@@ -106,3 +107,31 @@ def test_other_blockers_do_not_hold_a_proposal() -> None:
     silent = Blocker(code=BlockerCode.CLUSTER_UNREACHABLE, message="m",
                      services=("checkout",))
     assert proposals.rule_blockers([silent], "checkout") == ()
+
+
+def _prod(**first_seen: int) -> LiveService:
+    """checkout as prod's control plane holds it: each digest first observed at a time."""
+    return LiveService(service_id="svc-checkout", name="checkout", releases=tuple(
+        ImageRelease(id=f"rel-{n}", registry_host="registry.test", repository="shop/checkout",
+                     digest={"old": OLD, "d1": D1, "d2": D2}[n],
+                     media_type="application/vnd.oci.image.index.v1+json",
+                     first_observed_at=at) for n, at in first_seen.items()))
+
+
+def test_a_digest_older_than_what_prod_pins_is_never_proposed() -> None:
+    # prod pins D2, a hotfix its control plane observed after D1, which staging proves
+    hotfix = _prod(d1=1_000, d2=2_000)
+    said = proposals.older_than_pinned("prod", hotfix, D2, D1)
+    assert said is not None and said.startswith(f"{D1} is older than {D2}, which prod pins")
+    held = proposals.decide("prod", Candidate("checkout", D1, "v2", D2, problem=said), ())
+    assert held.step is Step.WAITING and held.reason == said and held.eligible_at is None
+    # the usual way: what staging proves came after what prod pins
+    assert proposals.older_than_pinned("prod", hotfix, D1, D2) is None
+    # unknown is not older: a release prod has not observed, no time, no answer at all
+    assert proposals.older_than_pinned("prod", _prod(d2=2_000), D2, D1) is None
+    assert proposals.older_than_pinned("prod", _prod(d1=0, d2=2_000), D2, D1) is None
+    assert proposals.older_than_pinned("prod", ReadFailure(
+        service_id="svc-checkout", reason="down"), D2, D1) is None
+    assert proposals.older_than_pinned("prod", None, D2, D1) is None
+    assert proposals.older_than_pinned("prod", hotfix, None, D1) is None
+    assert proposals.older_than_pinned("prod", hotfix, D1, D1) is None

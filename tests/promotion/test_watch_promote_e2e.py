@@ -147,6 +147,23 @@ def test_a_newer_digest_closes_the_pull_request_it_supersedes(
     assert newer in comment["body"]
 
 
+def test_a_hotfix_prod_pins_is_not_taken_back_by_an_older_staging_digest(
+        repo: PipelineRepo, standin: StandIn) -> None:
+    """Prod pins a hotfix pushed after the release staging proves: proposing staging's
+    would take prod back. It is said (once), with why, and never proposed."""
+    apply(repo, "staging")
+    hotfix = repo.prod.push("checkout", "v2.4.1-hotfix")
+    repo.pin("prod", hotfix, "v2.4.1-hotfix")
+    with watching(repo, standin, "--resync", "1") as w:
+        held = w.wait_for(lambda e: e["event"] == "promotion-waiting"
+                          and "older than" in e.get("reason", ""), timeout=SOAK + 40)
+        w.drain(3)
+    assert held["digest"] == NEW, held
+    assert f"{NEW} is older than {hotfix}, which prod pins" in held["reason"]
+    assert not w.named("promotion-proposed")
+    assert not standin.state.pull_requests and posts(standin) == 0
+
+
 def test_a_staging_rollback_before_the_soak_ends_proposes_nothing(
         repo: PipelineRepo, standin: StandIn) -> None:
     # A soak the rollback's own apply surely fits in, on a loaded machine too.
