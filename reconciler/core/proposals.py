@@ -52,8 +52,8 @@ def older_than_pinned(environment: str, live: LiveService | ReadFailure | None,
     if now is None or then is None or not now.first_observed_at \
             or not then.first_observed_at or then.first_observed_at >= now.first_observed_at:
         return None
-    return (f"{candidate} is older than {pinned}, which {environment} pins ({environment}'s "
-            "control plane observed it first): proposing it would take "
+    return (f"{candidate} is older than {pinned}, which {environment} pins: "
+            f"{environment}'s control plane observed it first; proposing it would take "
             f"{environment} back (a release made for {environment} alone, a hotfix?); "
             "promote it by hand if that is meant")
 

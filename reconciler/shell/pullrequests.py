@@ -199,7 +199,6 @@ class PullRequestsClient(CommentsClient):
                     return again
             raise
 
-
     def close_superseded(self, number: int, branch: str, comment: str) -> bool:
         """Close pull request ``number`` with ``comment``, when it is still open and still
         proposes ``branch``; False when it is not (merged, closed by someone, or another
