@@ -58,6 +58,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 DOCS = "https://docs.github.com/rest/issues/comments"
+#: What ``_written`` returns when it has sent the reply itself.
+_ANSWERED: Any = object()
 LIMIT = 65_536
 REPO_ID = 4242
 
@@ -437,12 +439,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._reply(200, found)
         if method != "POST":
             return self._error(404, "Not Found")
-        if not isinstance(user, User):
-            return self._error(401, "Requires authentication")
-        try:
-            data = json.loads(raw or b"null")
-        except ValueError:
-            return self._error(400, "Problems parsing JSON")
+        data = self._written(raw, user)
+        if data is _ANSWERED:
+            return None
+        assert isinstance(user, User)
         if not isinstance(data, dict) or not all(
                 isinstance(data.get(k), str) for k in ("head", "base", "title")):
             return self._error(422, "Validation Failed", errors=[{
@@ -485,12 +485,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._reply(200, pull)
         if method != "PATCH":
             return self._error(404, "Not Found")
-        if not isinstance(user, User):
-            return self._error(401, "Requires authentication")
-        try:
-            data = json.loads(raw or b"null")
-        except ValueError:
-            return self._error(400, "Problems parsing JSON")
+        data = self._written(raw, user)
+        if data is _ANSWERED:
+            return None
         if not isinstance(data, dict) or data.get("state", "open") not in ("open", "closed"):
             return self._error(422, "Validation Failed", errors=[{
                 "resource": "PullRequest", "code": "invalid", "field": "state"}])
@@ -530,6 +527,18 @@ class _Handler(BaseHTTPRequestHandler):
         if scheme.lower() not in ("token", "bearer"):
             return False
         return self.standin.state.tokens.get(token.strip(), False)
+
+    def _written(self, raw: bytes, user: User | bool | None) -> Any:
+        """A write's JSON body, or ``_ANSWERED`` when its reply is sent already (no user:
+        401; not JSON: 400)."""
+        if not isinstance(user, User):
+            self._error(401, "Requires authentication")
+            return _ANSWERED
+        try:
+            return json.loads(raw or b"null")
+        except ValueError:
+            self._error(400, "Problems parsing JSON")
+            return _ANSWERED
 
     def _body(self, raw: bytes) -> str | None:
         try:
