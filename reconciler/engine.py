@@ -1114,6 +1114,15 @@ class WatchSteps:
             self._upstream = await self._live.read_upstream({s.name for s in desired.services})
         return snapshot
 
+    def revert_pending(self, commit: str) -> str | None:
+        """The pull request the revert of ``commit``'s failed release waits in, per this
+        environment's journal (None: none, or nothing observed yet to find the journal)."""
+        if self._observed is None:
+            return None
+        return revert_pending(state_dir(self._observed, self.root, self.env,
+                                        self.stage.name if self.stage is not None else None)
+                              / journal_mod.JOURNAL_FILE, commit)
+
     @tracing.watch_plan
     def plan(self, desired: DesiredState, snapshot: LiveSnapshot,
              provenance: Provenance, *, max_age: float | None = None) -> Plan:
@@ -2090,9 +2099,13 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
         else:  # no answer, or no pull request to open: the rollback must not wait on it
             how = f"{how}; NOT pushed ({pushed.said})"
     if instead is not None:
-        return RevertRun(key, tuple(items), commit, pull=_propose(
-            root, commit, key, items, message, instead, pull,
-            base=target.branch if target is not None else None), why_pr=instead)
+        opened = _propose(root, commit, key, items, message, instead, pull,
+                          base=target.branch if target is not None else None)
+        # Journaled with the failed commit: a watcher started again later finds that this
+        # commit's way back waits on review, and does not send its release again.
+        _journal_revert(path, key, commit, items, proposed={
+            "failed_commit": head, "pull": opened.number, "url": opened.url})
+        return RevertRun(key, tuple(items), commit, pull=opened, why_pr=instead)
     try:
         landed = revert_git.fast_forward(root, commit)
     except revert_git.RevertGitError as exc:  # a lock held too long: said, never raised
@@ -2105,14 +2118,33 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
         return await _rolled_back(reconciler, root, RevertRun(key, tuple(items), done,
                                                               already=True, how=how), rollback,
                                   hook, progress, fence)
-    with contextlib.suppress(JournalError):  # git holds the revert; the journal tells it
-        journal = Journal.open(path)
-        journal.reverted(key, {"commit": commit, "services": [
-            {"service": i.service, "failed": i.failed, "to": i.to, "to_tag": i.to_tag,
-             "evidence": list(i.evidence)[:10]} for i in items]})
+    _journal_revert(path, key, commit, items)
     applying.crash_point("revert-after-commit")
     return await _rolled_back(reconciler, root, RevertRun(key, tuple(items), commit, how=how),
                               rollback, hook, progress, fence)
+
+
+def _journal_revert(path: Path, key: str, commit: str, items: Sequence[reverts.Item],
+                    proposed: Mapping[str, object] | None = None) -> None:
+    """Tell the journal of a revert: landed (git holds it; the journal tells it) or
+    ``proposed`` as a pull request (which one, and the failed commit it is for)."""
+    with contextlib.suppress(JournalError):
+        Journal.open(path).reverted(key, {"commit": commit, "services": [
+            {"service": i.service, "failed": i.failed, "to": i.to, "to_tag": i.to_tag,
+             "evidence": list(i.evidence)[:10]} for i in items], **(proposed or {})})
+
+
+def revert_pending(path: Path, commit: str) -> str | None:
+    """The pull request a revert of ``commit`` (a failed release) was proposed in, as the
+    journal at ``path`` records it (None: none was)."""
+    try:
+        records = journal_mod.reverts(path, on_torn=lambda _torn: None)
+    except JournalError:
+        return None
+    for record in reversed(records):
+        if record.get("failed_commit") == commit and isinstance(record.get("pull"), int):
+            return f"pull request #{record['pull']} ({safe(str(record.get('url') or ''), 300)})"
+    return None
 
 
 def _where_to_land(root: Path, pull: PullTarget | None, newer: Mapping[str, str],

@@ -117,18 +117,28 @@ def render_run(run_json: dict[str, Any]) -> list[str]:
 
 
 def revert_json(record: dict[str, Any]) -> dict[str, Any]:
-    return {"key": record.get("key"), "at_ms": record.get("ts"), "commit": record.get("commit"),
+    """A revert as ``history --format json`` shows it; one proposed as a pull request
+    (not landed) also has ``pull``, ``url`` and the ``failed_commit`` it is for."""
+    told = {"key": record.get("key"), "at_ms": record.get("ts"), "commit": record.get("commit"),
             "services": list(record.get("services") or [])}
+    if record.get("pull") is not None:
+        told.update({k: record.get(k) for k in ("pull", "url", "failed_commit")})
+    return told
 
 
 def render_revert(revert: dict[str, Any]) -> list[str]:
     """A revert (``apply --on-gate-failure revert``, ``reconcile revert``): which release
     failed, what it went back to, the commit and the key."""
-    lines = [f"{rfc3339(revert.get('at_ms'))}  REVERTED in git  commit "
+    where = (f"REVERT PROPOSED in pull request #{safe(str(revert['pull']), 20)}  "
+             f"{safe(str(revert.get('url') or ''), 300)}  commit") \
+        if revert.get("pull") is not None else "REVERTED in git  commit"
+    lines = [f"{rfc3339(revert.get('at_ms'))}  {where} "
              f"{safe(str(revert.get('commit')), 40)[:12]}  key {safe(str(revert.get('key')), 40)}"]
+    back = "to be held and pinned back" if revert.get("pull") is not None \
+        else "held; pinned back"
     for item in revert.get("services") or []:
         lines.append(f"  {safe(str(item.get('service')), 80)}: release "
-                     f"{safe(str(item.get('failed')), 80)} failed, held; pinned back to "
+                     f"{safe(str(item.get('failed')), 80)} failed, {back} to "
                      f"{safe(str(item.get('to_tag')), 130)} ({safe(str(item.get('to')), 80)})")
         for said in (item.get("evidence") or [])[:3]:
             lines.append(f"    {safe(str(said), 200)}")

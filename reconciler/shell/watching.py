@@ -374,6 +374,7 @@ class Watcher:
     plan: Plan | None = None
     broken: str | None = None  # fingerprint of the last reported invalid revision
     failed_commit: str | None = None
+    asked_revert: str | None = None  # the commit last asked about a pending revert
     backoff: float = 0.0
     next_apply_at: float = 0.0
     applying: asyncio.Task[None] | None = None
@@ -692,6 +693,15 @@ class Watcher:
             return  # only from a clean, committed revision
         if commit == self.failed_commit and time.monotonic() < self.next_apply_at:
             return
+        if commit != self.failed_commit and commit != self.asked_revert:
+            # A watcher started after the failure: the journal knows whether this
+            # commit's way back is a pull request (asked once per commit).
+            self.asked_revert = commit
+            pending = getattr(self.steps, "revert_pending", None)
+            waiting = await asyncio.to_thread(pending, commit) if callable(pending) else None
+            if isinstance(waiting, str) and waiting:
+                self._park(commit, waiting)
+                return
         self.applying = asyncio.create_task(self._apply(commit))
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({self.applying, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -732,14 +742,7 @@ class Watcher:
             if self.metrics is not None:
                 self.metrics.last_apply.set(time.time())
         elif parked:
-            # Issue 20: the way back is a pull request, so the failed commit is still
-            # HEAD. Trying it again would send the release the clusters refused, once per
-            # backoff, until someone merges; it waits for a newer commit instead (the
-            # merged revert, or anything else).
-            self.failed_commit, self.next_apply_at = commit, math.inf
-            self.log.event("backoff", f"commit {commit[:12]} is not applied again: its "
-                           "revert is proposed as a pull request (a newer commit is "
-                           "applied at once)", commit=commit)
+            self._park(commit, "a pull request")
         else:
             # Back off on this commit; a newer commit is tried at once (it supersedes).
             self.backoff = min(self.max_backoff, max(self.resync, self.backoff * 2 or 5.0))
@@ -748,6 +751,16 @@ class Watcher:
             self.log.event("backoff", f"next try of commit {commit[:12]} in "
                            f"{self.backoff:g}s (or at once for a newer commit)")
         await self._resync()
+
+    def _park(self, commit: str, where: str) -> None:
+        """Issue 20: ``commit``'s release failed and its way back is a pull request, so
+        the failed commit is still HEAD. Trying it again would send the release the
+        clusters refused, once per backoff, until someone merges; it waits for a newer
+        commit instead (the merged revert, or anything else)."""
+        self.failed_commit, self.next_apply_at = commit, math.inf
+        self.log.event("backoff", f"commit {commit[:12]} is not applied again: its revert "
+                       f"is proposed as {where} (a newer commit is applied at once)",
+                       commit=commit)
 
 
 def _git_state(provenance: Provenance) -> tuple[str | None, bool]:

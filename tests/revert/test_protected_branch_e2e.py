@@ -206,8 +206,20 @@ def test_watch_does_not_apply_the_failed_commit_again_while_its_revert_is_a_pull
         w.drain(12.0)  # past the first backoffs (5 s, then 10 s) at one resync a second
         assert not [e for e in w.seen if e["event"] == "apply"][1:], \
             "the failed commit was applied again"
+    [pull] = setup.github.state.pull_requests.values()
+    # A watcher started later (a restart, a redeploy) finds it in the journal.
+    with watch_process(str(setup.repo.path), "--log-format", "json", "--apply",
+                       "--on-gate-failure", "revert", "--only", "checkout", "--resync", "1",
+                       env={**setup.repo.env(), **setup.env()}) as again:
+        waiting = again.wait_for(lambda e: e["event"] == "backoff", timeout=60)
+        assert f"its revert is proposed as pull request #{pull['number']}" \
+            in waiting["message"], waiting
+        again.drain(4.0)
+        assert not [e for e in again.seen if e["event"] == "apply"]
     promotions = [a for a in sandbox.audit() if a["method"] == "promoteServiceImageRelease"
                   and a.get("serviceId") == "svc-checkout"]
     assert len(promotions) == 1
     assert len(setup.github.state.pull_requests) == 1
     assert not checkout_rollbacks(sandbox)
+    told = setup.repo.run("history", str(setup.repo.path))
+    assert f"REVERT PROPOSED in pull request #{pull['number']}" in told.out, told.out + told.err
