@@ -22,8 +22,11 @@ RUN_LINT_IMPORTS = (
 FAKE = "fakereconciler"
 # The real package's top-level layout, mirrored by the throwaway one.
 MODULES = (
-    "__init__.py", "cli.py", "demo.py", "engine.py", "exitcodes.py", "failures.py",
-    "schemagen.py",
+    "__init__.py", "cli.py", "demo.py", "exitcodes.py", "failures.py", "schemagen.py",
+    "engine/__init__.py", "engine/wiring.py", "engine/reconciling.py", "engine/wayback.py",
+    "engine/planning.py", "engine/applying.py", "engine/reverting.py", "engine/pins.py",
+    "engine/commenting.py", "engine/promoting.py", "engine/proposer.py",
+    "engine/fleetstatus.py", "engine/watchsteps.py", "engine/sharded.py",
     "commands/__init__.py", "commands/apply.py",
     "core/__init__.py", "core/planning.py", "core/diagnostics.py",
     "render/__init__.py", "render/text.py",
@@ -78,6 +81,16 @@ def test_the_contracts_cover_the_layers_asked_for() -> None:
         contracts["shell-below-engine"]["forbidden_modules"])
     assert {"reconciler.engine", "reconciler.commands", "reconciler.shell"} <= set(
         contracts["sandbox-separate"]["forbidden_modules"])
+    # Every module of the engine sits in its tree, and every operation is independent.
+    engine_modules = {p.stem for p in (ROOT / "reconciler" / "engine").glob("*.py")} - {
+        "__init__"}
+    in_tree = {m.strip(" ()").rsplit(".", 1)[-1]
+               for layer in contracts["engine-modules"]["layers"] for m in layer.split("|")}
+    assert in_tree == engine_modules
+    operations = {m.rsplit(".", 1)[-1]
+                  for m in contracts["engine-operations-independent"]["modules"]}
+    assert operations == engine_modules - {"wiring", "reconciling", "wayback", "watchsteps",
+                                           "sharded"}
 
 
 @pytest.fixture
@@ -87,7 +100,9 @@ def throwaway(tmp_path: Path) -> Path:
         path = tmp_path / FAKE / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text('"""Throwaway."""\n', encoding="utf-8")
-    section = config_section().replace('"reconciler', f'"{FAKE}')
+    # A layer's independent siblings follow a "| " inside the same string.
+    section = config_section().replace('"reconciler', f'"{FAKE}').replace(
+        "| reconciler.", f"| {FAKE}.")
     assert f'root_package = "{FAKE}"' in section
     (tmp_path / "pyproject.toml").write_text(section, encoding="utf-8")
     return tmp_path
@@ -116,9 +131,19 @@ def test_the_copied_contracts_pass_on_a_clean_throwaway_package(throwaway: Path)
          "the sandbox shares no code with the reconciler it stands in for BROKEN"),
         ("failures.py", f"from {FAKE}.commands import apply\n",
          "failures and exitcodes are leaves anyone may import BROKEN"),
+        ("engine/proposer.py", f"from {FAKE}.engine import promoting\n",
+         "the engine's operations import none of each other BROKEN"),
+        ("engine/proposer.py", f"from {FAKE}.engine import promoting\n",
+         "the engine's modules form a tree over the wiring BROKEN"),
+        ("engine/wiring.py", f"from {FAKE}.engine import reconciling\n",
+         "the engine's modules form a tree over the wiring BROKEN"),
+        ("engine/wayback.py", f"from {FAKE}.engine import applying\n",
+         "the engine's modules form a tree over the wiring BROKEN"),
     ],
     ids=["core->shell", "core->socket", "render->subprocess", "core->ruamel", "watching->engine",
-         "render->shell", "sandbox->shell", "failures->commands"],
+         "render->shell", "sandbox->shell", "failures->commands",
+         "operation->operation", "operation->operation-tree", "wiring->reconciler",
+         "wayback->operation"],
 )
 def test_the_contracts_catch_a_violation(
     throwaway: Path, module: str, source: str, broken: str

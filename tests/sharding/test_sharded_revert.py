@@ -20,6 +20,7 @@ from reconciler.core.evidence import ClusterProof, Proof, ServiceProof, Why
 from reconciler.core.outcomes import ApplyReport, ChangeResult, GateReport, Outcome
 from reconciler.core.planning import plan
 from reconciler.core.plans import Change
+from reconciler.engine import wayback
 from reconciler.shell import applying
 from reconciler.shell import reverting as revert_git
 from tests.plan import builders as b
@@ -54,7 +55,7 @@ def test_a_member_that_lost_the_shard_reverts_nothing_and_says_why(
     async def never(*_a: object, **_k: object) -> engine.RevertRun:
         raise AssertionError("reverted a service whose shard is not ours")
 
-    monkeypatch.setattr(engine, "revert_with", never)
+    monkeypatch.setattr(wayback, "revert_with", never)
     got = asyncio.run(engine.revert_after(object(), Path("."), run,  # type: ignore[arg-type]
                                           "revert", None, lambda _e: None, fence=fence))
     assert asked == ["checkout"]
@@ -78,7 +79,7 @@ def test_an_owned_failure_is_reverted_with_the_fence_and_a_moved_branch_is_repla
             raise engine.BranchMoved("the branch moved while the revert was being made")
         return done
 
-    monkeypatch.setattr(engine, "revert_with", revert_with)
+    monkeypatch.setattr(wayback, "revert_with", revert_with)
     pull = engine.PullTarget(api_url="http://127.0.0.1:1", repo="acme/fleet", token=None,
                              requested=True)  # --pr: proposed as without coordination
     got = asyncio.run(engine.revert_after(object(), Path("."), run,  # type: ignore[arg-type]
@@ -94,7 +95,7 @@ def test_a_branch_that_keeps_moving_is_said_not_raised(monkeypatch: pytest.Monke
     async def revert_with(*args: object, **kwargs: Any) -> engine.RevertRun:
         raise engine.BranchMoved("the branch moved while the revert was being made")
 
-    monkeypatch.setattr(engine, "revert_with", revert_with)
+    monkeypatch.setattr(wayback, "revert_with", revert_with)
     got = asyncio.run(engine.revert_after(object(), Path("."), run,  # type: ignore[arg-type]
                                           "revert", None, lambda _e: None))
     assert got.reverted is None and "branch moved" in (got.revert_error or "")
