@@ -22,6 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 BENCHMARKS: list[tuple[str, list[str]]] = [
+    ("start: --version, plan --help, completion beside python -c pass, median of 10",
+     ["benchmarks.start_bench"]),
     ("validate: 5,000 services + 500 grants vs check-jsonschema", ["benchmarks.validate_bench"]),
     ("sandbox load floor: 50 clients", ["benchmarks.sandbox_load"]),
     ("live snapshot: 2,000 services × 3 clusters, 20 ms replies", ["benchmarks.snapshot_bench"]),

@@ -8,7 +8,6 @@ before any write, each with its own exit code (``reconciler.exitcodes``).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import time
@@ -16,15 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reconciler.commands import durations, options, output, selection, stages
-from reconciler.core.cpcodes import is_conflict
-from reconciler.core.events import Event
-from reconciler.core.outcomes import ApplyReport, Outcome
-from reconciler.core.plans import Plan
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.render import applyview
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the planner and its views load when the command runs (start time)
+    from reconciler.core.events import Event
+    from reconciler.core.outcomes import ApplyReport
+    from reconciler.core.plans import Plan
     from reconciler.engine import ApplyRun
 
 
@@ -82,6 +79,8 @@ class _View:
         self.fmt = fmt
 
     def __call__(self, event: Event) -> None:
+        from reconciler.render import applyview
+
         out, err = applyview.lines(event, self.fmt)
         for line in err:
             print(line, file=sys.stderr, flush=True)
@@ -123,6 +122,8 @@ def process_started() -> float:
 
 def run(args: argparse.Namespace) -> int:
     started = process_started()
+    import asyncio  # with the HTTP stack, not to build the parser
+
     from reconciler.commands import revert
     from reconciler.engine import apply_async  # the HTTP stack loads only when needed
 
@@ -154,6 +155,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(run_: ApplyRun, fmt: str) -> int:
+    from reconciler.core.cpcodes import is_conflict
+    from reconciler.core.outcomes import Outcome
+    from reconciler.render import applyview
+
     report: ApplyReport = run_.report
     if not report.results and report.gate is None:
         return int(Exit.OK)

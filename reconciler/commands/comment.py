@@ -58,16 +58,15 @@ from urllib.parse import quote
 from reconciler.commands import options, output
 from reconciler.core import comments
 from reconciler.core.comments import Owned
-from reconciler.core.plans import Plan
-from reconciler.core.results import PlanResult, ResultKind
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 from reconciler.render import delivery as deliveries
-from reconciler.render import jsonplan, markdown, markdown_results
 from reconciler.render.delivery import Delivery
 
-if TYPE_CHECKING:  # the HTTP stack (githubkit) loads only when the command runs
+if TYPE_CHECKING:  # the HTTP stack (githubkit) and the plan's views load when it runs
+    from reconciler.core.plans import Plan
+    from reconciler.core.results import PlanResult
     from reconciler.engine import Bodies
     from reconciler.shell.github import CommentsClient
 
@@ -88,6 +87,8 @@ def render_parts(plan: Plan, *, budget: int, plan_file: str | None = None,
     nothing dropped; the apply command names ``plan_file`` and the plan's content digest
     (computed once here: the renderer would otherwise compute it again), or, in CI,
     ``delivery``: the run and the artifact holding the saved plan."""
+    from reconciler.render import jsonplan, markdown
+
     digest = jsonplan.to_wire(plan)["content_digest"]
     if delivery is not None and delivery.known:
         return markdown.render_parts(plan, budget=budget, content_digest=str(digest),
@@ -140,6 +141,8 @@ def _checked(bodies: list[str], limit: int) -> list[str]:
 
 def render_bodies(plan: Plan, key: str, limit: int = BODY_LIMIT,
                   plan_file: str | None = None, delivery: Delivery | None = None) -> list[str]:
+    from reconciler.core.results import PlanResult
+
     parts = render_parts(plan, budget=_room(key, limit), plan_file=plan_file,
                          delivery=delivery)
     return _checked(bodies_for(parts, key, state_line(PlanResult.of_plan(plan))), limit)
@@ -174,6 +177,9 @@ def result_bodies(result: PlanResult, key: str, existing: Sequence[Owned],
     everything; an invalid or error result is one part that keeps the previous plan only
     as a collapsed "superseded" block (carried over when the previous comment was itself
     invalid or error)."""
+    from reconciler.core.results import ResultKind
+    from reconciler.render import markdown_results
+
     if result.plan is not None:
         return render_bodies(result.plan, key, limit, plan_file, delivery)
     room = _room(key, limit)

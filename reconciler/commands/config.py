@@ -27,15 +27,16 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reconciler.commands import options, output, stages
-from reconciler.core.crosscheck import Located
-from reconciler.core.desired import Settings
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.shell.endpoints import Connection, Effective, Explanation
+
+if TYPE_CHECKING:  # the settings models load when the command runs (start time)
+    from reconciler.core.crosscheck import Located
+    from reconciler.shell.endpoints import Effective, Explanation
 
 #: (key in ``Explanation.values``, label) in the order they are shown, by section.
 SECTIONS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
@@ -85,7 +86,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from reconciler.core.desired import Settings
     from reconciler.engine import read_commit
+    from reconciler.shell.endpoints import Connection, Explanation
 
     try:
         root, stage = stages.select(args, args.path, command="config")
@@ -151,6 +154,7 @@ def state_entries(root: Path, located: Located, env: Mapping[str, str],
     """Where apply keeps its journal (and watch its suspension), and what chose it: the
     same rule apply uses (``engine.state_dir_of``) -- in an environment of a pipeline,
     ``RECONCILE_STATE_DIR`` holds one directory per environment."""
+    from reconciler.core.desired import Settings
     from reconciler.engine import state_dir_of
     from reconciler.shell.journal import JOURNAL_FILE
 
@@ -258,6 +262,7 @@ def observability(located: Located, args: argparse.Namespace,
     """The notifications (each sink, where its secret comes from and whether it can be
     read, never the value) and where traces go, each with its source. A sink whose secret
     is missing is a note, not a problem: plan, apply and watch run without it."""
+    from reconciler.core.desired import Settings
     from reconciler.shell import notifying, tracing
 
     settings = located.document

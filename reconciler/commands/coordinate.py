@@ -11,9 +11,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from reconciler.core.desired import Settings
 from reconciler.core.sharding import DEFAULT_SHARDS, MAX_SHARDS, LeaseTiming
+
+if TYPE_CHECKING:
+    from reconciler.core.desired import Settings
 
 ENV_COORDINATE = "RECONCILE_COORDINATE"
 ENV_SHARDS = "RECONCILE_SHARDS"

@@ -15,9 +15,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from reconciler.core.pipeline import duration_seconds, parse_instant
 from reconciler.exitcodes import Exit
-from reconciler.shell import environments
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -54,6 +52,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _until(text: str) -> str:
+    # The pipeline's models load when the command runs, not to build the parser.
+    from reconciler.core.pipeline import duration_seconds, parse_instant
+
     if re.fullmatch(r"(?:\d+[dhms])+", text.strip()):
         at = time.time() + duration_seconds(text)
         return f"{datetime.fromtimestamp(at, UTC):%Y-%m-%dT%H:%M:%SZ}"
@@ -62,6 +63,8 @@ def _until(text: str) -> str:
 
 
 def _pipeline(args: argparse.Namespace, names: list[str]) -> Path:
+    from reconciler.shell import environments
+
     root = environments.find_pipeline_root(Path(args.path))
     if root is None:
         raise environments.PipelineError(f"no pipeline.yaml at or above {args.path}: "
@@ -78,6 +81,8 @@ def _pipeline(args: argparse.Namespace, names: list[str]) -> Path:
 
 
 def run_freeze(args: argparse.Namespace) -> int:
+    from reconciler.shell import environments
+
     names = list(dict.fromkeys(args.env_name))
     try:
         until = _until(args.until)
@@ -101,6 +106,8 @@ def run_freeze(args: argparse.Namespace) -> int:
 
 
 def run_unfreeze(args: argparse.Namespace) -> int:
+    from reconciler.shell import environments
+
     try:
         root = _pipeline(args, [args.env_name])
         touched, made = environments.remove_freezes(root, args.env_name,

@@ -21,7 +21,6 @@ from reconciler.commands import stages
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.render import historyview
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -69,6 +68,7 @@ def journal_path(args: argparse.Namespace) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    from reconciler.render import historyview  # the views load when the command runs
     from reconciler.shell.journal import JournalError, TornTail, history, proposals, reverts
 
     if args.limit < 1:

@@ -13,10 +13,13 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.shell.endpoints import Overrides
+
+if TYPE_CHECKING:  # the parser is built without the settings models (start time)
+    from reconciler.shell.endpoints import Overrides
 
 FORMATS = ("text", "json", "markdown")
 #: GitHub's API when neither a flag nor GITHUB_API_URL names one (GitHub Enterprise:
@@ -97,6 +100,8 @@ def overrides_from(args: argparse.Namespace,
     """The flags over the environment (``os.environ`` unless ``env`` is given). Also
     hands ``--otlp-endpoint``, where the command has it, to ``shell.tracing`` (it wins
     over the environment and the settings there)."""
+    from reconciler.shell.endpoints import Overrides
+
     endpoint = getattr(args, "otlp_endpoint", None)
     if endpoint is not None:
         from reconciler.shell import tracing

@@ -18,15 +18,16 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from reconciler.core.plans import Plan
-from reconciler.core.results import PlanResult
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.render import common, jsonplan, markdown, resultfile, text
 from reconciler.shell.progress import Progress, StderrProgress
+
+if TYPE_CHECKING:  # the renderers load when something is rendered, not to parse flags
+    from reconciler.core.plans import Plan
+    from reconciler.core.results import PlanResult
 
 
 def use_color(stream: TextIO) -> bool:
@@ -36,6 +37,8 @@ def use_color(stream: TextIO) -> bool:
 def render(plan: Plan, fmt: str, stream: TextIO, *, plan_file: str | None = None) -> str:
     """``plan_file``: where the plan is saved, so the Markdown names the exact apply
     command (and the digest of that file)."""
+    from reconciler.render import common, jsonplan, markdown, text
+
     if fmt == "json":
         return common.terminal_json(jsonplan.dumps(plan))
     if fmt == "markdown":
@@ -48,6 +51,8 @@ def show(plan: Plan, fmt: str, stream: TextIO | None = None, *,
     """Write the plan in ``fmt`` to ``stream`` (stdout), as ``render`` makes it. The text
     plan goes straight from its renderer (``text.write``): rendered whole before anything
     is written, as 12 MB of UTF-8 rather than a 25 MB string for a 10,000 × 10 plan."""
+    from reconciler.render import text
+
     target = stream or sys.stdout
     if fmt in ("json", "markdown"):
         write(render(plan, fmt, target, plan_file=plan_file), target)
@@ -67,16 +72,22 @@ def progress_for_stderr() -> Progress | None:
 
 def save_plan(path: Path, plan: Plan) -> None:
     """Write the plan file atomically: a reader sees the old file or the whole new one."""
+    from reconciler.render import common, jsonplan
+
     _write_atomically(path, common.terminal_json(jsonplan.dumps(plan)), "the plan")
 
 
 def save_result(path: Path, result: PlanResult) -> None:
     """Write ``plan --result``'s file atomically (``render.resultfile``)."""
+    from reconciler.render import common, resultfile
+
     _write_atomically(path, common.terminal_json(resultfile.dumps(result)), "the result")
 
 
 def load_result(path: Path) -> PlanResult:
     """A result file or a saved plan file (a result whose outcome is plan)."""
+    from reconciler.render import jsonplan, resultfile
+
     data = _read_json(path, "a result or plan file")
     try:
         return resultfile.from_wire(data)
@@ -118,6 +129,8 @@ def _read_json(path: Path, what: str) -> Any:
 
 
 def load_plan(path: Path) -> Plan:
+    from reconciler.render import jsonplan
+
     data = _read_json(path, "a plan file")
     try:
         return jsonplan.from_wire(data)

@@ -25,8 +25,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from reconciler.commands import options, output, stages
-from reconciler.core import pinning
-from reconciler.core.live import ReadFailure
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -102,6 +100,8 @@ def _release(tag: str | None, digest: str) -> str:
 
 def show(result: PinRun, *, planned: bool) -> int:
     """Print what pin did: the change, the diff, what may now be stale, the plan."""
+    from reconciler.core import pinning  # loads with the engine, when the command runs
+
     pin, pinned = result.pin, result.pinned
     path = safe(result.path, 500)  # a file name is the user's, but still no terminal escapes
     changed = result.after != result.before
@@ -162,6 +162,9 @@ def unified_diff(path: str, before: bytes, after: bytes) -> list[str]:
 def check(results: Sequence[PinCheck]) -> int:
     """``--check``: one line per service; 20 when any lags, 1 when any could not be
     compared (and none lags), 0 when every pin is current."""
+    from reconciler.core import pinning
+    from reconciler.core.live import ReadFailure
+
     lagging = unknown = current = absent = untagged = 0
     width = max((len(r.service) for r in results), default=0)
     for result in results:

@@ -16,11 +16,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reconciler.commands import options, output, selection, stages
-from reconciler.core.plans import Plan, Verdict, restrict
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
+
+if TYPE_CHECKING:  # the planner loads when the command runs, not to build the parser
+    from reconciler.core.plans import Plan
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -64,6 +67,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def detailed_exit(plan_value: Plan) -> Exit:
+    from reconciler.core.plans import Verdict
+
     verdict = plan_value.verdict
     if verdict is Verdict.NO_GO:
         return Exit.CHANGES_NO_GO
@@ -71,6 +76,7 @@ def detailed_exit(plan_value: Plan) -> Exit:
 
 
 def run(args: argparse.Namespace) -> int:
+    from reconciler.core.plans import restrict
     from reconciler.engine import failed_result, plan_result  # HTTP loads only when needed
 
     only = selection.only_from(args)

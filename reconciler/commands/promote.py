@@ -21,11 +21,9 @@ import sys
 from pathlib import Path
 
 from reconciler.commands import options, output, selection, stages
-from reconciler.core import proposals
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.render import markdown
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -135,7 +133,9 @@ def _pr_target(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def _open_pr(args: argparse.Namespace, result: object, repo: str, token: str) -> int:
+    from reconciler.core import proposals
     from reconciler.engine import PromoteRun
+    from reconciler.render import markdown
     from reconciler.shell import pullrequests
 
     assert isinstance(result, PromoteRun) and result.commit is not None

@@ -16,11 +16,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
-from reconciler.sandbox import faults, launcher, seeding, store
+from reconciler.sandbox import DEFAULT_MESH_PORT, DEFAULT_PORT, faults
+
+if TYPE_CHECKING:  # the servers' code (TLS included) loads when an action runs
+    from reconciler.sandbox import launcher
 
 DEFAULT_STATE = Path(".sandbox")
 
@@ -53,12 +56,12 @@ def register(subparsers: Any) -> None:
                     help="return once started; stop it with `reconcile sandbox down`")
     up.add_argument("--print-env", action="store_true",
                     help="print only `export` lines on stdout, for eval (implies --detach)")
-    up.add_argument("--port", type=int, default=launcher.DEFAULT_PORT,
+    up.add_argument("--port", type=int, default=DEFAULT_PORT,
                     help=f"control-plane port on 127.0.0.1, 0 for a free one "
-                    f"(default {launcher.DEFAULT_PORT})")
-    up.add_argument("--mesh-port", type=int, default=launcher.DEFAULT_MESH_PORT,
+                    f"(default {DEFAULT_PORT})")
+    up.add_argument("--mesh-port", type=int, default=DEFAULT_MESH_PORT,
                     help=f"the clusters' port, one address each on 127.0.0.x, 0 for a free "
-                    f"one (default {launcher.DEFAULT_MESH_PORT})")
+                    f"one (default {DEFAULT_MESH_PORT})")
     up.add_argument("--converge-delay-ms", type=int, default=1000, metavar="MS",
                     help="how long a cluster takes to roll out a new digest (default 1000)")
     up.add_argument("--seed", type=Path, default=None, metavar="FILE",
@@ -220,11 +223,13 @@ def named_exports(sb: launcher.Sandbox, name: str) -> list[str]:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from reconciler.sandbox import launcher
+
     detach = args.detach or args.print_env
     name = getattr(args, "name", None)
     if name is not None:  # side by side: free ports unless given
-        args.port = 0 if args.port == launcher.DEFAULT_PORT else args.port
-        args.mesh_port = 0 if args.mesh_port == launcher.DEFAULT_MESH_PORT else args.mesh_port
+        args.port = 0 if args.port == DEFAULT_PORT else args.port
+        args.mesh_port = 0 if args.mesh_port == DEFAULT_MESH_PORT else args.mesh_port
     try:
         existing = launcher.attach(args.state)
         if any(existing.owns(c)[0] for c in existing._pids):
@@ -279,6 +284,8 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
+    from reconciler.sandbox import launcher
+
     try:
         sb = launcher.attach(args.state)
     except (launcher.SandboxError, OSError, ValueError, KeyError) as exc:
@@ -293,6 +300,8 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
+    from reconciler.sandbox import launcher
+
     try:
         sb = launcher.attach(args.state)
     except launcher.SandboxError as exc:
@@ -312,6 +321,8 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 def cmd_component(args: argparse.Namespace) -> int:
     """``sandbox stop|start COMPONENT``: one component down or up again."""
+    from reconciler.sandbox import launcher
+
     action = args.component_action
     try:
         sb = launcher.attach(args.state)
@@ -336,6 +347,8 @@ def cmd_component(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from reconciler.sandbox import launcher
+
     try:
         sb = launcher.attach(args.state)
     except launcher.SandboxError as exc:
@@ -382,6 +395,8 @@ def _params(pairs: list[str]) -> dict[str, str]:
 
 
 def cmd_fault(args: argparse.Namespace) -> int:
+    from reconciler.sandbox import launcher
+
     try:
         sb = launcher.attach(args.state)
         sb.fault(args.target, args.kind, on=not args.off, **_params(args.param))
@@ -393,6 +408,8 @@ def cmd_fault(args: argparse.Namespace) -> int:
 
 
 def cmd_push(args: argparse.Namespace) -> int:
+    from reconciler.sandbox import launcher
+
     try:
         sb = launcher.attach(args.state)
         digest = sb.push(args.service, args.tag, repository=args.repository,
@@ -410,6 +427,8 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 
 def cmd_seed(args: argparse.Namespace) -> int:
+    from reconciler.sandbox import launcher, seeding, store
+
     try:
         sb = launcher.attach(args.state)
         sb.seed(launcher.load_seed(args.file))

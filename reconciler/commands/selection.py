@@ -18,7 +18,6 @@ from pathlib import Path
 
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.shell import discovery
 
 #: The flag's help text, shared so every command says the same.
 HELP = ("limit to these services: a comma-separated list of names, repeatable "
@@ -65,6 +64,8 @@ def desired_root(path: str, *, command: str) -> Path:
     """The desired-state root for PATH by ``shell.discovery``'s rule (walk up to the
     nearest directory holding a Settings file); says on stderr when it is not PATH itself.
     Raises ``EngineError`` (exit 1) with the shared wording when PATH cannot be used."""
+    from reconciler.shell import discovery  # loads the repo reader: only when run
+
     given = Path(path)
     problem = discovery.unusable(given, want="directory")
     if problem is not None:

@@ -9,7 +9,6 @@ from pathlib import Path
 from reconciler.commands import options, output
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.shell import discovery
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,6 +23,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from reconciler.shell import discovery  # the repo reader loads when the command runs
+
     try:
         problem = discovery.unusable(Path(args.file), want="file")
         if problem is not None:

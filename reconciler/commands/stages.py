@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reconciler.commands import selection
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.shell import environments
+
+if TYPE_CHECKING:  # the parser is built without the repo reader (start time)
+    from reconciler.shell import environments
 
 
 def add_env_flag(parser: argparse.ArgumentParser, *, override: bool = False) -> None:
@@ -33,6 +36,8 @@ def select(args: argparse.Namespace, path: str, *, command: str,
            ) -> tuple[Path, environments.Selected | None]:
     """The desired-state root PATH and ``--env`` mean, and the environment (None: a
     repo without environments, whose root is found as before)."""
+    from reconciler.shell import environments
+
     name = getattr(args, "env_name", None)
     override = getattr(args, "override_window", None)
     if override is not None and not override.strip():

@@ -16,13 +16,14 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reconciler.commands import options, output, stages
-from reconciler.core.pipeline import Environment, Freeze
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.render import status as views
-from reconciler.shell import environments
+
+if TYPE_CHECKING:  # the pipeline's models load when the command runs (start time)
+    from reconciler.core.pipeline import Environment, Freeze
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,6 +47,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     from reconciler import engine  # the HTTP stack loads only when the command runs
+    from reconciler.render import status as views
+    from reconciler.shell import environments
 
     roots: list[tuple[str, Path, Environment | None]]
     freezes: tuple[tuple[Freeze, str], ...] = ()

@@ -35,7 +35,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reconciler import __version__
 from reconciler.commands import stages
@@ -43,8 +43,9 @@ from reconciler.core.diagnostics import Diagnostic
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.render.diagnostics_formats import escape_data, github_annotations, sarif_log
-from reconciler.shell import discovery, environments
-from reconciler.shell.validating import LoadResult, load_repo
+
+if TYPE_CHECKING:  # the repo reader loads when the command runs, not to build the parser
+    from reconciler.shell.validating import LoadResult
 
 FORMAT_VERSION = "1.0"
 FORMATS = ("text", "json", "github", "sarif")
@@ -69,6 +70,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from reconciler.shell import discovery, environments
+    from reconciler.shell.validating import load_repo
+
     given = Path(args.path)
     if given.exists() and not given.is_dir():
         return run_file(args, given)
@@ -124,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
 
 def run_file(args: argparse.Namespace, path: Path) -> int:
     """``validate FILE`` (see the module docstring)."""
+    from reconciler.shell import discovery
+
     checked = discovery.check_file(path)
     where = (f"checked within the desired state in {checked.repo}" if checked.repo is not None
              else "checked alone: the rules between files need the directory")
@@ -215,6 +221,9 @@ def run_pipeline(args: argparse.Namespace, top: Path, given: Path) -> int:
     rule that does not compile is a problem at its file:line), and each environment's
     desired state (``--env``, or the one PATH lies in: that one only), every path
     relative to the pipeline root."""
+    from reconciler.shell import environments
+    from reconciler.shell.validating import load_repo
+
     rules = environments.read_rules(top)
     problems: list[Diagnostic] = list(rules.diagnostics)
     chosen = []

@@ -15,7 +15,6 @@ for the flags; the engine's ``Proposer`` decides and opens).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import signal
 import sys
@@ -33,12 +32,11 @@ from reconciler.commands import (
     stages,
     watchcontrol,
 )
-from reconciler.core.plans import Plan
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 
-if TYPE_CHECKING:
-    pass
+if TYPE_CHECKING:  # the planner loads when the command runs, not to build the parser
+    from reconciler.core.plans import Plan
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -98,6 +96,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    import asyncio  # with the rest, when the command runs: not to build the parser
+
     from reconciler.engine import ShardedWatchSteps, WatchSteps
     from reconciler.shell.health import Readiness
     from reconciler.shell.sharded import ShardedWatcher

@@ -11,7 +11,6 @@ intervals; 1 otherwise (or when etcd or the group cannot be read), naming the sh
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -47,6 +46,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def show_shards(args: argparse.Namespace) -> int:
+    import asyncio  # when the command runs: not to build the parser
+
     from reconciler.engine import WatchSteps, shard_report
 
     if args.resync <= 0:

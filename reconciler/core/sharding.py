@@ -32,8 +32,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from reconciler.core.desired import DesiredState
+if TYPE_CHECKING:  # `watch --shards`'s help reads the defaults without the models
+    from reconciler.core.desired import DesiredState
 
 #: The default shard count (``--shards``; settings ``coordination.shards``).
 DEFAULT_SHARDS = 16

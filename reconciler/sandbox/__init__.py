@@ -10,3 +10,8 @@ It must not import the reconciler's client side (``reconciler.shell``, the engin
 commands): the sandbox stands in for systems the reconciler does not own, and sharing code
 with the client would let a bug on one side hide the same bug on the other.
 """
+
+#: The loopback ports ``reconcile sandbox up`` asks for (the launcher's defaults): here so
+#: that the command's parser names them without loading the servers' code.
+DEFAULT_PORT = 18443
+DEFAULT_MESH_PORT = 18444

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import reconciler.sandbox as sandbox_package
 from reconciler.sandbox import cluster as cluster_mod
 from reconciler.sandbox import (
     controlplane,
@@ -48,8 +49,8 @@ from reconciler.sandbox import (
 GATEWAY = "gateway.sandbox.test"
 WALLET = "rReconcileDeployBot"
 AUTH_APP_ID = "reconcile"
-DEFAULT_PORT = 18443
-DEFAULT_MESH_PORT = 18444
+DEFAULT_PORT = sandbox_package.DEFAULT_PORT
+DEFAULT_MESH_PORT = sandbox_package.DEFAULT_MESH_PORT
 CONTROL_PLANE = faults.CONTROL_PLANE
 DESCRIPTOR = "sandbox.json"
 READY_TIMEOUT_S = 15.0
