@@ -261,3 +261,32 @@ def test_many_ambiguous_pairs_are_bounded_in_the_comment_and_the_text_never_in_j
     few = planning.plan(desired(*routes[:4]), live())
     assert markdown.render(few).count("- ❌ `route_ambiguous`") == 2 * 6
     assert "more `route_ambiguous`" not in markdown.render(few)
+
+
+def test_apply_words_a_route_change_by_what_was_proven_and_says_one_digest_once() -> None:
+    from reconciler.core.evidence import ClusterProof, ServiceProof
+    from reconciler.core.outcomes import ApplyReport, ChangeResult, GateReport, Outcome
+    from reconciler.render import applyview
+    raised = route_doc("shop-web", 120, ports=[80, 443])
+    plan = planning.plan(desired(raised), live(applied(NORMAL)))
+    [change] = [c for c in plan.changes if isinstance(c, RouteChange)]
+    pinned = "sha256:" + "2" * 64
+    converged = ServiceProof(service="checkout", app_id="checkout", digest=pinned,
+                             proof=Proof.CONVERGED,
+                             clusters=(ClusterProof(cluster="sn1", proof=Proof.CONVERGED),))
+    done = ApplyReport(results=(ChangeResult(change=change, outcome=Outcome.APPLIED),),
+                       gate=GateReport(attempts=1, waited_seconds=0.1, proofs=(converged,)))
+    out, _ = applyview.summary(done)
+    [line] = [line for line in out if line.startswith("Converged")]
+    assert "digests, egress and gateway routes" in line, line
+    stuck = ClusterProof(cluster="sn2", proof=Proof.NOT_CONVERGED,
+                         why=Why.ROUTE_NOT_IN_EFFECT, running=pinned,
+                         detail="still serves the old route 'shop-web'")
+    diverged = converged.model_copy(update={"proof": Proof.NOT_CONVERGED,
+                                            "clusters": (stuck,)})
+    failed = done.model_copy(update={"gate": GateReport(attempts=3, waited_seconds=1.0,
+                                                         proofs=(diverged,))})
+    _, err = applyview.summary(failed)
+    [line] = [line for line in err if "sn2" in line]
+    assert line.count(pinned) == 1, line
+    assert f"runs the pinned {pinned}, but still serves the old route 'shop-web'" in line
