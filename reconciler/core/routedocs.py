@@ -105,7 +105,7 @@ def _http01_above_normal(routes: Sequence[tuple[LocatedRoute, Route]]) -> list[D
             problems.append(doc.at(("priority",), (
                 "a letsencrypt-http01-forward route must be above every route that can "
                 f"take its challenge requests: its priority {route.priority} is not higher "
-                f"than route {other.name!r}'s {other.priority} "
+                f"than the {other.priority} of route {other.name!r} "
                 f"({_line(other_doc, ('priority',))}), which matches {example}, so that "
                 "route would take the challenge requests")))
     return problems
