@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, Strict, field_validator, model_validator
 
-from reconciler.core import names
+from reconciler.core import names, routepaths
 from reconciler.core.lean import LeanModel
 from reconciler.core.names import Capability, MediaType
 
@@ -715,7 +715,8 @@ class RouteMatch(_Model):
     ports: tuple[Port, ...] = Field(default=DEFAULT_ROUTE_PORTS, min_length=1, max_length=64,
                                     description="Listening ports matched; default [443].")
     path: RoutePath = Field(default=DEFAULT_ROUTE_PATH, description="Request-path prefix "
-                            "matched; default /.")
+                            "matched in whole segments (/api takes /api and /api/v1, not "
+                            "/apix; a trailing slash is ignored); default /.")
     transport: Transport = Field(default=Transport.TCP, description="default tcp.")
 
     @model_validator(mode="after")
@@ -777,7 +778,7 @@ class Route(_Model):
             problems.append((("match", "domains"), f"does not hold owner.hostname {hostname}: "
                              "a route owned by a hostname matches that hostname"))
         if self.managed_route_kind is ManagedRouteKind.LETSENCRYPT_HTTP01_FORWARD:
-            if not self.match.path.startswith(ACME_CHALLENGE_PATH):
+            if not routepaths.path_covers(ACME_CHALLENGE_PATH, self.match.path):
                 problems.append((("match", "path"), f"a letsencrypt-http01-forward route "
                                  f"must be path-specific to {ACME_CHALLENGE_PATH} (it is "
                                  f"{self.match.path!r}), or it takes the hostname's normal "

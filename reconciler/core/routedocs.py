@@ -2,8 +2,9 @@
 
 Owns: a route's owner names a declared Service; one route per owner key (service's
 appId, hostname, routeRef -- the seed's ownership); one route per name; and a
-``letsencrypt-http01-forward`` route above every normal route of its hostname (else the
-gateway gives the challenge to the normal route and the certificate never renews).
+``letsencrypt-http01-forward`` route above every normal route that can take one of its
+challenge requests (else the gateway gives the challenge to the normal route and the
+certificate never renews) -- "can take" asked of ``core.routing``, the plan's analysis.
 Called by ``core.crosscheck`` with the validated documents and their positions.
 
 Pure: returns diagnostics, reads nothing, raises nothing for bad input.
@@ -80,30 +81,34 @@ def _key(key: tuple[str, str | None, str | None]) -> str:
 
 
 def _http01_above_normal(routes: Sequence[tuple[LocatedRoute, Route]]) -> list[Diagnostic]:
-    """A challenge route at or below a normal route of its hostname loses the challenge
-    request to it (higher priority is matched first; equal is a tie the gateway breaks
-    by a rule of its own)."""
+    """A normal route at or above a challenge route's priority that can take one of its
+    challenge requests takes it (higher priority is matched first; equal is a tie the
+    gateway breaks by a rule of its own) and the certificate never renews.
+
+    "Can take" is the plan's own analysis (``routing.common_request``: hosts with their
+    wildcards, ports, transport and path in whole segments), so a route that cannot meet
+    the challenge requests -- ``/docs/`` on 443 beside the challenge on 80 -- is fine
+    whatever its priority."""
     problems: list[Diagnostic] = []
-    normal = [(doc, r) for doc, r in routes if r.managed_route_kind is None]
+    normal = [(doc, r, routing.from_declared(r, r.owner.service))
+              for doc, r in routes if r.managed_route_kind is None]
     for doc, route in routes:
         if route.managed_route_kind is not ManagedRouteKind.LETSENCRYPT_HTTP01_FORWARD:
             continue
-        for other_doc, other in normal:
-            shared = hostnames_shared(route.domains, other.domains)
-            if shared is None or other.priority < route.priority:
+        challenge = routing.from_declared(route, route.owner.service)
+        for other_doc, other, gateway_route in normal:
+            if other.priority < route.priority:
+                continue
+            example = routing.common_request(challenge, gateway_route)
+            if example is None:
                 continue
             problems.append(doc.at(("priority",), (
-                f"a letsencrypt-http01-forward route must be above the normal route of "
-                f"{shared}: its priority {route.priority} is not higher than route "
-                f"{other.name!r}'s {other.priority} ({_line(other_doc, ('priority',))}), so "
-                "that route would take the challenge requests")))
+                "a letsencrypt-http01-forward route must be above every route that can "
+                f"take its challenge requests: its priority {route.priority} is not higher "
+                f"than the {other.priority} of route {other.name!r} "
+                f"({_line(other_doc, ('priority',))}), which matches {example}, so that "
+                "route would take the challenge requests")))
     return problems
-
-
-def hostnames_shared(left: Sequence[str], right: Sequence[str]) -> str | None:
-    """A hostname both lists match (a wildcard ``*.x`` matches one label under x); None
-    when they share none. An empty list (a route for every host) shares any."""
-    return routing.common_host(tuple(left), tuple(right))
 
 
 def routes_by_owner(routes: Sequence[Route],

@@ -20,8 +20,16 @@ another client owns are that client's business.
 Matching, as the sandbox's gateway and docs/extensions.md §5 define it: a request
 (host, port, path, transport) matches a route when the host is one of its ``domains``
 (``*.x`` matches exactly one label under x; no domains: every host), the port is one of
-its ``ports``, its ``path`` is a prefix of the request path, and the transports agree
-(``all`` agrees with both). Higher ``priority`` is matched first.
+its ``ports``, its ``path`` is a prefix of the request path *in whole segments*
+(``path_matches``), and the transports agree (``all`` agrees with both). Higher
+``priority`` is matched first.
+
+Paths are compared segment by segment, as Gateway API's ``PathPrefix`` does: ``/api``
+matches ``/api``, ``/api/`` and ``/api/v1``, never ``/apix``; a trailing slash on the
+route's path is ignored (``/api/`` matches exactly what ``/api`` matches); ``/`` matches
+every path. Every comparison of two routes here (overlap, cover, union) and the
+challenge-route rule of validation (``core.routedocs``) use these same functions
+(``core.routepaths``, which ``core.desired`` asks too).
 
 Pure: no I/O.
 """
@@ -42,6 +50,9 @@ from reconciler.core.desired import (
     Route,
 )
 from reconciler.core.lean import LeanModel
+from reconciler.core.routepaths import path_covers, path_matches, path_stem, paths_meet
+
+__all__ = ["path_covers", "path_matches", "path_stem", "paths_meet"]
 
 #: A host the example request uses when a route matches every host.
 ANY_HOST = "any-host.example"
@@ -238,7 +249,7 @@ class Request:
 def matches(route: GatewayRoute, request: Request) -> bool:
     return ((not route.domains or any(host_matches(d, request.host) for d in route.domains))
             and request.port in route.ports
-            and request.path.startswith(route.path)
+            and path_matches(route.path, request.path)
             and _transports_meet(route.transport, request.transport) == request.transport)
 
 
@@ -247,13 +258,8 @@ def common_request(left: GatewayRoute, right: GatewayRoute) -> Request | None:
     host = common_host(left.domains, right.domains)
     ports = sorted(set(left.ports) & set(right.ports))
     transport = _transports_meet(left.transport, right.transport)
-    if host is None or not ports or transport is None:
-        return None
-    if right.path.startswith(left.path):
-        path = right.path
-    elif left.path.startswith(right.path):
-        path = left.path
-    else:
+    path = paths_meet(left.path, right.path)
+    if host is None or not ports or transport is None or path is None:
         return None
     return Request(host=host, port=ports[0], path=path, transport=transport)
 
@@ -262,7 +268,7 @@ def covers(outer: GatewayRoute, inner: GatewayRoute) -> bool:
     """Every request ``inner`` matches, ``outer`` matches too."""
     return (hosts_cover(outer.domains, inner.domains)
             and set(inner.ports) <= set(outer.ports)
-            and inner.path.startswith(outer.path)
+            and path_covers(outer.path, inner.path)
             and _transport_covers(outer.transport, inner.transport))
 
 
@@ -275,11 +281,11 @@ def union_cover(outers: Sequence[GatewayRoute], inner: GatewayRoute
     host), one port, one transport -- each piece is a set of requests that differ only in
     the host under a wildcard and in the path below ``inner.path``. A piece is covered
     by a union only if one route covers it: the request at ``inner.path`` itself must
-    be matched by some route, and a route whose path is a prefix of it matches every
-    longer path too; the hosts under a wildcard (or every host) no concrete name lists
-    are matched only by a route with that wildcard (or every host), and that route
-    matches the named ones as well. So ``inner`` is covered iff each piece is covered by
-    one route, and those routes are the cover."""
+    be matched by some route, and a route that takes it takes every path below it too
+    (segment prefixes, ``path_covers``); the hosts under a wildcard (or every host) no
+    concrete name lists are matched only by a route with that wildcard (or every host),
+    and that route matches the named ones as well. So ``inner`` is covered iff each
+    piece is covered by one route, and those routes are the cover."""
     used: list[GatewayRoute] = []
     transports = ("tcp", "udp") if inner.transport == "all" else (inner.transport,)
     hosts: tuple[tuple[str, ...], ...] = tuple((d,) for d in inner.domains) or ((),)
@@ -287,7 +293,7 @@ def union_cover(outers: Sequence[GatewayRoute], inner: GatewayRoute
         for port in inner.ports:
             for transport in transports:
                 cover = next((o for o in outers if hosts_cover(o.domains, host)
-                              and port in o.ports and inner.path.startswith(o.path)
+                              and port in o.ports and path_covers(o.path, inner.path)
                               and _transport_covers(o.transport, transport)), None)
                 if cover is None:
                     return None

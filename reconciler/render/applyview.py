@@ -181,7 +181,13 @@ def summary(report: ApplyReport) -> tuple[list[str], list[str]]:
                 err.append(f"  ✗ {safe(proof.service)}: {safe(proof.rollout_detail)}")
             for c in proof.pending():
                 last = f"; lastError: {safe(c.last_error)}" if c.last_error else ""
-                if c.proof is Proof.NOT_CONVERGED:
+                if c.proof is Proof.NOT_CONVERGED and c.running == proof.digest:
+                    # The digest is right; something else (a route, egress, replicas) is
+                    # not: one digest said once, and what is wrong.
+                    err.append(f"  ✗ {safe(proof.service)} on {safe(c.cluster)}: DIVERGED: "
+                               f"runs the pinned {safe(proof.digest)}, but "
+                               f"{safe(c.detail)}{last}")
+                elif c.proof is Proof.NOT_CONVERGED:
                     err.append(f"  ✗ {safe(proof.service)} on {safe(c.cluster)}: DIVERGED: "
                                f"runs {safe(c.running or '<none>')}, should run "
                                f"{safe(proof.digest)} ({safe(c.detail)}){last}")
@@ -200,8 +206,13 @@ def summary(report: ApplyReport) -> tuple[list[str], list[str]]:
                        f"expected cluster ({clusters}) after {gate.attempts} poll(s); not "
                        f"gated, because their change was not applied: {', '.join(left_out)}.")
         else:
+            # Say what was proven: a route change is proven by the routes each cluster
+            # serves (with the digest and egress, which the judge always asks).
+            routes = any(r.change.action in (Action.SYNC_ROUTE, Action.DELETE_ROUTE)
+                         for r in report.results)
+            proven = "digests, egress and gateway routes" if routes else "digests and egress"
             out.append(f"Converged: every expected cluster ({clusters}) proves the pinned "
-                       f"digests and egress of {len(gate.proofs)} service(s) after "
+                       f"{proven} of {len(gate.proofs)} service(s) after "
                        f"{gate.attempts} poll(s), {gate.waited_seconds:.1f}s.")
     return out, err
 

@@ -18,7 +18,7 @@ import dataclasses
 import itertools
 import operator
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -555,6 +555,35 @@ def blocker_code(blocker: Blocker) -> str:
     """The code a blocker is shown by: the control plane's own, verbatim, when it has one
     (``upstream_code``, already sanitized), else reconcile's."""
     return blocker.upstream_code or blocker.code.value
+
+
+#: How many blockers of one code a service's list shows before "and N more": two routes
+#: per pair make ``route_ambiguous`` quadratic (40 routes of one priority on one host are
+#: 780 pairs); the JSON plan keeps every one.
+SAME_CODE_MAX = 10
+
+
+def bounded_blockers(blockers: Sequence[Blocker], limit: int = SAME_CODE_MAX
+                     ) -> tuple[list[Blocker], list[tuple[str, int]]]:
+    """(the blockers shown, in their order: the first ``limit`` of each code; and each
+    code with how many of it are left out, in the order codes first appear)."""
+    seen: dict[str, int] = {}
+    shown: list[Blocker] = []
+    for blocker in blockers:
+        key = blocker_code(blocker)
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] <= limit:
+            shown.append(blocker)
+    return shown, [(key, n - limit) for key, n in seen.items() if n > limit]
+
+
+def codes_counted(blockers: Sequence[Blocker]) -> list[tuple[str, int]]:
+    """Each code of ``blockers`` once, with how many there are, in the order first seen."""
+    seen: dict[str, int] = {}
+    for blocker in blockers:
+        key = blocker_code(blocker)
+        seen[key] = seen.get(key, 0) + 1
+    return list(seen.items())
 
 
 def blocker_text(blocker: Blocker) -> str:

@@ -647,7 +647,10 @@ def _service(index: _Index, name: str, group: str) -> _Section:
     label = f"**{mark} {code(name, 120)}**"
     items = [_change_item(c, review) for c in changes]
     items.extend(f"- ⛔ blocked by {_blocker_name(b)} (root cause, above)\n" for b in causes)
-    items.extend(_blocker_item(b) for b in blockers)
+    shown, left_out = common.bounded_blockers(blockers)
+    items.extend(_blocker_item(b) for b in shown)
+    items.extend(f"- ❌ … and {n:,} more {code(c)} blockers — the JSON plan lists every one "
+                 "(`reconcile plan --format json`)\n" for c, n in left_out)
     proof = index.proofs.get(name)
     if name in index.converging and proof is not None:
         # One entry per reason: a service unproven on hundreds of clusters still splits.
@@ -704,7 +707,8 @@ def _why_no_go(index: _Index) -> list[_Section]:
                      for n in own for b in index.blockers[n])
     elif own:
         shown = ", ".join(f"{code(n, 64)} ("
-                          + ", ".join(code(common.blocker_code(b)) for b in index.blockers[n])
+                          + ", ".join(code(c) + (f" ×{k:,}" if k > 1 else "")
+                                      for c, k in common.codes_counted(index.blockers[n]))
                           + ")" for n in own[:_LIST_MAX])
         more = f" and {len(own) - _LIST_MAX:,} more" if len(own) > _LIST_MAX else ""
         lines.append(f"- {_n(len(own), 'service')} blocked on {'its' if len(own) == 1 else 'their'}"

@@ -280,8 +280,12 @@ def _pieces(plan: Plan, color: bool) -> Iterator[str]:
             out.append("  " + style("… not proven converged", "cyan") +
                        "  nothing to send; apply gates it until every cluster proves it:")
             out.extend(f"      {reason}" for reason in proof.reasons()[:6])
-        for blocker in service_blockers:
+        shown, left_out = common.bounded_blockers(service_blockers)
+        for blocker in shown:
             out.append(_blocker(blocker, style))
+        for blocker_code, count in left_out:
+            out.append("  " + style(f"✗ … and {count:,} more {blocker_code} blockers", "red")
+                       + style("  (--format json lists every one)", "dim"))
         if ev is not None:
             out.append("    evidence:")
             out.extend(_table(rows(ev), "      "))

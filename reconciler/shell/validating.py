@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -357,8 +358,14 @@ _LABEL = ("must be a DNS label: a-z, 0-9 and '-', starting and ending with a let
           "digit, at most 63 characters")
 _DNS = ("must be a bare lower-case DNS name (no scheme, port, path, wildcard, trailing dot "
         "or IP address)")
+_ROUTE_HOST = ("must be a lower-case DNS name like shop.example.net, or `*.` and one for "
+               "one label like *.example.net (no scheme, port, path, upper case or trailing "
+               "dot)")
 _PATTERNS: Final[dict[str, str]] = {
     "host": _DNS,
+    "hostname": _ROUTE_HOST, "domains": _ROUTE_HOST,
+    "path": ("must be an absolute request path like /api/ (no query, fragment, space or "
+             "control character)"),
     "gateway": _DNS,
     "digest": "must be sha256:<64 lower-case hex> (one line, no upper case, no newline)",
     "registryHost": "must be a canonical OCI registry host: a lower-case host name with an "
@@ -417,7 +424,8 @@ def _explain(error: ErrorDetails, model: type[BaseModel]) -> tuple[PathKey, str,
         if name in _SECRET_FIELDS:
             return loc, ("must be the NAME of an environment variable (like RECONCILE_TOKEN: "
                          "A-Z, 0-9, _), never the secret itself; the value is not shown"), False
-        return loc, f"{_show(value)} {sentence}{_non_ascii_note(value)}", False
+        return loc, (f"{_show(value)} {sentence}{_non_ascii_note(value)}"
+                     f"{_lower_case_note(value, ctx.get('pattern'))}"), False
     if kind in _EXPECTED:
         if kind == "string_type" and name in _PATTERNS and not isinstance(value, list | dict):
             return loc, f"{_PATTERNS[name]} (got {_describe(value)})", False
@@ -499,6 +507,17 @@ def _describe(value: object) -> str:
 
 def _show(value: object) -> str:
     return safe(repr(value), limit=80)
+
+
+def _lower_case_note(value: object, pattern: object) -> str:
+    """The value in lower case, when that is all it lacks (``Shop.Example.net``)."""
+    if not isinstance(value, str) or not isinstance(pattern, str) or value == value.lower():
+        return ""
+    try:
+        fits = re.fullmatch(pattern, value.lower()) is not None
+    except re.error:
+        return ""
+    return f"; in lower case: {value.lower()}" if fits else ""
 
 
 def _non_ascii_note(value: object) -> str:

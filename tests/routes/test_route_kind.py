@@ -237,3 +237,56 @@ def test_the_gate_requires_each_deleted_route_gone_from_every_cluster() -> None:
     assert without.routes_gone == ()
     assert evidence.judge(without, state, ("sn1", "sn2", "sn3"),
                           snapshot.observations["checkout"]).converged
+
+
+def test_many_ambiguous_pairs_are_bounded_in_the_comment_and_the_text_never_in_json() -> None:
+    from reconciler.render import common, jsonplan, markdown, text
+    # 12 routes of one priority on one host and path: 66 pairs, each a blocker.
+    routes = [route_doc(f"r{i:02d}", 100, route_ref=f"r{i:02d}") for i in range(12)]
+    plan = planning.plan(desired(*routes), live())
+    pairs = [b for b in plan.blockers if b.code is BlockerCode.ROUTE_AMBIGUOUS]
+    assert len(pairs) == 66
+    shown = common.SAME_CODE_MAX
+    md = markdown.render(plan)
+    assert md.count("- ❌ `route_ambiguous`") == shown, md
+    assert f"… and {66 - shown} more `route_ambiguous` blockers" in md
+    # The summary of services blocked on their own names each code once, with its count.
+    assert "`route_ambiguous` ×66" in md and "`route_ambiguous`, `route_ambiguous`" not in md
+    lines = text.render(plan).splitlines()
+    assert sum("✗ route_ambiguous" in line for line in lines) == shown
+    assert any(f"… and {66 - shown} more route_ambiguous blockers" in line for line in lines)
+    assert jsonplan.dumps(plan).count('"route_ambiguous"') >= 66
+    # Under the bound, every pair is listed (in "Why NO-GO" and in the service's section)
+    # and nothing is counted.
+    few = planning.plan(desired(*routes[:4]), live())
+    assert markdown.render(few).count("- ❌ `route_ambiguous`") == 2 * 6
+    assert "more `route_ambiguous`" not in markdown.render(few)
+
+
+def test_apply_words_a_route_change_by_what_was_proven_and_says_one_digest_once() -> None:
+    from reconciler.core.evidence import ClusterProof, ServiceProof
+    from reconciler.core.outcomes import ApplyReport, ChangeResult, GateReport, Outcome
+    from reconciler.render import applyview
+    raised = route_doc("shop-web", 120, ports=[80, 443])
+    plan = planning.plan(desired(raised), live(applied(NORMAL)))
+    [change] = [c for c in plan.changes if isinstance(c, RouteChange)]
+    pinned = "sha256:" + "2" * 64
+    converged = ServiceProof(service="checkout", app_id="checkout", digest=pinned,
+                             proof=Proof.CONVERGED,
+                             clusters=(ClusterProof(cluster="sn1", proof=Proof.CONVERGED),))
+    done = ApplyReport(results=(ChangeResult(change=change, outcome=Outcome.APPLIED),),
+                       gate=GateReport(attempts=1, waited_seconds=0.1, proofs=(converged,)))
+    out, _ = applyview.summary(done)
+    [line] = [line for line in out if line.startswith("Converged")]
+    assert "digests, egress and gateway routes" in line, line
+    stuck = ClusterProof(cluster="sn2", proof=Proof.NOT_CONVERGED,
+                         why=Why.ROUTE_NOT_IN_EFFECT, running=pinned,
+                         detail="still serves the old route 'shop-web'")
+    diverged = converged.model_copy(update={"proof": Proof.NOT_CONVERGED,
+                                            "clusters": (stuck,)})
+    failed = done.model_copy(update={"gate": GateReport(attempts=3, waited_seconds=1.0,
+                                                         proofs=(diverged,))})
+    _, err = applyview.summary(failed)
+    [line] = [line for line in err if "sn2" in line]
+    assert line.count(pinned) == 1, line
+    assert f"runs the pinned {pinned}, but still serves the old route 'shop-web'" in line

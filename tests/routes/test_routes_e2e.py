@@ -99,6 +99,7 @@ def test_http01_and_normal_sync_independently_the_replay_sends_nothing_and_the_o
     first = repo.run("apply", str(repo.path), "--auto-approve")
     assert first.code == Exit.OK, first.out + first.err
     assert "Converged" in first.out
+    assert "digests, egress and gateway routes" in first.out, first.out
     sent = route_writes(sandbox)
     keys = sorted(json.dumps(w["ownership"], sort_keys=True) for w in sent)
     assert keys == sorted(json.dumps(k, sort_keys=True) for k in (
@@ -151,6 +152,9 @@ def test_one_cluster_keeping_the_old_route_fails_the_gate_naming_it(
     assert "Converged" not in applied.out
     text = applied.out + applied.err
     assert "sn2" in text and "priority 100" in text, text
+    # sn2 runs the pinned digest: said once, with what is wrong (the old route).
+    [said] = [line for line in applied.err.splitlines() if "sn2: DIVERGED" in line]
+    assert "runs the pinned sha256:" in said and "should run" not in said, said
     gate = repo.run("plan", str(repo.path), "--detailed-exitcode")
     assert gate.code == 2, gate.out  # the judge does not prove sn2: never "no changes"
 

@@ -1,5 +1,10 @@
 """The pure routing analysis (``core.routing``): examples, and properties over a small
-universe of hosts, ports and paths where a brute-force oracle can check every claim."""
+universe of hosts, ports and paths where a brute-force oracle can check every claim.
+
+The oracle (``takes``) is written here apart from ``core.routing``: a route's path split
+into segments is a prefix of the request path's segments (trailing slashes on the route's
+path ignored), a wildcard takes one label. ``routing.matches`` is checked against it over
+the universe, and every claim of the analysis against it."""
 
 from __future__ import annotations
 
@@ -8,18 +13,41 @@ import itertools
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from reconciler.core import routing
+from reconciler.core import routepaths, routing
 from reconciler.core.desired import Route
 from reconciler.core.routing import FindingCode, GatewayRoute, Request, RouteOwnership
 
 HOSTS = ["a.x", "b.x", "*.x", "c.y"]
-PATHS = ["/", "/a", "/a/", "/a/b", "/b"]
+#: Route paths: segment prefixes of each other ("/a", "/a/", "/a/b"), and plain string
+#: prefixes that are not ("/a" and "/ab", "/b" and "/bz" below).
+PATHS = ["/", "/a", "/a/", "/a/b", "/b", "/ab"]
 PORTS = [80, 443]
 TRANSPORTS = ["tcp", "udp", "all"]
 #: Every request the routes above can tell apart (wildcards need a concrete label).
+REQUEST_PATHS = [*PATHS, "/a/bc", "/a/b/", "/a/b/c", "/bz", "/ab/", "/ab/c", "/abc"]
 UNIVERSE = [Request(h, p, path, t)
             for h in ["a.x", "b.x", "www.x", "c.y", routing.ANY_HOST]
-            for p in PORTS for path in [*PATHS, "/a/bc", "/bz"] for t in ["tcp", "udp"]]
+            for p in PORTS for path in REQUEST_PATHS for t in ["tcp", "udp"]]
+
+
+def path_takes(route_path: str, request_path: str) -> bool:
+    """The oracle's path rule: whole segments, the route path's trailing slashes ignored."""
+    want = route_path.rstrip("/").split("/")
+    return request_path.split("/")[:len(want)] == want
+
+
+def host_takes(pattern: str, host: str) -> bool:
+    if pattern.startswith("*."):
+        label, _, rest = host.partition(".")
+        return bool(label) and rest == pattern[2:]
+    return pattern == host
+
+
+def takes(route: GatewayRoute, request: Request) -> bool:
+    """Brute force: does the gateway give ``request`` to ``route`` (priority aside)?"""
+    return ((not route.domains or any(host_takes(d, request.host) for d in route.domains))
+            and request.port in route.ports and path_takes(route.path, request.path)
+            and route.transport in ("all", request.transport))
 
 
 def route(name: str, priority: int, *, domains: tuple[str, ...] = ("a.x",),
@@ -96,24 +124,56 @@ def test_disjoint_hosts_ports_transports_or_paths_never_meet() -> None:
 
 
 @settings(max_examples=300, deadline=None)
+@given(routes)
+def test_matches_is_the_oracle_on_the_universe(route_: GatewayRoute) -> None:
+    for request in UNIVERSE:
+        assert routing.matches(route_, request) == takes(route_, request), request
+
+
+def test_paths_are_matched_in_whole_segments_and_a_trailing_slash_is_ignored() -> None:
+    assert routepaths.path_matches("/api", "/api")
+    assert routepaths.path_matches("/api", "/api/")
+    assert routepaths.path_matches("/api", "/api/v1")
+    assert not routepaths.path_matches("/api", "/apix")
+    assert not routepaths.path_matches("/api/", "/apix")
+    assert routepaths.path_matches("/api/", "/api")  # the trailing slash is ignored
+    assert routepaths.path_matches("/", "/anything/at/all")
+    assert routepaths.path_covers("/api", "/api/") and routepaths.path_covers("/api/", "/api")
+    assert not routepaths.path_covers("/api", "/apix/")
+    assert routepaths.paths_meet("/api", "/apix") is None
+    assert routepaths.paths_meet("/api", "/api/v1/") == "/api/v1/"
+
+
+def test_a_plain_string_prefix_neither_overlaps_nor_shadows() -> None:
+    api = route("api", 100, path="/api")
+    apix = route("apix", 100, path="/apix/")
+    assert routing.common_request(api, apix) is None
+    assert routing.analyse([api, apix]) == []
+    assert routing.analyse([api.model_copy(update={"priority": 200}), apix]) == []
+    # "/api" and "/api/" take the same requests: same priority is a tie.
+    [finding] = routing.analyse([api, route("api-slash", 100, path="/api/")])
+    assert finding.code is FindingCode.AMBIGUOUS
+
+
+@settings(max_examples=300, deadline=None)
 @given(routes, routes)
 def test_overlap_is_exactly_what_the_brute_force_oracle_finds(
         left: GatewayRoute, right: GatewayRoute) -> None:
     example = routing.common_request(left, right)
-    both = [r for r in UNIVERSE if routing.matches(left, r) and routing.matches(right, r)]
+    both = [r for r in UNIVERSE if takes(left, r) and takes(right, r)]
     assert (example is not None) == bool(both)
     if example is not None:
-        assert routing.matches(left, example) and routing.matches(right, example)
+        assert takes(left, example) and takes(right, example)
     assert (routing.common_request(right, left) is None) == (example is None)
 
 
 @settings(max_examples=300, deadline=None)
 @given(routes, routes)
-def test_covers_is_sound_on_the_universe(outer: GatewayRoute, inner: GatewayRoute) -> None:
-    # Sound: a route called covered really is (a shadowed blocker is never false). A
-    # route covered only by a union of routes is ``union_cover``'s (tested below).
-    if routing.covers(outer, inner):
-        assert all(routing.matches(outer, r) for r in UNIVERSE if routing.matches(inner, r))
+def test_covers_is_exact_on_the_universe(outer: GatewayRoute, inner: GatewayRoute) -> None:
+    # Sound: a route called covered really is (a shadowed blocker is never false); and
+    # complete. A route covered only by a union of routes is ``union_cover``'s (below).
+    assert routing.covers(outer, inner) == all(
+        takes(outer, r) for r in UNIVERSE if takes(inner, r))
 
 
 @settings(max_examples=200, deadline=None)
@@ -125,21 +185,21 @@ def test_every_finding_is_true_of_the_gateway_and_no_same_priority_overlap_is_mi
         declared: list[GatewayRoute]) -> None:
     findings = routing.analyse(declared)
     for finding in findings:
-        assert routing.matches(finding.route, finding.example)
+        assert takes(finding.route, finding.example)
         if finding.code is FindingCode.AMBIGUOUS:
             assert finding.route.priority == finding.other.priority
-            assert routing.matches(finding.other, finding.example)
+            assert takes(finding.other, finding.example)
         else:  # covered by one higher route, or by the union it names
             cover = finding.union or (finding.other,)
             assert finding.other in cover
             assert all(o.priority > finding.route.priority for o in cover)
-            assert all(any(routing.matches(o, r) for o in cover) for r in UNIVERSE
-                       if routing.matches(finding.route, r))
+            assert all(any(takes(o, r) for o in cover) for r in UNIVERSE
+                       if takes(finding.route, r))
     flagged = {frozenset((f.route.name, f.other.name)) for f in findings
                if f.code is FindingCode.AMBIGUOUS}
     for a, b in itertools.combinations(declared, 2):
         if a.priority == b.priority and any(
-                routing.matches(a, r) and routing.matches(b, r) for r in UNIVERSE):
+                takes(a, r) and takes(b, r) for r in UNIVERSE):
             assert frozenset((a.name, b.name)) in flagged
 
 
@@ -186,13 +246,13 @@ def test_shadowed_is_exactly_what_the_brute_force_oracle_finds(
                                                   "ownership": RouteOwnership(
                                                       app_id="app", route_ref="inner")})
     higher = [r for r in others if r.priority > inner.priority]
-    mine = [r for r in UNIVERSE if routing.matches(inner, r)]
+    mine = [r for r in UNIVERSE if takes(inner, r)]
     assert mine, "every generated route matches a request of the universe"
-    oracle = all(any(routing.matches(h, r) for h in higher) for r in mine)
+    oracle = all(any(takes(h, r) for h in higher) for r in mine)
     findings = [f for f in routing.analyse([inner], others)
                 if f.code is FindingCode.SHADOWED and f.route.name == "inner"]
     assert bool(findings) == oracle
     cover = routing.union_cover(higher, inner)
     assert (cover is not None) == oracle
     if cover is not None:  # the routes named really are the cover
-        assert all(any(routing.matches(h, r) for h in cover) for r in mine)
+        assert all(any(takes(h, r) for h in cover) for r in mine)
