@@ -23,10 +23,10 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from watchfiles import Change, awatch
 
@@ -49,6 +49,10 @@ from reconciler.shell.health import Endpoint, Readiness, serve
 from reconciler.shell.journal import JournalError
 from reconciler.shell.servicemetrics import ServiceMetrics
 
+if TYPE_CHECKING:  # annotations only: githubkit loads only when a pull request is opened
+    from reconciler.shell.environments import Selected
+    from reconciler.shell.pullrequests import PullRequest
+
 
 class Loaded(Protocol):
     @property
@@ -64,6 +68,42 @@ class Loaded(Protocol):
 class ApplyResult(Protocol):
     @property
     def report(self) -> ApplyReport: ...
+
+    def revert_story(self) -> list[str]:
+        """Issue 20 (``--on-gate-failure revert``): how the way back ended, in lines
+        (empty: no revert was asked for or needed)."""
+        ...
+
+    def revert_proposed(self) -> bool:
+        """The revert is a pull request not yet merged: the failed commit is still HEAD."""
+        ...
+
+
+class Proposed(Protocol):
+    """One promotion ``watch --promote-from`` proposed, found open, or said (``propose``)."""
+
+    @property
+    def decision(self) -> proposals.Decision: ...
+
+    @property
+    def pull(self) -> PullRequest | None: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+    @property
+    def news(self) -> bool: ...
+
+    @property
+    def note(self) -> str | None: ...
+
+    @property
+    def closed(self) -> int | None: ...
+
+
+class ProposalCount(Protocol):
+    @property
+    def failures(self) -> int: ...
 
 
 class Steps(Protocol):
@@ -82,6 +122,30 @@ class Steps(Protocol):
     async def apply(self, hook: Hook) -> ApplyResult: ...
 
     async def close(self) -> None: ...
+
+    @property
+    def eligible_at(self) -> int | None:
+        """``watch --env``: when a promotion the last plan holds becomes eligible (epoch
+        ms; None: none is held with a time)."""
+        ...
+
+    @property
+    def stage(self) -> Selected | None:
+        """``watch --env``: the environment watched (None: no pipeline)."""
+        ...
+
+    @property
+    def proposer(self) -> ProposalCount | None:
+        """``watch --promote-from``: the proposer, counting its failures (None: not asked)."""
+        ...
+
+    async def propose(self) -> Sequence[Proposed]:
+        """``watch --promote-from``: what became eligible proposed (() when not asked)."""
+        ...
+
+    def revert_pending(self, commit: str) -> str | None:
+        """The pull request ``commit``'s way back is proposed in, as the journal knows it."""
+        ...
 
 
 LEVELS: dict[str, int] = {"debug": 10, "info": 20, "warning": 30, "error": 40}
@@ -592,21 +656,18 @@ class Watcher:
     def _note_wake(self) -> None:
         """``watch --env``: when a promotion the last plan holds becomes eligible (the
         engine's steps say; None: none is held with a time), to look again then."""
-        eligible = getattr(self.steps, "eligible_at", None)
-        self.plan_wake = eligible / 1000 + WAKE_MARGIN if isinstance(eligible, int) else None
+        eligible = self.steps.eligible_at
+        self.plan_wake = eligible / 1000 + WAKE_MARGIN if eligible is not None else None
 
     async def _propose(self) -> None:
         """``watch --promote-from``: after each observation the steps propose what became
         eligible (the engine decides, opens and journals); the watcher says what is new,
         counts failures (they never stop it) and wakes up when the next promotion
         becomes eligible."""
-        propose = getattr(self.steps, "propose", None)
-        if propose is None:
-            return
-        stage = getattr(self.steps, "stage", None)
-        environment = str(getattr(stage, "name", ""))
+        stage = self.steps.stage
+        environment = stage.name if stage is not None else ""
         try:
-            done = await propose()
+            done = await self.steps.propose()
         except Exception as exc:  # proposing is beside the loop: whatever
             # fails there is said and counted, and the watcher goes on reconciling
             self.log.event("promotion-failed", f"could not propose promotions: "
@@ -625,7 +686,7 @@ class Watcher:
                 url=item.pull.url if item.pull else "",
                 created=item.pull.created if item.pull else True,
                 error=safe(item.error, 1000) if item.error else None,
-                failures=getattr(getattr(self.steps, "proposer", None), "failures", 0))
+                failures=self.steps.proposer.failures if self.steps.proposer is not None else 0)
             if line is not None:
                 self._say(line)
             if item.closed is not None and item.pull is not None:
@@ -697,9 +758,8 @@ class Watcher:
             # A watcher started after the failure: the journal knows whether this
             # commit's way back is a pull request (asked once per commit).
             self.asked_revert = commit
-            pending = getattr(self.steps, "revert_pending", None)
-            waiting = await asyncio.to_thread(pending, commit) if callable(pending) else None
-            if isinstance(waiting, str) and waiting:
+            waiting = await asyncio.to_thread(self.steps.revert_pending, commit)
+            if waiting:
                 self._park(commit, waiting)
                 return
         self.applying = asyncio.create_task(self._apply(commit))
@@ -720,12 +780,11 @@ class Watcher:
             ok = report.writes_ok and (report.gate is None or report.gate.converged)
             outcome = apply_outcome(report)
             self._say(watchview.applied(commit, report, ok))
-            told = getattr(run, "revert_story", None)  # issue 20: --on-gate-failure revert
-            if callable(told) and told():
+            told = run.revert_story()  # issue 20: --on-gate-failure revert
+            if told:
                 self.log.event("reverted", f"commit {commit[:12]}: release failed",
-                               lines=told(), commit=commit)
-            proposed = getattr(run, "revert_proposed", None)
-            parked = callable(proposed) and bool(proposed())
+                               lines=told, commit=commit)
+            parked = run.revert_proposed()
         except EngineError as exc:
             kind = error_kind(exc)
             outcome = "refused" if kind == "apply_refused" else "error"

@@ -36,6 +36,17 @@ class Burst:
     async def close(self) -> None:
         return None
 
+    # The rest of the watcher's ``Steps``: no pipeline, no proposals, no revert pending.
+    eligible_at: int | None = None
+    stage: None = None
+    proposer: None = None
+
+    async def propose(self) -> tuple[()]:
+        return ()
+
+    def revert_pending(self, commit: str) -> str | None:
+        return None
+
 
 def test_a_burst_seen_only_by_the_head_poll_is_one_reload_at_the_final_commit(
         tmp_path: Path) -> None:
