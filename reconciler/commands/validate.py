@@ -242,12 +242,15 @@ def run_pipeline(args: argparse.Namespace, top: Path, given: Path) -> int:
         services += len(result.state.services) if result.state else 0
         problems.extend(dataclasses.replace(d, path=f"{environment.path}/{d.path}")
                         for d in result.diagnostics)
-    problems.sort()
     valid = not problems
+    errors = len(problems)
+    problems = sorted([*problems, *rules.warnings])  # warnings are said, never fail the run
     said = (f"valid: {_plural(len(chosen), 'environment')} "
             f"({', '.join(e.name for e in chosen)}), {_plural(services, 'service')}, "
             f"{_plural(len(rules.freezes), 'freeze')}, {_plural(len(rules.policies), 'policy')}"
-            if valid else f"invalid: {_plural(len(problems), 'problem')}")
+            if valid else f"invalid: {_plural(errors, 'problem')}")
+    if rules.warnings:
+        said += f" ({_plural(len(rules.warnings), 'warning')})"
     if args.format == "json":
         print(json.dumps({"format_version": FORMAT_VERSION, "valid": valid, "summary": said,
                           "files": files, "environments": [e.name for e in chosen],

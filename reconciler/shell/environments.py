@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from reconciler.core.desired import LocatedError, LocatedErrors
-from reconciler.core.diagnostics import NO_POSITION, Diagnostic
+from reconciler.core.diagnostics import NO_POSITION, Diagnostic, Severity
 from reconciler.core.pipeline import (
     FREEZE_DIR,
     PIPELINE_FILE,
@@ -59,6 +60,8 @@ class Rules:
     policies: tuple[tuple[Policy, str, int], ...] = ()  # (document, file, line)
     diagnostics: tuple[Diagnostic, ...] = ()
     commit: str | None = None
+    #: what ``validate`` says without failing (a freeze whose end is past)
+    warnings: tuple[Diagnostic, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -157,11 +160,15 @@ def validate(document: YamlDocument, model: type[BaseModel]) -> tuple[BaseModel 
         return None, problems
 
 
-def read_rules(pipeline_root: Path) -> Rules:
-    """Every document of the pipeline root, validated; problems as diagnostics."""
+def read_rules(pipeline_root: Path, *, now_ms: int | None = None) -> Rules:
+    """Every document of the pipeline root, validated; problems as diagnostics, and as
+    warnings what is valid but likely a mistake (a freeze that ended before ``now_ms``,
+    the wall clock by default: it holds nothing and can be removed)."""
     from reconciler.core import policy as cel_policy  # the CEL engine loads only when asked
 
     files, commit = _files(pipeline_root)
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    warnings: list[Diagnostic] = []
     problems: list[Diagnostic] = []
     pipeline: Pipeline | None = None
     freezes: list[tuple[Freeze, str]] = []
@@ -187,6 +194,12 @@ def read_rules(pipeline_root: Path) -> Rules:
                 pipeline = model
             elif isinstance(model, Freeze):
                 freezes.append((model, document.path))
+                if not model.holds_at(now):
+                    line, column = document.position_of(("until",))
+                    warnings.append(Diagnostic(
+                        document.path, line, column, "until",
+                        f"this freeze ended at {model.until}: it holds nothing (remove it, "
+                        "or `reconcile unfreeze`)", severity=Severity.WARNING))
             elif isinstance(model, Policy):
                 for index, rule in enumerate(model.rules):
                     error = cel_policy.compile_error(rule.expression)
@@ -208,7 +221,8 @@ def read_rules(pipeline_root: Path) -> Rules:
                                                f"{env!r} is no environment of the pipeline "
                                                f"({', '.join(sorted(names))})"))
     return Rules(pipeline=pipeline, freezes=tuple(freezes), policies=tuple(policies),
-                 diagnostics=tuple(sorted(problems)), commit=commit)
+                 diagnostics=tuple(sorted(problems)), commit=commit,
+                 warnings=tuple(sorted(warnings)))
 
 
 def select(start: Path, name: str | None, *, override: str | None = None) -> Selected | None:
@@ -287,15 +301,17 @@ def commit_files(root: Path, paths: Sequence[str], message: str) -> str:
     return _git(root, "rev-parse", "HEAD").strip()
 
 
-def freeze_document(reason: str, until: str, environments: Sequence[str]) -> str:
-    """The YAML of a ``Freeze`` (JSON strings are YAML: no quoting surprises)."""
-    lines = ["apiVersion: reconcile/v1", "kind: Freeze", f"reason: {json.dumps(reason)}",
-             f"until: {json.dumps(until)}"]
+def freeze_document(reason: str, until: str | None, environments: Sequence[str]) -> str:
+    """The YAML of a ``Freeze`` (JSON strings are YAML: no quoting surprises); without
+    ``until`` it lasts until it is removed."""
+    lines = ["apiVersion: reconcile/v1", "kind: Freeze", f"reason: {json.dumps(reason)}"]
+    if until is not None:
+        lines.append(f"until: {json.dumps(until)}")
     lines.append("environments: [" + ", ".join(json.dumps(e) for e in environments) + "]")
     return "\n".join(lines) + "\n"
 
 
-def write_freeze(pipeline_root: Path, name: str, reason: str, until: str,
+def write_freeze(pipeline_root: Path, name: str, reason: str, until: str | None,
                  environments: Sequence[str], *, commit: bool) -> tuple[str, str | None]:
     """Write ``freezes/NAME.yaml`` (validated first: nothing is written when it would not
     load) and commit it; the file and the commit."""
@@ -311,7 +327,8 @@ def write_freeze(pipeline_root: Path, name: str, reason: str, until: str,
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
     which = ", ".join(environments) or "every environment"
-    made = commit_files(pipeline_root, [rel], f"freeze {which}: {reason} (until {until})") \
+    ends = f"until {until}" if until else "until unfrozen"
+    made = commit_files(pipeline_root, [rel], f"freeze {which}: {reason} ({ends})") \
         if commit else None
     return rel, made
 
