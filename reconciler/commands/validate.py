@@ -212,11 +212,12 @@ def _as_json(result: LoadResult) -> dict[str, object]:
 
 def run_pipeline(args: argparse.Namespace, top: Path, given: Path) -> int:
     """A repo with environments: ``pipeline.yaml``, ``freezes/`` and ``policies/`` (a CEL
-    rule that does not compile is a problem at its file:line), and each environment's
+    rule that does not compile, does not type-check or is over the budget is a problem at
+    its file:line; a freeze that has ended, a warning), and each environment's
     desired state (``--env``, or the one PATH lies in: that one only), every path
     relative to the pipeline root."""
     rules = environments.read_rules(top)
-    problems: list[Diagnostic] = list(rules.diagnostics)
+    problems: list[Diagnostic] = [*rules.diagnostics, *rules.over_budget]
     chosen = []
     if rules.pipeline is not None:
         name = getattr(args, "env_name", None)

@@ -62,6 +62,10 @@ class Rules:
     commit: str | None = None
     #: what ``validate`` says without failing (a freeze whose end is past)
     warnings: tuple[Diagnostic, ...] = ()
+    #: rules over the CEL budget: ``validate`` fails on them, but the pipeline stays
+    #: readable -- a plan denies the promotions such a rule covers without running it
+    #: (``policy_denied … budget exceeded``), and every other change plans as usual
+    over_budget: tuple[Diagnostic, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -164,12 +168,12 @@ def read_rules(pipeline_root: Path, *, now_ms: int | None = None) -> Rules:
     """Every document of the pipeline root, validated; problems as diagnostics, and as
     warnings what is valid but likely a mistake (a freeze that ended before ``now_ms``,
     the wall clock by default: it holds nothing and can be removed)."""
-    from reconciler.core import policy as cel_policy  # the CEL engine loads only when asked
-
     files, commit = _files(pipeline_root)
     now = int(time.time() * 1000) if now_ms is None else now_ms
     warnings: list[Diagnostic] = []
     problems: list[Diagnostic] = []
+    over: list[Diagnostic] = []
+    documents: list[tuple[Policy, YamlDocument]] = []
     pipeline: Pipeline | None = None
     freezes: list[tuple[Freeze, str]] = []
     policies: list[tuple[Policy, str, int]] = []
@@ -201,19 +205,26 @@ def read_rules(pipeline_root: Path, *, now_ms: int | None = None) -> Rules:
                         f"this freeze ended at {model.until}: it holds nothing (remove it, "
                         "or `reconcile unfreeze`)", severity=Severity.WARNING))
             elif isinstance(model, Policy):
-                for index, rule in enumerate(model.rules):
-                    error = cel_policy.compile_error(rule.expression)
-                    if error is not None:
-                        line, column = document.position_of(("rules", index, "expression"))
-                        problems.append(Diagnostic(
-                            document.path, line, column, f"rules[{index}].expression",
-                            f"rule {rule.name!r} does not compile: {error}"))
+                problems.extend(_rule_problems(model, document))
+                over.extend(_over_budget(model, document))
+                documents.append((model, document))
                 policies.append((model, document.path, document.line))
     if pipeline is None and not problems:
         problems.append(Diagnostic(PIPELINE_FILE, NO_POSITION, NO_POSITION, "",
                                    "no Pipeline document (is pipeline.yaml committed?)"))
+    problems.extend(_policy_names(documents))
     if pipeline is not None:
         names = {e.name for e in pipeline.environments}
+        for policy, document in documents:
+            for index, env in enumerate(policy.environments):
+                if env not in names:
+                    # fail-closed: a rule for a mistyped environment is never enforced
+                    line, column = document.position_of(("environments", index))
+                    problems.append(Diagnostic(
+                        document.path, line, column, f"environments[{index}]",
+                        f"{env!r} is no environment of the pipeline "
+                        f"({', '.join(sorted(names))}): policy {policy.name!r} would "
+                        "never be enforced there"))
         for freeze, path in freezes:
             for env in freeze.environments:
                 if env not in names:
@@ -222,7 +233,62 @@ def read_rules(pipeline_root: Path, *, now_ms: int | None = None) -> Rules:
                                                f"({', '.join(sorted(names))})"))
     return Rules(pipeline=pipeline, freezes=tuple(freezes), policies=tuple(policies),
                  diagnostics=tuple(sorted(problems)), commit=commit,
-                 warnings=tuple(sorted(warnings)))
+                 warnings=tuple(sorted(warnings)), over_budget=tuple(sorted(over)))
+
+
+def _rule_problems(policy: Policy, document: YamlDocument) -> list[Diagnostic]:
+    """Each rule that does not compile, does not type-check against the documented
+    variables, or shares its name with an earlier rule, at its line."""
+    from reconciler.core import policy as cel  # the CEL engine loads only when asked
+
+    out: list[Diagnostic] = []
+    seen: dict[str, int] = {}
+    for index, rule in enumerate(policy.rules):
+        if rule.name in seen:
+            line, column = document.position_of(("rules", index, "name"))
+            out.append(Diagnostic(document.path, line, column, f"rules[{index}].name",
+                                  f"rule {rule.name!r} is named twice (also rules"
+                                  f"[{seen[rule.name]}]): a blocker names its rule"))
+        seen.setdefault(rule.name, index)
+        error = cel.compile_error(rule.expression)
+        said = f"rule {rule.name!r} does not compile: {error}" if error is not None else None
+        if said is None:
+            checked = cel.check_error(rule.expression)
+            said = None if checked is None else f"rule {rule.name!r}: {checked}"
+        if said is not None:
+            line, column = document.position_of(("rules", index, "expression"))
+            out.append(Diagnostic(document.path, line, column,
+                                  f"rules[{index}].expression", said))
+    return out
+
+
+def _over_budget(policy: Policy, document: YamlDocument) -> list[Diagnostic]:
+    """Each rule whose cost bound is over the budget, at its line."""
+    from reconciler.core import policy as cel
+
+    out: list[Diagnostic] = []
+    for index, rule in enumerate(policy.rules):
+        error = cel.budget_error(rule.expression)
+        if error is not None:
+            line, column = document.position_of(("rules", index, "expression"))
+            out.append(Diagnostic(document.path, line, column, f"rules[{index}].expression",
+                                  f"rule {rule.name!r}: {error}; a plan denies every "
+                                  "promotion it covers without running it"))
+    return out
+
+
+def _policy_names(documents: Sequence[tuple[Policy, YamlDocument]]) -> list[Diagnostic]:
+    """A policy name used twice (a blocker names its policy), at the second one."""
+    out: list[Diagnostic] = []
+    seen: dict[str, str] = {}
+    for policy, document in documents:
+        if policy.name in seen:
+            line, column = document.position_of(("name",))
+            out.append(Diagnostic(document.path, line, column, "name",
+                                  f"policy {policy.name!r} is also defined in "
+                                  f"{seen[policy.name]}: a blocker names its policy"))
+        seen.setdefault(policy.name, document.path)
+    return out
 
 
 def select(start: Path, name: str | None, *, override: str | None = None) -> Selected | None:
