@@ -27,8 +27,9 @@ The CEL engine is ``common-expression-language`` (Rust ``cel`` crate bindings), 
 against ``cel-python`` here: compiling a three-clause rule 2 ms vs 42 ms (810 ms the
 first time), evaluating it 0.12 ms vs 5-10 ms, three nested ``.all`` over ten items
 0.9 ms vs 2.1 s; neither type-checks nor bounds cost, so ``core.celcheck`` does both for
-either (numbers in docs/promotion.md). Its package ``__init__`` also imports its command-line tool (typer, rich,
-prompt_toolkit: ~1-2 s here), so the compiled extension is loaded on its own (50 ms).
+either (numbers in docs/promotion.md). Its package ``__init__`` also imports its
+command-line tool (typer, rich, prompt_toolkit: ~1-2 s here), so the compiled extension
+is loaded on its own (50 ms).
 
 Pure: no I/O (the engine is loaded from the installed package like any import).
 """
