@@ -174,6 +174,7 @@ def read_rules(pipeline_root: Path, *, now_ms: int | None = None) -> Rules:
     problems: list[Diagnostic] = []
     over: list[Diagnostic] = []
     documents: list[tuple[Policy, YamlDocument]] = []
+    freeze_documents: list[tuple[Freeze, YamlDocument]] = []
     pipeline: Pipeline | None = None
     freezes: list[tuple[Freeze, str]] = []
     policies: list[tuple[Policy, str, int]] = []
@@ -198,6 +199,7 @@ def read_rules(pipeline_root: Path, *, now_ms: int | None = None) -> Rules:
                 pipeline = model
             elif isinstance(model, Freeze):
                 freezes.append((model, document.path))
+                freeze_documents.append((model, document))
                 if not model.holds_at(now):
                     line, column = document.position_of(("until",))
                     warnings.append(Diagnostic(
@@ -225,10 +227,12 @@ def read_rules(pipeline_root: Path, *, now_ms: int | None = None) -> Rules:
                         f"{env!r} is no environment of the pipeline "
                         f"({', '.join(sorted(names))}): policy {policy.name!r} would "
                         "never be enforced there"))
-        for freeze, path in freezes:
-            for env in freeze.environments:
+        for freeze, document in freeze_documents:
+            for index, env in enumerate(freeze.environments):
                 if env not in names:
-                    problems.append(Diagnostic(path, 1, 1, "environments",
+                    line, column = document.position_of(("environments", index))
+                    problems.append(Diagnostic(document.path, line, column,
+                                               f"environments[{index}]",
                                                f"{env!r} is no environment of the pipeline "
                                                f"({', '.join(sorted(names))})"))
     return Rules(pipeline=pipeline, freezes=tuple(freezes), policies=tuple(policies),

@@ -125,3 +125,18 @@ def test_validate_names_each_bad_rule_at_its_line(repo: Path) -> None:  # noqa: 
     code, out, _ = run("validate", str(repo))
     assert "policies/prod.yaml:7:17: rules[0].expression: rule 'typo': unknown variable" \
         in out, out
+
+
+def test_a_freeze_of_an_unknown_environment_is_named_at_its_line(tmp_path: Path) -> None:
+    from reconciler.shell import environments
+    from tests.promotion.test_pipeline_files import PIPELINE
+
+    (tmp_path / "pipeline.yaml").write_text(PIPELINE)
+    (tmp_path / "freezes").mkdir()
+    (tmp_path / "freezes" / "x.yaml").write_text(
+        'apiVersion: reconcile/v1\nkind: Freeze\nreason: "x"\n'
+        "environments: [prod, qa]\n")
+    rules = environments.read_rules(tmp_path)
+    assert [(d.path, d.line, d.field) for d in rules.diagnostics] == [
+        ("freezes/x.yaml", 4, "environments[1]")]
+    assert rules.freezes[0][0].until is None  # open-ended
