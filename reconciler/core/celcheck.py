@@ -36,6 +36,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -636,8 +637,8 @@ class _Checker:
         raise self.fail(node, f"unknown function {name!r}" + (f" for ({shown})"
                                                                if args else ""))
 
-    def arithmetic(self, name: str, args: list[T], nope: object) -> tuple[T, int]:
-        assert callable(nope)
+    def arithmetic(self, name: str, args: list[T],
+                   nope: Callable[[], CelTypeError]) -> tuple[T, int]:
         a, b = args
         kinds = (a.kind, b.kind)
         if name == "_+_":
