@@ -1,9 +1,10 @@
 """``reconcile freeze`` / ``unfreeze``: stop (and allow again) promotions into environments.
 
 Owns the two commands' flags and messages. ``freeze`` writes ``freezes/NAME.yaml`` (a
-``kind: Freeze`` document: reason, until, environments) at the pipeline root and commits
-it; ``unfreeze --env NAME`` removes what freezes that environment and commits. Plans read
-committed freezes (``shell.environments``), so the commit is what takes effect.
+``kind: Freeze`` document: reason, until -- left out without ``--until``: the freeze lasts
+until it is removed -- and environments) at the pipeline root and commits it; ``unfreeze
+--env NAME`` removes what freezes that environment and commits. Plans read committed
+freezes (``shell.environments``), so the commit is what takes effect.
 """
 
 from __future__ import annotations
@@ -20,19 +21,20 @@ from reconciler.exitcodes import Exit
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "freeze", help="stop every promotion into an environment until a time (commits "
-        "freezes/NAME.yaml)",
+        "freeze", help="stop every promotion into an environment, until a time or until "
+        "unfreeze (commits freezes/NAME.yaml)",
         description="Write a kind: Freeze document at the pipeline root and commit it: "
         "every plan promoting into the environment is NO-GO (frozen) until it ends or "
-        "`reconcile unfreeze` removes it.")
+        "`reconcile unfreeze` removes it. Without --until it ends only with unfreeze.")
     parser.add_argument("path", nargs="?", default=".", metavar="PATH",
                         help="inside the repo (default: the current directory)")
     parser.add_argument("--env", metavar="NAME", dest="env_name", action="append",
                         required=True, help="the environment to freeze (repeatable)")
     parser.add_argument("--reason", required=True, help="why, shown in every blocked plan")
-    parser.add_argument("--until", required=True, metavar="TIME|DURATION",
+    parser.add_argument("--until", metavar="TIME|DURATION",
                         help="when it ends: an RFC 3339 time (2026-12-03T18:00:00Z) or a "
-                        "duration from now (4h, 2d)")
+                        "duration from now (4h, 2d); without it, when `reconcile unfreeze` "
+                        "removes it")
     parser.add_argument("--name", help="the file's name under freezes/ (default: the "
                         "environments, joined by '-')")
     parser.add_argument("--no-commit", action="store_true",
@@ -51,7 +53,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     undo.set_defaults(handler=run_unfreeze)
 
 
-def _until(text: str) -> str:
+def _until(text: str | None) -> str | None:
+    if text is None:
+        return None
     # The pipeline's models load when the command runs, not to build the parser.
     from reconciler.core.pipeline import duration_seconds, parse_instant
 
@@ -100,7 +104,8 @@ def run_freeze(args: argparse.Namespace) -> int:
     except environments.PipelineError as exc:
         print(f"reconcile freeze: {exc}", file=sys.stderr)
         return int(Exit.USAGE if exc.usage else Exit.ERROR)
-    print(f"froze {', '.join(names)} until {until}: {args.reason} ({rel}"
+    ends = f"until {until}" if until else "until `reconcile unfreeze`"
+    print(f"froze {', '.join(names)} {ends}: {args.reason} ({rel}"
           + (f", commit {made[:12]})" if made else ", not committed)"))
     return int(Exit.OK)
 

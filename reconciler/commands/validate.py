@@ -218,14 +218,15 @@ def _as_json(result: LoadResult) -> dict[str, object]:
 
 def run_pipeline(args: argparse.Namespace, top: Path, given: Path) -> int:
     """A repo with environments: ``pipeline.yaml``, ``freezes/`` and ``policies/`` (a CEL
-    rule that does not compile is a problem at its file:line), and each environment's
+    rule that does not compile, does not type-check or is over the budget is a problem at
+    its file:line; a freeze that has ended, a warning), and each environment's
     desired state (``--env``, or the one PATH lies in: that one only), every path
     relative to the pipeline root."""
     from reconciler.shell import environments
     from reconciler.shell.validating import load_repo
 
     rules = environments.read_rules(top)
-    problems: list[Diagnostic] = list(rules.diagnostics)
+    problems: list[Diagnostic] = [*rules.diagnostics, *rules.over_budget]
     chosen = []
     if rules.pipeline is not None:
         name = getattr(args, "env_name", None)
@@ -251,12 +252,15 @@ def run_pipeline(args: argparse.Namespace, top: Path, given: Path) -> int:
         services += len(result.state.services) if result.state else 0
         problems.extend(dataclasses.replace(d, path=f"{environment.path}/{d.path}")
                         for d in result.diagnostics)
-    problems.sort()
     valid = not problems
+    errors = len(problems)
+    problems = sorted([*problems, *rules.warnings])  # warnings are said, never fail the run
     said = (f"valid: {_plural(len(chosen), 'environment')} "
             f"({', '.join(e.name for e in chosen)}), {_plural(services, 'service')}, "
             f"{_plural(len(rules.freezes), 'freeze')}, {_plural(len(rules.policies), 'policy')}"
-            if valid else f"invalid: {_plural(len(problems), 'problem')}")
+            if valid else f"invalid: {_plural(errors, 'problem')}")
+    if rules.warnings:
+        said += f" ({_plural(len(rules.warnings), 'warning')})"
     if args.format == "json":
         print(json.dumps({"format_version": FORMAT_VERSION, "valid": valid, "summary": said,
                           "files": files, "environments": [e.name for e in chosen],

@@ -183,10 +183,12 @@ DOCS: dict[StrEnum, str] = {
     BlockerCode.WINDOW_CLOSED: "A promotion outside the environment's windows: a deny window "
     "is open, or no allow window is; says until when (`--override-window REASON` for an "
     "emergency, recorded).",
-    BlockerCode.FROZEN: "A `kind: Freeze` document covers this environment until a time "
-    "(`reconcile unfreeze` ends it; `--override-window REASON` for an emergency, recorded).",
+    BlockerCode.FROZEN: "A `kind: Freeze` document covers this environment until a time, "
+    "or until it is lifted when it has none (`reconcile unfreeze` ends it; "
+    "`--override-window REASON` for an emergency, recorded).",
     BlockerCode.POLICY_DENIED: "A CEL rule of a `kind: Policy` document is false for this "
-    "promotion; names the policy, the rule and its message.",
+    "promotion, or could not be evaluated (an error, a rule that does not type-check, or "
+    "one over the rule budget, never run); names the policy, the rule and its message.",
     DriftCode.CLUSTER_DIVERGED: "A cluster runs another digest than the current rollout.",
     DriftCode.CLUSTER_LAGGING: "Mid-rollout, a cluster still runs another digest.",
     DriftCode.CLUSTER_MISSING_RUNTIME: "A cluster has no runtime record for the app.",

@@ -21,7 +21,7 @@ from reconciler.core.sanitize import safe
 
 
 class Severity(StrEnum):
-    """How bad a problem is. Only errors exist today; warnings are kept for later."""
+    """How bad a problem is: an error fails ``validate``; a warning is said only."""
 
     ERROR = "error"
     WARNING = "warning"
@@ -61,7 +61,8 @@ class Diagnostic:
         if self.line != NO_POSITION:
             where = f"{where}:{self.line}:{self.column}"
         field = f" {safe(self.field, limit=200)}:" if self.field else ""
-        return f"{where}:{field} {safe(self.message, limit=1000)}"
+        level = " warning:" if self.severity is Severity.WARNING else ""
+        return f"{where}:{level}{field} {safe(self.message, limit=1000)}"
 
     def to_json(self) -> dict[str, object]:
         """The wire form used by ``validate --format json`` (made safe like ``render``)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -200,6 +200,22 @@ class Pipeline(_Model):
         return None
 
 
+#: The latest instant any reader computes with. A freeze's ``until`` (and any instant the
+#: rules derive) later than this is read as this: every reader adds to the instants it is
+#: given (a window's duration, a year's horizon looking for the next opening), and
+#: ``datetime`` ends at 9999-12-31, so ``until: 9999-12-31T23:59:59Z`` would overflow. Three
+#: years short of the end leaves room for each; a freeze this long is, for every reader,
+#: one that lasts until it is lifted (an open-ended one says so without a date).
+LAST_INSTANT = datetime(9997, 1, 1, tzinfo=UTC)
+LAST_INSTANT_MS = int(LAST_INSTANT.timestamp() * 1000)
+assert datetime.max.replace(tzinfo=UTC) - LAST_INSTANT > timedelta(days=2 * 366)
+
+
+def clamp_instant(at: datetime) -> datetime:
+    """``at``, or ``LAST_INSTANT`` when it is later (one rule for every reader)."""
+    return min(at, LAST_INSTANT)
+
+
 def parse_instant(value: str) -> datetime:
     """An RFC 3339 time with a zone (``2026-12-03T00:00:00Z``); ValueError else."""
     try:
@@ -213,25 +229,44 @@ def parse_instant(value: str) -> datetime:
 
 
 class Freeze(_Model):
-    """No promotion into ``environments`` (every one when empty) until ``until``."""
+    """No promotion into ``environments`` (every one when empty) until ``until``, or
+    until ``reconcile unfreeze`` removes it when ``until`` is left out."""
 
     api_version: Literal["reconcile/v1"] = Field(alias="apiVersion")
     kind: Literal["Freeze"]
     reason: Text
-    until: Annotated[str, Strict()] = Field(
-        description="RFC 3339 time the freeze ends, e.g. 2026-12-03T18:00:00Z.")
+    until: Annotated[str, Strict()] | None = Field(
+        default=None, description="RFC 3339 time the freeze ends, e.g. "
+        "2026-12-03T18:00:00Z; without it the freeze lasts until it is removed "
+        "(`reconcile unfreeze`). A time after 9997-01-01T00:00:00Z is read as that time.")
     environments: tuple[Identifier, ...] = Field(
         default=(), description="The environments it freezes; every one when empty.")
 
     @field_validator("until")
     @classmethod
-    def _until(cls, value: str) -> str:
-        parse_instant(value)
+    def _until(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_instant(value)
         return value
 
     @property
-    def until_ms(self) -> int:
-        return int(parse_instant(self.until).timestamp() * 1000)
+    def until_ms(self) -> int | None:
+        """When it ends (ms, clamped to ``LAST_INSTANT``); None: when it is removed."""
+        if self.until is None:
+            return None
+        return int(clamp_instant(parse_instant(self.until)).timestamp() * 1000)
+
+    def holds_at(self, now_ms: int) -> bool:
+        """Whether it is in force at ``now_ms`` (an open-ended one always is)."""
+        end = self.until_ms
+        return end is None or end > now_ms
+
+    @property
+    def shown_until(self) -> str:
+        """``until 2026-12-03 18:00:00Z`` or ``until it is lifted``, for a sentence."""
+        if self.until is None:
+            return "until it is lifted"
+        return f"until {parse_instant(self.until):%Y-%m-%d %H:%M:%S}Z"
 
     def covers(self, environment: str) -> bool:
         return not self.environments or environment in self.environments

@@ -37,7 +37,12 @@ from reconciler.core.codes import BlockerCode
 from reconciler.core.evidence import Proof, ServiceProof, Target, judge
 from reconciler.core.kinds.release import PromoteChange, RollbackChange
 from reconciler.core.live import EgressRule, LiveService, Observation, ReadFailure
-from reconciler.core.pipeline import Environment, Freeze, show_duration
+from reconciler.core.pipeline import (
+    LAST_INSTANT_MS,
+    Environment,
+    Freeze,
+    show_duration,
+)
 from reconciler.core.plans import Action, Blocker, Plan
 from reconciler.core.sanitize import safe
 
@@ -87,7 +92,9 @@ class Gate:
 
 
 def _at(ms: int) -> str:
-    return f"{datetime.fromtimestamp(ms / 1000, UTC):%Y-%m-%d %H:%M:%S}Z"
+    # clamped: a control plane's time far in the future is said, never an OverflowError
+    at = min(max(ms, 0), LAST_INSTANT_MS)
+    return f"{datetime.fromtimestamp(at / 1000, UTC):%Y-%m-%d %H:%M:%S}Z"
 
 
 def short(digest: str) -> str:
@@ -184,8 +191,11 @@ def _eligible_after_holds(environment: Environment, freezes: Sequence[tuple[Free
             return None
         moved = False
         for freeze, _path in freezes:
-            if freeze.covers(environment.name) and freeze.until_ms > at:
-                at, moved = freeze.until_ms, True
+            if freeze.covers(environment.name) and freeze.holds_at(at):
+                end = freeze.until_ms
+                if end is None or end >= LAST_INSTANT_MS:
+                    return None  # until it is lifted: no time can be said
+                at, moved = end, True
         blocked = windows.closed(environment.windows, datetime.fromtimestamp(at / 1000, UTC))
         if blocked is not None:
             at = None if blocked.eligible is None else int(blocked.eligible.timestamp() * 1000)
@@ -201,10 +211,10 @@ def environment_holds(environment: Environment, freezes: Sequence[tuple[Freeze, 
     closed windows (service-less blockers; ``promotion_blockers`` names the services)."""
     out: list[Blocker] = []
     for freeze, path in freezes:
-        if freeze.covers(environment.name) and freeze.until_ms > now_ms:
+        if freeze.covers(environment.name) and freeze.holds_at(now_ms):
             out.append(Blocker(code=BlockerCode.FROZEN,
                                message=f'{environment.name} is frozen: "{safe(freeze.reason)}" '
-                               f"until {_at(freeze.until_ms)} ({safe(path)}; `reconcile "
+                               f"{freeze.shown_until} ({safe(path)}; `reconcile "
                                "unfreeze` ends it)"))
     blocked = windows.closed(environment.windows, datetime.fromtimestamp(now_ms / 1000, UTC))
     if blocked is not None:

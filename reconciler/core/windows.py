@@ -22,6 +22,9 @@ Nothing is cached between calls: each plan evaluates the windows at its own snap
 time, so a window that ends while ``watch`` waits is closed for the next cycle without a
 restart (argo-cd#21692).
 
+An instant later than ``core.pipeline.LAST_INSTANT`` (a freeze until 9999-12-31, say) is
+read as that instant, so the horizon's arithmetic never leaves ``datetime``'s range.
+
 Pure: no I/O and no clock; ``now`` is given.
 """
 
@@ -32,7 +35,7 @@ from datetime import UTC, datetime, timedelta
 
 from croniter import croniter
 
-from reconciler.core.pipeline import Window, zone
+from reconciler.core.pipeline import Window, clamp_instant, zone
 
 #: How far ahead to look for a window that opens, and how many overlapping starts to
 #: chain, before saying "not within a year": a schedule that never fires (Feb 30) or a
@@ -79,6 +82,7 @@ def _next_start(window: Window, after: datetime) -> datetime | None:
 def open_until(window: Window, now: datetime) -> datetime | None:
     """When ``window`` closes if it is open at ``now`` (overlapping starts chained), else
     None. A window that never closes within the horizon reports the horizon's end."""
+    now = clamp_instant(now)  # a year's horizon past it must stay a datetime
     start = _starts_before(window, now)
     if start is None:
         return None
@@ -128,6 +132,7 @@ def _blocking(windows: tuple[Window, ...],
 
 def closed(windows: tuple[Window, ...], now: datetime) -> Closed | None:
     """None when the windows let a promotion go at ``now``; else why not and when."""
+    now = clamp_instant(now)  # a year's horizon past it must stay a datetime
     first = _blocking(windows, now)
     if first is None:
         return None

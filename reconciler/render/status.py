@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from reconciler.core.evidence import Proof
+from reconciler.core.pipeline import LAST_INSTANT_MS
 from reconciler.core.sanitize import safe
 from reconciler.core.status import ServiceRow, Status
 
@@ -25,7 +26,8 @@ FORMAT_VERSION = "1.0"
 def _at(ms: int | None) -> str:
     if ms is None:
         return "-"
-    return f"{datetime.fromtimestamp(ms / 1000, UTC):%Y-%m-%d %H:%M:%S}Z"
+    at = min(max(ms, 0), LAST_INSTANT_MS)  # the rules' own bound: never an OverflowError
+    return f"{datetime.fromtimestamp(at / 1000, UTC):%Y-%m-%d %H:%M:%S}Z"
 
 
 def _short(digest: str | None) -> str:

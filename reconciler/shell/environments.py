@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from reconciler.core.desired import LocatedError, LocatedErrors
-from reconciler.core.diagnostics import NO_POSITION, Diagnostic
+from reconciler.core.diagnostics import NO_POSITION, Diagnostic, Severity
 from reconciler.core.pipeline import (
     FREEZE_DIR,
     PIPELINE_FILE,
@@ -59,6 +60,12 @@ class Rules:
     policies: tuple[tuple[Policy, str, int], ...] = ()  # (document, file, line)
     diagnostics: tuple[Diagnostic, ...] = ()
     commit: str | None = None
+    #: what ``validate`` says without failing (a freeze whose end is past)
+    warnings: tuple[Diagnostic, ...] = ()
+    #: rules over the CEL budget: ``validate`` fails on them, but the pipeline stays
+    #: readable -- a plan denies the promotions such a rule covers without running it
+    #: (``policy_denied … budget exceeded``), and every other change plans as usual
+    over_budget: tuple[Diagnostic, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -157,12 +164,17 @@ def validate(document: YamlDocument, model: type[BaseModel]) -> tuple[BaseModel 
         return None, problems
 
 
-def read_rules(pipeline_root: Path) -> Rules:
-    """Every document of the pipeline root, validated; problems as diagnostics."""
-    from reconciler.core import policy as cel_policy  # the CEL engine loads only when asked
-
+def read_rules(pipeline_root: Path, *, now_ms: int | None = None) -> Rules:
+    """Every document of the pipeline root, validated; problems as diagnostics, and as
+    warnings what is valid but likely a mistake (a freeze that ended before ``now_ms``,
+    the wall clock by default: it holds nothing and can be removed)."""
     files, commit = _files(pipeline_root)
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    warnings: list[Diagnostic] = []
     problems: list[Diagnostic] = []
+    over: list[Diagnostic] = []
+    documents: list[tuple[Policy, YamlDocument]] = []
+    freeze_documents: list[tuple[Freeze, YamlDocument]] = []
     pipeline: Pipeline | None = None
     freezes: list[tuple[Freeze, str]] = []
     policies: list[tuple[Policy, str, int]] = []
@@ -187,28 +199,100 @@ def read_rules(pipeline_root: Path) -> Rules:
                 pipeline = model
             elif isinstance(model, Freeze):
                 freezes.append((model, document.path))
+                freeze_documents.append((model, document))
+                if not model.holds_at(now):
+                    line, column = document.position_of(("until",))
+                    warnings.append(Diagnostic(
+                        document.path, line, column, "until",
+                        f"this freeze ended at {model.until}: it holds nothing (remove it, "
+                        "or `reconcile unfreeze`)", severity=Severity.WARNING))
             elif isinstance(model, Policy):
-                for index, rule in enumerate(model.rules):
-                    error = cel_policy.compile_error(rule.expression)
-                    if error is not None:
-                        line, column = document.position_of(("rules", index, "expression"))
-                        problems.append(Diagnostic(
-                            document.path, line, column, f"rules[{index}].expression",
-                            f"rule {rule.name!r} does not compile: {error}"))
+                problems.extend(_rule_problems(model, document))
+                over.extend(_over_budget(model, document))
+                documents.append((model, document))
                 policies.append((model, document.path, document.line))
     if pipeline is None and not problems:
         problems.append(Diagnostic(PIPELINE_FILE, NO_POSITION, NO_POSITION, "",
                                    "no Pipeline document (is pipeline.yaml committed?)"))
+    problems.extend(_policy_names(documents))
     if pipeline is not None:
         names = {e.name for e in pipeline.environments}
-        for freeze, path in freezes:
-            for env in freeze.environments:
+        for policy, document in documents:
+            for index, env in enumerate(policy.environments):
                 if env not in names:
-                    problems.append(Diagnostic(path, 1, 1, "environments",
+                    # fail-closed: a rule for a mistyped environment is never enforced
+                    line, column = document.position_of(("environments", index))
+                    problems.append(Diagnostic(
+                        document.path, line, column, f"environments[{index}]",
+                        f"{env!r} is no environment of the pipeline "
+                        f"({', '.join(sorted(names))}): policy {policy.name!r} would "
+                        "never be enforced there"))
+        for freeze, document in freeze_documents:
+            for index, env in enumerate(freeze.environments):
+                if env not in names:
+                    line, column = document.position_of(("environments", index))
+                    problems.append(Diagnostic(document.path, line, column,
+                                               f"environments[{index}]",
                                                f"{env!r} is no environment of the pipeline "
                                                f"({', '.join(sorted(names))})"))
     return Rules(pipeline=pipeline, freezes=tuple(freezes), policies=tuple(policies),
-                 diagnostics=tuple(sorted(problems)), commit=commit)
+                 diagnostics=tuple(sorted(problems)), commit=commit,
+                 warnings=tuple(sorted(warnings)), over_budget=tuple(sorted(over)))
+
+
+def _rule_problems(policy: Policy, document: YamlDocument) -> list[Diagnostic]:
+    """Each rule that does not compile, does not type-check against the documented
+    variables, or shares its name with an earlier rule, at its line."""
+    from reconciler.core import policy as cel  # the CEL engine loads only when asked
+
+    out: list[Diagnostic] = []
+    seen: dict[str, int] = {}
+    for index, rule in enumerate(policy.rules):
+        if rule.name in seen:
+            line, column = document.position_of(("rules", index, "name"))
+            out.append(Diagnostic(document.path, line, column, f"rules[{index}].name",
+                                  f"rule {rule.name!r} is named twice (also rules"
+                                  f"[{seen[rule.name]}]): a blocker names its rule"))
+        seen.setdefault(rule.name, index)
+        error = cel.compile_error(rule.expression)
+        said = f"rule {rule.name!r} does not compile: {error}" if error is not None else None
+        if said is None:
+            checked = cel.check_error(rule.expression)
+            said = None if checked is None else f"rule {rule.name!r}: {checked}"
+        if said is not None:
+            line, column = document.position_of(("rules", index, "expression"))
+            out.append(Diagnostic(document.path, line, column,
+                                  f"rules[{index}].expression", said))
+    return out
+
+
+def _over_budget(policy: Policy, document: YamlDocument) -> list[Diagnostic]:
+    """Each rule whose cost bound is over the budget, at its line."""
+    from reconciler.core import policy as cel
+
+    out: list[Diagnostic] = []
+    for index, rule in enumerate(policy.rules):
+        error = cel.budget_error(rule.expression)
+        if error is not None:
+            line, column = document.position_of(("rules", index, "expression"))
+            out.append(Diagnostic(document.path, line, column, f"rules[{index}].expression",
+                                  f"rule {rule.name!r}: {error}; a plan denies every "
+                                  "promotion it covers without running it"))
+    return out
+
+
+def _policy_names(documents: Sequence[tuple[Policy, YamlDocument]]) -> list[Diagnostic]:
+    """A policy name used twice (a blocker names its policy), at the second one."""
+    out: list[Diagnostic] = []
+    seen: dict[str, str] = {}
+    for policy, document in documents:
+        if policy.name in seen:
+            line, column = document.position_of(("name",))
+            out.append(Diagnostic(document.path, line, column, "name",
+                                  f"policy {policy.name!r} is also defined in "
+                                  f"{seen[policy.name]}: a blocker names its policy"))
+        seen.setdefault(policy.name, document.path)
+    return out
 
 
 def select(start: Path, name: str | None, *, override: str | None = None) -> Selected | None:
@@ -287,15 +371,17 @@ def commit_files(root: Path, paths: Sequence[str], message: str) -> str:
     return _git(root, "rev-parse", "HEAD").strip()
 
 
-def freeze_document(reason: str, until: str, environments: Sequence[str]) -> str:
-    """The YAML of a ``Freeze`` (JSON strings are YAML: no quoting surprises)."""
-    lines = ["apiVersion: reconcile/v1", "kind: Freeze", f"reason: {json.dumps(reason)}",
-             f"until: {json.dumps(until)}"]
+def freeze_document(reason: str, until: str | None, environments: Sequence[str]) -> str:
+    """The YAML of a ``Freeze`` (JSON strings are YAML: no quoting surprises); without
+    ``until`` it lasts until it is removed."""
+    lines = ["apiVersion: reconcile/v1", "kind: Freeze", f"reason: {json.dumps(reason)}"]
+    if until is not None:
+        lines.append(f"until: {json.dumps(until)}")
     lines.append("environments: [" + ", ".join(json.dumps(e) for e in environments) + "]")
     return "\n".join(lines) + "\n"
 
 
-def write_freeze(pipeline_root: Path, name: str, reason: str, until: str,
+def write_freeze(pipeline_root: Path, name: str, reason: str, until: str | None,
                  environments: Sequence[str], *, commit: bool) -> tuple[str, str | None]:
     """Write ``freezes/NAME.yaml`` (validated first: nothing is written when it would not
     load) and commit it; the file and the commit."""
@@ -311,7 +397,8 @@ def write_freeze(pipeline_root: Path, name: str, reason: str, until: str,
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
     which = ", ".join(environments) or "every environment"
-    made = commit_files(pipeline_root, [rel], f"freeze {which}: {reason} (until {until})") \
+    ends = f"until {until}" if until else "until unfrozen"
+    made = commit_files(pipeline_root, [rel], f"freeze {which}: {reason} ({ends})") \
         if commit else None
     return rel, made
 
