@@ -395,6 +395,8 @@ class Watcher:
         watcher = asyncio.create_task(self._watch_files(events, stop))
         if self.metrics is not None:
             self.readiness = self.metrics.readiness
+        if self.control is not None:
+            self.readiness.follow(self.control.detail)  # suspended is ready (shell.health)
         self.log.event("start", f"watching {self.root} (resync every {self.resync:g}s"
                        + (", applying GO plans from clean commits" if self.apply else "")
                        + (f", only {', '.join(sorted(self.only))}" if self.only else "")
@@ -651,7 +653,8 @@ class Watcher:
         if ready == self.was_ready:
             return
         if ready:
-            self.log.event("ready", "the live side was read; ready")
+            self.log.event("ready", "the live side was read; ready" if reason == "ready"
+                           else "ready: " + reason.replace("\n", "; "))
         elif self.was_ready is not None or self.desired is not None:
             self.log.event("unready", f"not ready: {reason}")
         self.was_ready = ready
