@@ -160,6 +160,30 @@ def test_drain_is_bounded_whatever_the_receiver_does(tmp_path: Path) -> None:
     assert time.monotonic() - started < 3
 
 
+def test_a_receiver_that_trickles_its_answer_is_cut_off_at_the_request_deadline(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``timeoutSeconds`` bounds each request as a whole: an answer trickled a byte at a
+    time (every read well within the timeout) is cut off at the deadline, the attempt
+    fails and is retried, and the drain is not held for as long as the trickle lasts."""
+    slow = receivers.trickler(every=0.2)
+    try:
+        config = settings({"webhooks": [{"url": slow.url}], "delivery": {
+            "attempts": 2, "backoffSeconds": 0.05, "timeoutSeconds": 1.0,
+            "drainSeconds": 30.0}})
+        notifier = Notifier.build(config, tmp_path, {}, gateway="g")
+        assert notifier is not None
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="reconcile.notify"):
+            run_notifier(notifier, (plan(changes=(change("checkout"),)), None))
+        took = time.monotonic() - started
+    finally:
+        slow.stop()
+    assert len(slow.accepted) == 2  # each attempt reached the receiver
+    assert took < 4, took  # two attempts of about a second each, not the whole trickle
+    failure, = notifier.deliveries.failures
+    assert "no complete answer within 1s" in failure.message, failure.message
+
+
 def test_a_missing_secret_leaves_that_sink_out_and_names_the_variable(
         tmp_path: Path, hook: receivers.Receiver, caplog: pytest.LogCaptureFixture) -> None:
     config = settings({"webhooks": [{"url": hook.url}], "slack": [{"urlEnv": "NOPE_URL"}],
