@@ -545,6 +545,8 @@ class Deliveries:
         self.count = count or (lambda sink, result: None)
         self.sleep = sleep
         self.tasks: set[asyncio.Task[None]] = set()
+        #: what each task in flight delivers: a delivery given up at the drain is named
+        self.inflight: dict[asyncio.Task[None], tuple[Sink, Notification]] = {}
         self.failures: list[Failure] = []
         self.delivered = 0
 
@@ -555,7 +557,12 @@ class Deliveries:
                 if note.kind in sink.kinds:
                     task = loop.create_task(self._deliver(sink, note))
                     self.tasks.add(task)
-                    task.add_done_callback(self.tasks.discard)
+                    self.inflight[task] = (sink, note)
+                    task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        self.inflight.pop(task, None)
 
     async def _deliver(self, sink: Sink, note: Notification) -> None:
         wait = self.delivery.backoff_seconds
@@ -583,24 +590,39 @@ class Deliveries:
                 self.count(sink.kind, "retried")
                 await self.sleep(wait)
                 wait *= 2
+        self._failed(sink, note, message)
+
+    def _failed(self, sink: Sink, note: Notification, message: str) -> None:
+        """Given up: counted (``result="failed"``, what the documented alert watches),
+        kept, and logged naming the sink, the kind and the commit."""
         self.count(sink.kind, "failed")
         failure = Failure(sink.name, note.kind, note.commit, safe(message, 300))
         self.failures.append(failure)
         log.warning("notify: %s: %s of commit %s not delivered: %s", sink.name,
-                    note.kind.value, note.commit[:12], failure.message)
+                    note.kind.value, note.commit[:12], failure.message,
+                    extra={"event": "notify-failed",
+                           "fields": {"sink": sink.name, "sink_kind": sink.kind,
+                                      "kind": note.kind.value, "commit": note.commit}})
 
     async def drain(self, seconds: float) -> None:
-        """Wait up to ``seconds`` for the deliveries in flight; abandon the rest."""
+        """Wait up to ``seconds`` for the deliveries in flight; give up the rest, each
+        named and counted as failed like a delivery out of attempts."""
         pending = set(self.tasks)
         if not pending:
             return
         _, late = await asyncio.wait(pending, timeout=seconds)
+        given_up = [(task, self.inflight.get(task)) for task in late]
         for task in late:
             task.cancel()
-        if late:
-            await asyncio.gather(*late, return_exceptions=True)
-            log.warning("notify: %d delivery(ies) still being retried after %gs were "
-                        "given up", len(late), seconds)
+        if not late:
+            return
+        ended = await asyncio.gather(*late, return_exceptions=True)
+        for (_task, what), result in zip(given_up, ended, strict=True):
+            if what is None or not isinstance(result, asyncio.CancelledError):
+                continue  # it ended on its own meanwhile, and was counted then
+            sink, note = what
+            self._failed(sink, note, f"given up at the drain after {seconds:g}s "
+                         "(still being delivered or retried)")
 
 
 class MemoryFile:

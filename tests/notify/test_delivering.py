@@ -184,6 +184,33 @@ def test_a_receiver_that_trickles_its_answer_is_cut_off_at_the_request_deadline(
     assert "no complete answer within 1s" in failure.message, failure.message
 
 
+def test_deliveries_given_up_at_the_drain_are_named_and_counted_as_failed(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """What the drain abandons is a failed delivery like any other: one line per delivery
+    naming its sink, kind and commit, and ``reconcile_notifications_total{result=
+    "failed"}`` counts it (the documented alert watches that series)."""
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    config = settings({"environment": ENV, "webhooks": [{"url": receivers.closed_port_url()}],
+                       "slack": [{"urlEnv": "SLACK_URL"}],
+                       "delivery": {"attempts": 10, "backoffSeconds": 5.0,
+                                    "drainSeconds": 0.5}})
+    notifier = Notifier.build(config, tmp_path, {"SLACK_URL": receivers.closed_port_url()},
+                              gateway="g", count=notifying.prometheus_counter(registry))
+    assert notifier is not None
+    with caplog.at_level(logging.WARNING, logger="reconcile.notify"):
+        run_notifier(notifier, (plan(changes=(change("checkout"),)), None))
+    for sink, name in (("webhook", "webhooks[0]"), ("slack", "slack[0]")):
+        assert registry.get_sample_value("reconcile_notifications_total",
+                                         {"sink": sink, "result": "failed"}) == 1.0
+        assert (f"notify: {name}: planned of commit aaaaaaaaaaaa not delivered: given up "
+                "at the drain after 0.5s") in caplog.text, caplog.text
+    assert sorted((f.sink, f.kind.value, f.commit[:12])
+                  for f in notifier.deliveries.failures) == [
+        ("slack[0]", "planned", "aaaaaaaaaaaa"), ("webhooks[0]", "planned", "aaaaaaaaaaaa")]
+
+
 def test_a_missing_secret_leaves_that_sink_out_and_names_the_variable(
         tmp_path: Path, hook: receivers.Receiver, caplog: pytest.LogCaptureFixture) -> None:
     config = settings({"webhooks": [{"url": hook.url}], "slack": [{"urlEnv": "NOPE_URL"}],
