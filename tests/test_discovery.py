@@ -248,6 +248,7 @@ def test_a_repo_that_lost_its_settings_is_still_validated_and_told_so(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     shutil.copytree(EXAMPLES, tmp_path / "repo")
     (tmp_path / "repo" / "settings.yaml").unlink()
+    git(tmp_path / "repo", "init", "-q")  # a repository: what is below it is read
     assert cli.main(["validate", str(tmp_path / "repo")]) == Exit.ERROR
     captured = capsys.readouterr()
     assert "no Settings document" in captured.out and "no desired state here" not in \
@@ -262,3 +263,31 @@ def test_another_checkout_below_is_not_searched(tmp_path: Path) -> None:
     # Inside the checkout itself it is a desired state, from any depth.
     inner = discovery.find_root(top / "deploy-config" / "services")
     assert discovery.absent(inner, command="plan") is None
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=lambda a: a[0])
+def test_outside_git_nothing_below_is_read_and_there_is_no_repository(
+        argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """No repository, no scan: a directory in no git repository, with unrelated YAML and
+    a stray desired-state document deep below it (a copied example, a download), is no
+    desired-state repository. Every command that reads desired state says so and exits
+    non-zero; none of the YAML below is read or reported."""
+    top = tmp_path / "downloads"
+    (top / "compose").mkdir(parents=True)
+    (top / "compose" / "docker-compose.yaml").write_text("services:\n  web: {image: nginx}\n")
+    (top / "old" / "example").mkdir(parents=True)
+    (top / "old" / "example" / "checkout.yaml").write_text(
+        "apiVersion: reconcile/v1\nkind: Service\nmetadata: {name: checkout}\nspec: [\n")
+    for name in [k for k in os.environ if k.startswith("RECONCILE_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(top)
+    code = cli.main(argv)
+    captured = capsys.readouterr()
+    if code == Exit.USAGE:
+        pytest.fail(captured.err)
+    assert code == Exit.ERROR, captured.out + captured.err
+    shown = captured.out + captured.err
+    assert "no desired-state repository here" in shown and "in no git repository" in shown
+    assert "checkout.yaml" not in shown and "docker-compose" not in shown
+    assert "Traceback" not in shown and len(shown.splitlines()) <= 3

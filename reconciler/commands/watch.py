@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     from reconciler.engine import ShardedWatchSteps, WatchSteps
     from reconciler.shell.health import Readiness
     from reconciler.shell.sharded import ShardedWatcher
-    from reconciler.shell.watching import Log, Metrics, Watcher
+    from reconciler.shell.watching import Log, Metrics, Watcher, logging_to
 
     if args.resync <= 0 or args.debounce < 0:
         print("error: --resync must be > 0 and --debounce >= 0", file=sys.stderr)
@@ -194,7 +194,10 @@ def run(args: argparse.Namespace) -> int:
         await watcher.run(stop)
 
     try:
-        asyncio.run(main())
+        # Notification deliveries log through ``logging``: said as the watcher's events,
+        # in its format (one JSON object per line with --log-format json).
+        with logging_to(watcher.log):
+            asyncio.run(main())
     finally:
         if metrics is not None:
             metrics.close()

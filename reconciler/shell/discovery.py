@@ -17,9 +17,12 @@ Keep the Settings file at the top of the desired-state directory and every comma
 finds it from any subdirectory.
 
 **Outside any desired state** (``absent``): when no directory on the way up holds a
-Settings file, PATH is used only if something below it is desired state -- a Settings
-document, or any ``apiVersion: reconcile/v1`` document (a repo that lost its Settings is
-still validated, and told so). The search below skips hidden entries, links, and
+Settings file, PATH is used only inside a git repository, and only if something below it
+is desired state -- a Settings document, or any ``apiVersion: reconcile/v1`` document (a
+repo that lost its Settings is still validated, and told so). **No repository, no
+scan**: outside git, with no Settings file at PATH or above, nothing below PATH is read
+at all -- nothing there can be told apart from any other YAML -- and the command says
+there is no desired-state repository here. The search below skips hidden entries, links, and
 directories holding their own ``.git`` (other checkouts: they belong to something else).
 Otherwise every command that acts on a desired state (validate, plan, apply, watch,
 config, history, pin) says there is none here and stops, instead of loading every YAML
@@ -118,6 +121,16 @@ def absent(found: Found, *, command: str) -> str | None:
     root = found.root
     if found.moved or holds_settings(root):
         return None
+    if found.repo is None:
+        # No repository, no scan: outside git nothing tells desired state from any other
+        # YAML below (a home directory, a download folder), so none of it is read; only
+        # other checkouts below are named, as the paths to give instead.
+        message = (f"no desired state here: {root} is in no git repository, and there is "
+                   f"no Settings document in {root} or above it (up to the filesystem "
+                   "root); no desired-state repository here, so nothing below it was "
+                   "read. Run it inside a desired-state repository, or give its path: "
+                   f"reconcile {command} PATH")
+        return message + _named(_nested_repos(root), command)
     ours, nested = _search_below(root)
     if ours:
         return None
@@ -128,12 +141,45 @@ def absent(found: Found, *, command: str) -> str | None:
                "(directories holding their own .git are other repositories and were not "
                "searched); nothing was read. Run it inside a desired-state repo, or give "
                f"its path: reconcile {command} PATH")
-    if nested:
-        shown = ", ".join(str(p) for p in nested[:_MAX_NAMED])
-        more = f" (+{len(nested) - _MAX_NAMED} more)" if len(nested) > _MAX_NAMED else ""
-        message += (f". Below it, these git repositories hold a Settings document: "
-                    f"{shown}{more} (e.g. reconcile {command} {nested[0]})")
-    return message
+    return message + _named(nested, command)
+
+
+def _named(nested: list[Path], command: str) -> str:
+    if not nested:
+        return ""
+    shown = ", ".join(str(p) for p in nested[:_MAX_NAMED])
+    more = f" (+{len(nested) - _MAX_NAMED} more)" if len(nested) > _MAX_NAMED else ""
+    return (f". Below it, these git repositories hold a Settings document: "
+            f"{shown}{more} (e.g. reconcile {command} {nested[0]})")
+
+
+def _nested_repos(root: Path) -> list[Path]:
+    """The git repositories below ``root`` that hold a Settings file at their top; no
+    other file is read (directories only, hidden entries and links skipped)."""
+    nested: list[Path] = []
+    pending: list[Path] = [root]
+    while pending:
+        directory = pending.pop()
+        try:
+            with os.scandir(directory) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+                    continue
+            except OSError:
+                continue
+            sub = Path(entry.path)
+            if os.path.lexists(sub / ".git"):
+                if holds_settings(sub):
+                    nested.append(sub)
+                continue
+            pending.append(sub)
+    return sorted(nested)
 
 
 def _search_below(root: Path) -> tuple[bool, list[Path]]:

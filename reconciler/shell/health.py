@@ -4,7 +4,11 @@
 200 only while the live side has been read recently enough to trust what the watcher
 says: at least one of the last N observations succeeded (N=2 by default, so it turns
 503 at the second failed resync in a row and 200 again at the first success), with a
-one-line reason when it is not; while the watcher is suspended a second line says so.
+one-line reason when it is not. A **suspended** watcher is ready (suspension is a healthy
+state an operator chose, and a watcher restarted while suspended reads nothing, so it
+would otherwise never become Ready): ``/readyz`` answers 200 with ``suspended`` on its
+first line, then the suspension (since when, why, how to resume), then what the live
+side's readiness will be at resume when that is not ready.
 ``/metrics`` is Prometheus' text format from the watcher's own registry. ``POST
 /suspend``, ``/resume`` and ``/reconcile`` are answered by ``shell.control`` (404 while
 control is off).
@@ -20,6 +24,7 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -42,6 +47,14 @@ class Readiness:
     #: Reasons besides the live side to answer 503, by name (sharded watching: etcd
     #: unreachable, shards nobody reconciled for two resyncs); each one a line.
     _held: dict[str, str] = field(default_factory=dict)
+    #: The suspension's description while the watcher is suspended, None otherwise
+    #: (``Control.detail``); set by ``follow``.
+    _suspension: Callable[[], str | None] | None = None
+
+    def follow(self, suspension: Callable[[], str | None]) -> None:
+        """Answer ready, saying so, whenever ``suspension()`` describes one."""
+        with self._lock:
+            self._suspension = suspension
 
     def hold(self, name: str, reason: str | None) -> None:
         """Not ready for ``reason`` until it is held again with None."""
@@ -72,6 +85,20 @@ class Readiness:
             return self._last_ok
 
     def state(self) -> tuple[bool, str]:
+        with self._lock:
+            suspension = self._suspension
+        detail = suspension() if suspension is not None else None
+        ready, reason = self._live_state()
+        if detail is None:
+            return ready, reason
+        # Suspended: an operator's choice, not a fault -- ready whatever the live side
+        # said before (or, restarted while suspended, never said: nothing is read).
+        lines = ["suspended", detail]
+        if not ready:
+            lines.append(f"at resume, not ready until the live side is read: {reason}")
+        return True, "\n".join(lines)
+
+    def _live_state(self) -> tuple[bool, str]:
         with self._lock:
             if self._held:
                 return False, "\n".join(self._held[k] for k in sorted(self._held))
@@ -140,10 +167,6 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/readyz":
             ready, reason = self.server.readiness.state()
             status = 200 if ready else 503
-            control = self.server.control
-            detail = control.detail() if control is not None else None
-            if detail is not None:
-                reason += "\n" + detail
             ctype, data = "text/plain; charset=utf-8", (reason + "\n").encode()
         else:
             status, ctype, data = 404, "text/plain; charset=utf-8", \
@@ -181,6 +204,8 @@ class Endpoint:
 def serve(addr: str, port: int, registry: CollectorRegistry, readiness: Readiness,
           control: Control | None = None) -> Endpoint:
     """Listen on ``addr:port`` (``OSError`` if it cannot) and serve on a daemon thread."""
+    if control is not None:
+        readiness.follow(control.detail)
     server = _Server((addr, port), registry, readiness, control)
     thread = threading.Thread(target=server.serve_forever, name="reconcile-metrics",
                               daemon=True)

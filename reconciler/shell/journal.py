@@ -9,14 +9,17 @@ instead of making a second rollout.
 
 A journal that cannot be read is refused with its path and line named: reading a
 damaged journal as empty would forget sent keys, which is exactly what it exists to
-prevent. The one exception is a **torn tail** -- the last line incomplete (no newline),
-unparsable or failing its checksum, after at least one good line -- which is what a
-crash or a full disk leaves behind and nothing else does: an apply drops it
+prevent. The one exception is a **torn tail** -- the last line without its newline,
+after at least one good line -- which is what a crash or a full disk leaves behind and
+nothing else does (a line is appended whole, newline included, in one write): an apply
+drops it
 (``Journal.open``: truncated under the lock, fsync'd, and said as a warning naming the
 file, the line and what was dropped) and ``history`` skips it with the same warning.
 Dropping it is safe because a change is sent only after its intent line is complete and
 fsync'd: a torn intent was never sent, and a torn result leaves its key in doubt, so the
-rerun replays that exact key. A damaged line anywhere else stays a refusal.
+rerun replays that exact key. Anything else stays a refusal: a damaged line before the
+last, and a last line that ends with its newline but does not read (another version's
+line, an edit) -- it was written whole, so it is no torn write.
 
 **A write that fails** (disk full, I/O error, a short write) marks the journal broken:
 the torn bytes are cut off again where possible, and every later append -- every intent
@@ -203,14 +206,14 @@ def _parse(path: Path, raw: bytes) -> tuple[list[tuple[int, dict[str, Any]]], To
         try:
             entries.append((number, _check(line)))
         except (ValueError, KeyError, UnicodeDecodeError) as exc:
-            last = number == len(complete) and torn is None
-            if last and entries:
-                torn = TornTail(path, number, len(raw) - len(line) - 1, line + b"\n",
-                                f"unreadable: {exc}")
-                break
+            # A line that ends with its newline was written whole (one write of the whole
+            # line): if it does not read, it is no torn write but another version's line
+            # or an edit, and dropping it could forget a key already sent.
             raise JournalError(
-                f"{path}:{number}: the apply journal is corrupt ({exc}); refusing to read "
-                "it as empty, because it may hold keys already sent") from exc
+                f"{path}:{number}: the apply journal is corrupt ({exc}; the line is whole, "
+                "ending with its newline, so it is no torn write: written by another "
+                "version or edited); refusing to read it as empty or to drop the line, "
+                "because it may hold keys already sent") from exc
     if torn is not None and not entries:
         raise JournalError(
             f"{path}:{torn.line}: the apply journal is corrupt: its only line is damaged "

@@ -6,7 +6,9 @@ no output shows it), the memory of what was sent (``notifications.json`` in the 
 directory, written atomically, so a restarted watcher does not send again), and the
 delivery itself -- each (notification, sink) one background task on the running loop,
 retried with exponential backoff a bounded number of times, each request bounded by
-``delivery.timeoutSeconds``. Deliveries are counted (``count(sink, result)``: the
+``delivery.timeoutSeconds`` as a whole (a total deadline from sending to the last byte of
+the answer, not only each read: a receiver that trickles its answer a byte at a time is
+cut off like one that never answers). Deliveries are counted (``count(sink, result)``: the
 watcher's ``reconcile_notifications_total``) and a failure is logged (``logging``,
 logger ``reconcile.notify``), never raised: a notification must never fail or block an
 apply. ``Notifier.drain`` waits at most ``delivery.drainSeconds`` for what is still in
@@ -36,7 +38,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -375,11 +377,22 @@ def _raise_for(response: httpx.Response, what: str) -> None:
     raise DeliveryError(f"{what} answered {status}", permanent=permanent)
 
 
+@contextlib.asynccontextmanager
+async def _deadline(seconds: float, what: str) -> AsyncIterator[None]:
+    """One request, bounded as a whole: the client's timeout bounds each read, so an
+    answer trickled a byte at a time would hold the delivery for as long as it lasts."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
+        raise DeliveryError(f"{what}: no complete answer within {seconds:g}s") from None
+
+
 async def _post(url: str, *, timeout: float, what: str, headers: Mapping[str, str],
                 content: bytes) -> None:
     try:
-        async with httpx.AsyncClient(timeout=timeout, trust_env=False,
-                                     follow_redirects=False) as client:
+        async with _deadline(timeout, what), httpx.AsyncClient(
+                timeout=timeout, trust_env=False, follow_redirects=False) as client:
             response = await client.post(url, headers=dict(headers), content=content)
     except httpx.HTTPError as exc:
         raise DeliveryError(f"{what}: {type(exc).__name__}: {safe(exc, 200)}") from None
@@ -452,6 +465,7 @@ class GitHubSink:
         github: GitHub[Any] = GitHub(self.token, base_url=base + "/", timeout=timeout,
                                      user_agent=f"reconcile/{__version__}",
                                      http_cache=False, auto_retry=False)
+        what = f"github {self.repository}"
         try:
             async with github:
                 status: Any = {"state": spec.commit_state,
@@ -461,24 +475,27 @@ class GitHubSink:
                 target = self.target_url or (note.revert.pull_url if note.revert else None)
                 if target:
                     status["target_url"] = target
-                await github.rest.repos.async_create_commit_status(
-                    owner, repo, note.commit, data=status, headers=_HEADERS)
+                # Each request bounded as a whole (``_deadline``), as for the webhooks.
+                async with _deadline(timeout, what):
+                    await github.rest.repos.async_create_commit_status(
+                        owner, repo, note.commit, data=status, headers=_HEADERS)
                 if self.deployments and spec.deployment_state is not None:
-                    deployment = await self._deployment(github, owner, repo, note)
+                    deployment = await self._deployment(github, owner, repo, note, timeout)
                     state: Any = {"state": spec.deployment_state,
                                   "description": status_description(note),
                                   "environment": note.environment}
-                    await github.rest.repos.async_create_deployment_status(
-                        owner, repo, deployment, data=state, headers=_HEADERS)
+                    async with _deadline(timeout, what):
+                        await github.rest.repos.async_create_deployment_status(
+                            owner, repo, deployment, data=state, headers=_HEADERS)
         except RequestFailed as exc:
-            _raise_for(exc.response.raw_response, f"github {self.repository}")
+            _raise_for(exc.response.raw_response, what)
         except GitHubException as exc:
             cause = getattr(exc, "exc", exc)
-            raise DeliveryError(f"github {self.repository}: {type(cause).__name__}: "
+            raise DeliveryError(f"{what}: {type(cause).__name__}: "
                                 f"{safe(cause, 200)}") from None
 
     async def _deployment(self, github: Any, owner: str, repo: str,
-                          note: Notification) -> int:
+                          note: Notification, timeout: float) -> int:
         """The deployment of this commit to this environment: made once, found again
         (by listing) after a restart."""
         from reconciler.shell.github import _HEADERS
@@ -486,16 +503,20 @@ class GitHubSink:
         key = f"{note.commit}@{note.environment}"
         if key in self._deployment_ids:
             return self._deployment_ids[key]
-        listed = await github.rest.repos.async_list_deployments(
-            owner, repo, sha=note.commit, environment=note.environment, headers=_HEADERS)
+        what = f"github {self.repository}"
+        async with _deadline(timeout, what):
+            listed = await github.rest.repos.async_list_deployments(
+                owner, repo, sha=note.commit, environment=note.environment,
+                headers=_HEADERS)
         found = [d for d in listed.json() if isinstance(d, dict) and isinstance(d.get("id"), int)]
         if found:
             ident = int(found[0]["id"])
         else:
-            made = await github.rest.repos.async_create_deployment(
-                owner, repo, ref=note.commit, environment=note.environment,
-                auto_merge=False, required_contexts=[], task="deploy",
-                description=status_description(note), headers=_HEADERS)
+            async with _deadline(timeout, what):
+                made = await github.rest.repos.async_create_deployment(
+                    owner, repo, ref=note.commit, environment=note.environment,
+                    auto_merge=False, required_contexts=[], task="deploy",
+                    description=status_description(note), headers=_HEADERS)
             ident = int(made.json()["id"])
         self._deployment_ids[key] = ident
         return ident
@@ -524,6 +545,8 @@ class Deliveries:
         self.count = count or (lambda sink, result: None)
         self.sleep = sleep
         self.tasks: set[asyncio.Task[None]] = set()
+        #: what each task in flight delivers: a delivery given up at the drain is named
+        self.inflight: dict[asyncio.Task[None], tuple[Sink, Notification]] = {}
         self.failures: list[Failure] = []
         self.delivered = 0
 
@@ -534,7 +557,12 @@ class Deliveries:
                 if note.kind in sink.kinds:
                     task = loop.create_task(self._deliver(sink, note))
                     self.tasks.add(task)
-                    task.add_done_callback(self.tasks.discard)
+                    self.inflight[task] = (sink, note)
+                    task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        self.inflight.pop(task, None)
 
     async def _deliver(self, sink: Sink, note: Notification) -> None:
         wait = self.delivery.backoff_seconds
@@ -562,24 +590,39 @@ class Deliveries:
                 self.count(sink.kind, "retried")
                 await self.sleep(wait)
                 wait *= 2
+        self._failed(sink, note, message)
+
+    def _failed(self, sink: Sink, note: Notification, message: str) -> None:
+        """Given up: counted (``result="failed"``, what the documented alert watches),
+        kept, and logged naming the sink, the kind and the commit."""
         self.count(sink.kind, "failed")
         failure = Failure(sink.name, note.kind, note.commit, safe(message, 300))
         self.failures.append(failure)
         log.warning("notify: %s: %s of commit %s not delivered: %s", sink.name,
-                    note.kind.value, note.commit[:12], failure.message)
+                    note.kind.value, note.commit[:12], failure.message,
+                    extra={"event": "notify-failed",
+                           "fields": {"sink": sink.name, "sink_kind": sink.kind,
+                                      "kind": note.kind.value, "commit": note.commit}})
 
     async def drain(self, seconds: float) -> None:
-        """Wait up to ``seconds`` for the deliveries in flight; abandon the rest."""
+        """Wait up to ``seconds`` for the deliveries in flight; give up the rest, each
+        named and counted as failed like a delivery out of attempts."""
         pending = set(self.tasks)
         if not pending:
             return
         _, late = await asyncio.wait(pending, timeout=seconds)
+        given_up = [(task, self.inflight.get(task)) for task in late]
         for task in late:
             task.cancel()
-        if late:
-            await asyncio.gather(*late, return_exceptions=True)
-            log.warning("notify: %d delivery(ies) still being retried after %gs were "
-                        "given up", len(late), seconds)
+        if not late:
+            return
+        ended = await asyncio.gather(*late, return_exceptions=True)
+        for (_task, what), result in zip(given_up, ended, strict=True):
+            if what is None or not isinstance(result, asyncio.CancelledError):
+                continue  # it ended on its own meanwhile, and was counted then
+            sink, note = what
+            self._failed(sink, note, f"given up at the drain after {seconds:g}s "
+                         "(still being delivered or retried)")
 
 
 class MemoryFile:

@@ -10,7 +10,10 @@ install the SDK's in-memory exporter with ``configure``), and every span reconci
   own), with ``reconcile.commit``, ``reconcile.environment``,
   ``reconcile.verdict`` (and the plan's change and blocker counts, the exit code of a
   refusal);
-- ``reconcile plan`` / ``reconcile observe`` inside an apply;
+- ``reconcile observe``: a read of the live side made outside any run's trace
+  (``reconcile status``: one per environment read), so its calls and probes are one trace
+  under one root, never a root-less trace each;
+- ``plan`` / ``observe`` inside an apply;
 - ``controlplane <method>``: every control-plane call (``TracedClient``), with the method
   and whether it was a read;
 - ``probe <cluster>``: each cluster's part of each pass over the mesh (``TracedProber``),
@@ -525,7 +528,8 @@ def traced_plan(method: Step[P, R]) -> Step[P, R]:
 
 def traced_observe(method: Step[P, R]) -> Step[P, R]:
     """``Reconciler.observe``: an ``observe`` span inside a trace (the reads and probes
-    are its children); nothing of its own outside one."""
+    are its children); outside one (``reconcile status``), the root span ``reconcile
+    observe``, so the read's calls and probes are one trace, not one each."""
 
     @functools.wraps(method)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -533,11 +537,20 @@ def traced_observe(method: Step[P, R]) -> Step[P, R]:
             return await method(*args, **kwargs)
         from opentelemetry import trace
 
-        if not trace.get_current_span().get_span_context().is_valid:
-            return await method(*args, **kwargs)
-        gateway = cast(Any, args[0]).connection.gateway
-        with span("observe", **{"reconcile.gateway": gateway}):
-            return await method(*args, **kwargs)
+        self, desired = (cast(Any, a) for a in args[:2])
+        gateway = self.connection.gateway
+        if trace.get_current_span().get_span_context().is_valid:
+            with span("observe", **{"reconcile.gateway": gateway}):
+                return await method(*args, **kwargs)
+        with root("reconcile observe", **{
+                "reconcile.gateway": gateway,
+                "reconcile.environment": environment(desired.settings, gateway)}) as top:
+            try:
+                return await method(*args, **kwargs)
+            except BaseException as exc:
+                if top is not None:
+                    _error(top, exc)
+                raise
 
     return wrapper
 
@@ -550,6 +563,12 @@ def watch_cycle(method: Step[P, R]) -> Step[P, R]:
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         self, desired = (cast(Any, a) for a in args[:2])
         _end_cycle(self)
+        if not _state.configured:
+            # The first read builds the reconciler, which sets tracing up from the
+            # settings: set up here first, or the first cycle's calls and probes are each
+            # a root-less trace. Whatever fails is said by the reconciler, raised there.
+            with contextlib.suppress(Exception):
+                setup(desired.settings, getattr(self, "env", None) or {})
         tracer = _state.tracer
         if tracer is None:
             return await method(*args, **kwargs)

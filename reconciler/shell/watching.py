@@ -18,12 +18,14 @@ beside the metrics, with ``/healthz``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
+import logging
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TextIO
@@ -202,6 +204,43 @@ class Log:
                 line += "".join(f"\n    {x}" for x in extra)
         self.stream.write(redact(line) + "\n")  # a log line never carries a secret
         self.stream.flush()
+
+
+class LogHandler(logging.Handler):
+    """The records of the ``reconcile`` loggers (``reconcile.notify``: a delivery given up,
+    a sink left out) written as the watcher's own events, so ``--log-format json`` has
+    no plain-text line beside them. A record's ``event`` (its ``extra``) names the event,
+    its ``fields`` become the event's fields."""
+
+    def __init__(self, log: Log) -> None:
+        super().__init__()
+        self.log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            area = record.name.rsplit(".", 1)[-1]
+            event = str(getattr(record, "event", area))
+            message = record.getMessage().removeprefix(f"{area}: ")
+            fields = getattr(record, "fields", None)
+            level = ("error" if record.levelno >= logging.ERROR else
+                     "warning" if record.levelno >= logging.WARNING else
+                     "info" if record.levelno >= logging.INFO else "debug")
+            self.log.event(event, message, level=level,
+                           **(fields if isinstance(fields, dict) else {}))
+        except Exception:  # a log line must never stop the watcher
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def logging_to(log: Log) -> Iterator[None]:
+    """Route the ``reconcile`` loggers through ``log`` while the block runs."""
+    logger = logging.getLogger("reconcile")
+    handler = LogHandler(log)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
 
 
 #: Error kinds counted by ``reconcile_errors_total`` (each starts at 0).
@@ -459,6 +498,8 @@ class Watcher:
         watcher = asyncio.create_task(self._watch_files(events, stop))
         if self.metrics is not None:
             self.readiness = self.metrics.readiness
+        if self.control is not None:
+            self.readiness.follow(self.control.detail)  # suspended is ready (shell.health)
         self.log.event("start", f"watching {self.root} (resync every {self.resync:g}s"
                        + (", applying GO plans from clean commits" if self.apply else "")
                        + (f", only {', '.join(sorted(self.only))}" if self.only else "")
@@ -712,7 +753,8 @@ class Watcher:
         if ready == self.was_ready:
             return
         if ready:
-            self.log.event("ready", "the live side was read; ready")
+            self.log.event("ready", "the live side was read; ready" if reason == "ready"
+                           else "ready: " + reason.replace("\n", "; "))
         elif self.was_ready is not None or self.desired is not None:
             self.log.event("unready", f"not ready: {reason}")
         self.was_ready = ready

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,7 @@ def written(path: Path) -> Journal:
 
 TORN = {
     "no-newline": lambda line: line[: len(line) // 2],
-    "partial-with-newline": lambda line: line[: len(line) // 2] + "\n",
-    "bad-checksum": lambda line: line.replace('"intent"', '"intant"'),
+    "no-newline-bad-checksum": lambda line: line.replace('"intent"', '"intant"').rstrip("\n"),
     "zeros": lambda line: "\0" * 40,
 }
 
@@ -49,7 +49,7 @@ def test_a_torn_tail_is_dropped_by_the_next_open_and_said(tmp_path: Path, damage
     change = changes_of("search")[0]
     whole = json.dumps({"event": "intent", "key": change.idempotency_key, "sum": "x",
                         "v": 1}) + "\n"
-    if damage == "bad-checksum":
+    if damage == "no-newline-bad-checksum":
         Journal.open(path).intent(change)  # a whole line, then its checksum spoilt
         lines = path.read_text().splitlines(keepends=True)
         path.write_text("".join(lines[:-1]) + TORN[damage](lines[-1]))
@@ -86,6 +86,44 @@ def test_a_damaged_line_elsewhere_is_still_refused(tmp_path: Path, damage: objec
     with pytest.raises(JournalError, match=rf"^{path}:\d+: the apply journal is corrupt"):
         Journal.open(path)
     with pytest.raises(JournalError):
+        history(path, on_torn=lambda t: None)
+    assert path.read_bytes() == before  # never "repaired"
+
+
+def _last_line(text: str, edit: Callable[[str], str]) -> str:
+    *lines, last, end = text.split("\n")
+    assert end == ""  # the journal ends with its newline
+    return "\n".join([*lines, edit(last)]) + "\n"
+
+
+def _other_version(line: str) -> str:
+    entry = json.loads(line)
+    entry["v"] = 2
+    return json.dumps(entry, sort_keys=True)
+
+
+WHOLE_BUT_UNREADABLE = {
+    "another-version": _other_version,
+    "edited": lambda line: line.replace('"applied"', '"failed"'),
+    "half-with-newline": lambda line: line[: len(line) // 2],
+}
+
+
+@pytest.mark.parametrize("edit", list(WHOLE_BUT_UNREADABLE), ids=list(WHOLE_BUT_UNREADABLE))
+def test_a_whole_last_line_that_does_not_read_is_corrupt_not_torn(
+        tmp_path: Path, edit: str) -> None:
+    """A last line that ends with its newline was written whole: when it does not read
+    (another version wrote it, someone edited it), it is no torn write. It is refused,
+    naming the file and the line, and the file is left as it is."""
+    path = tmp_path / "journal.jsonl"
+    written(path)
+    path.write_text(_last_line(path.read_text(), WHOLE_BUT_UNREADABLE[edit]))
+    before = path.read_bytes()
+    assert before.endswith(b"\n")
+    with pytest.raises(JournalError, match=rf"^{path}:2: the apply journal is corrupt .*"
+                       "no torn write"):
+        Journal.open(path)
+    with pytest.raises(JournalError, match=rf"^{path}:2: the apply journal is corrupt"):
         history(path, on_torn=lambda t: None)
     assert path.read_bytes() == before  # never "repaired"
 

@@ -91,3 +91,55 @@ def closed_port_url() -> str:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return f"http://127.0.0.1:{port}/hook"
+
+
+@dataclass
+class Trickler:
+    """A receiver that takes the request, then answers one byte every ``every`` seconds
+    (headers and body): each read is quick, the answer never ends in reasonable time."""
+
+    sock: socket.socket
+    every: float
+    stopped: threading.Event = field(default_factory=threading.Event)
+    accepted: list[float] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        host, port = self.sock.getsockname()[:2]
+        return f"http://{host}:{port}/hook"
+
+    def _serve(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted.append(time.monotonic())
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn: socket.socket) -> None:
+        answer = b"HTTP/1.1 200 OK\r\nContent-Length: 200\r\n\r\n" + b"x" * 200
+        with conn:
+            conn.settimeout(5)
+            try:
+                conn.recv(65536)  # the request (its start is enough)
+                for byte in answer:
+                    if self.stopped.is_set():
+                        return
+                    conn.sendall(bytes([byte]))
+                    time.sleep(self.every)
+            except OSError:
+                return  # the client gave up
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.sock.close()
+
+
+def trickler(every: float) -> Trickler:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    t = Trickler(sock, every)
+    threading.Thread(target=t._serve, daemon=True).start()
+    return t

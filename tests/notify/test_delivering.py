@@ -160,6 +160,57 @@ def test_drain_is_bounded_whatever_the_receiver_does(tmp_path: Path) -> None:
     assert time.monotonic() - started < 3
 
 
+def test_a_receiver_that_trickles_its_answer_is_cut_off_at_the_request_deadline(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``timeoutSeconds`` bounds each request as a whole: an answer trickled a byte at a
+    time (every read well within the timeout) is cut off at the deadline, the attempt
+    fails and is retried, and the drain is not held for as long as the trickle lasts."""
+    slow = receivers.trickler(every=0.2)
+    try:
+        config = settings({"webhooks": [{"url": slow.url}], "delivery": {
+            "attempts": 2, "backoffSeconds": 0.05, "timeoutSeconds": 1.0,
+            "drainSeconds": 30.0}})
+        notifier = Notifier.build(config, tmp_path, {}, gateway="g")
+        assert notifier is not None
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="reconcile.notify"):
+            run_notifier(notifier, (plan(changes=(change("checkout"),)), None))
+        took = time.monotonic() - started
+    finally:
+        slow.stop()
+    assert len(slow.accepted) == 2  # each attempt reached the receiver
+    assert took < 4, took  # two attempts of about a second each, not the whole trickle
+    failure, = notifier.deliveries.failures
+    assert "no complete answer within 1s" in failure.message, failure.message
+
+
+def test_deliveries_given_up_at_the_drain_are_named_and_counted_as_failed(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """What the drain abandons is a failed delivery like any other: one line per delivery
+    naming its sink, kind and commit, and ``reconcile_notifications_total{result=
+    "failed"}`` counts it (the documented alert watches that series)."""
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    config = settings({"environment": ENV, "webhooks": [{"url": receivers.closed_port_url()}],
+                       "slack": [{"urlEnv": "SLACK_URL"}],
+                       "delivery": {"attempts": 10, "backoffSeconds": 5.0,
+                                    "drainSeconds": 0.5}})
+    notifier = Notifier.build(config, tmp_path, {"SLACK_URL": receivers.closed_port_url()},
+                              gateway="g", count=notifying.prometheus_counter(registry))
+    assert notifier is not None
+    with caplog.at_level(logging.WARNING, logger="reconcile.notify"):
+        run_notifier(notifier, (plan(changes=(change("checkout"),)), None))
+    for sink, name in (("webhook", "webhooks[0]"), ("slack", "slack[0]")):
+        assert registry.get_sample_value("reconcile_notifications_total",
+                                         {"sink": sink, "result": "failed"}) == 1.0
+        assert (f"notify: {name}: planned of commit aaaaaaaaaaaa not delivered: given up "
+                "at the drain after 0.5s") in caplog.text, caplog.text
+    assert sorted((f.sink, f.kind.value, f.commit[:12])
+                  for f in notifier.deliveries.failures) == [
+        ("slack[0]", "planned", "aaaaaaaaaaaa"), ("webhooks[0]", "planned", "aaaaaaaaaaaa")]
+
+
 def test_a_missing_secret_leaves_that_sink_out_and_names_the_variable(
         tmp_path: Path, hook: receivers.Receiver, caplog: pytest.LogCaptureFixture) -> None:
     config = settings({"webhooks": [{"url": hook.url}], "slack": [{"urlEnv": "NOPE_URL"}],

@@ -114,6 +114,16 @@ def test_a_receiver_that_is_down_leaves_the_apply_alone_and_is_retried_and_count
             >= FAST["attempts"] - 1
         assert metric(port, 'reconcile_notifications_total{result="delivered",sink="webhook"}') \
             == 0
+        # With --log-format json the failure is one of the watcher's JSON events, naming
+        # the sink, the kind and the commit -- never a plain-text line beside them.
+        failed = w.wait_for(lambda e: e["event"] == "notify-failed", timeout=10)
+        assert failed["level"] == "warning" and failed["sink"] == "webhooks[0]", failed
+        assert failed["sink_kind"] == "webhook" and failed["kind"] and failed["commit"]
+        assert failed["message"].startswith("webhooks[0]: "), failed
+    assert not [e for e in w.seen if e["event"] == "raw"], w.seen
+    assert w.proc.stderr is not None
+    stderr = w.proc.stderr.read()
+    assert "notify:" not in stderr, stderr
 
 
 def test_a_one_shot_apply_with_a_receiver_down_exits_as_it_would_and_stays_bounded(

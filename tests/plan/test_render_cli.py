@@ -15,6 +15,7 @@ from reconciler.core.live import LiveSnapshot, Observation, ObservationKind
 from reconciler.core.planning import plan
 from reconciler.exitcodes import Exit
 from reconciler.render import jsonplan, markdown, text
+from tests.e2e_repo import git
 from tests.plan import builders as b
 
 
@@ -145,6 +146,8 @@ def test_plan_of_a_missing_or_invalid_repo_exits_1(tmp_path: Path,
     assert cli.main(["plan", str(tmp_path / "nope")]) == Exit.ERROR
     assert "nope: does not exist" in capsys.readouterr().err
     (tmp_path / "bad.yaml").write_text("apiVersion: reconcile/v1\nkind: Service\nname: [x\n")
+    for step in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "bad"]):  # a repository
+        git(tmp_path, *step)
     assert cli.main(["plan", str(tmp_path), "--detailed-exitcode"]) == Exit.ERROR
     err = capsys.readouterr().err
     assert "bad.yaml:4:1: YAML syntax error" in err and "Traceback" not in err

@@ -157,3 +157,86 @@ def _under(found: tuple[ReadableSpan, ...], span: ReadableSpan, ancestor: Readab
             return True
         current = by_id.get(current.parent.span_id)
     return False
+
+
+def _exported(collector: Any) -> list[Any]:
+    """Every span a real OTLP/HTTP exporter posted to ``collector`` (protobuf decoded)."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    found = []
+    for post in collector.ok():
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(post.body)
+        for resource in request.resource_spans:
+            for scope in resource.scope_spans:
+                found.extend(scope.spans)
+    return found
+
+
+def _traces(found: list[Any]) -> dict[bytes, list[Any]]:
+    by_trace: dict[bytes, list[Any]] = {}
+    for one in found:
+        by_trace.setdefault(one.trace_id, []).append(one)
+    return by_trace
+
+
+def test_status_is_one_trace_under_one_root_as_exported(repo: Repo) -> None:
+    """``reconcile status`` with an OTLP endpoint, as a user runs it (tracing set up from
+    the environment, exported over HTTP to a real local collector): its reads and probes
+    are one trace under one root, never a root-less trace per call."""
+    from tests.notify import receivers
+
+    collector = receivers.start()
+    try:
+        done = repo.run("status", str(repo.path), RECONCILE_OTLP_ENDPOINT=
+                        collector.url.removesuffix("/hook"))
+        assert done.code == 0, done.err
+        found = _exported(collector)
+    finally:
+        collector.stop()
+    assert found, "nothing exported"
+    traces = _traces(found)
+    assert len(traces) == 1, {t.hex()[:8]: [s.name for s in spans]
+                              for t, spans in traces.items()}
+    [spans] = traces.values()
+    roots = [s for s in spans if not s.parent_span_id]
+    assert [r.name for r in roots] == ["reconcile observe"]
+    assert any(s.name.startswith("probe ") for s in spans)
+    assert any(s.name.startswith("controlplane ") for s in spans)
+
+
+def test_a_watchers_first_read_is_one_trace_under_its_cycle(repo: Repo) -> None:
+    """The first cycle of a watcher whose tracing is set up from the settings and the
+    environment (not installed beforehand): one trace, rooted at ``reconcile watch
+    cycle``, like every later cycle."""
+    from tests.notify import receivers
+
+    collector = receivers.start()
+    tracing.reset()
+    try:
+        env = repo.env(RECONCILE_OTLP_ENDPOINT=collector.url.removesuffix("/hook"))
+        steps = engine.WatchSteps(repo.path, overrides=Overrides.from_env(env), env=env)
+        loaded = steps.load()
+        assert loaded.state is not None and not tracing.enabled()
+
+        async def cycle() -> None:
+            try:
+                snapshot = await steps.observe(loaded.state)  # type: ignore[arg-type]
+                steps.plan(loaded.state, snapshot, loaded.provenance)  # type: ignore[arg-type]
+            finally:
+                await steps.close()
+
+        asyncio.run(cycle())
+        tracing.shutdown()  # flushes the batch
+        found = _exported(collector)
+    finally:
+        tracing.reset()
+        collector.stop()
+    traces = _traces(found)
+    assert len(traces) == 1, {t.hex()[:8]: [s.name for s in spans]
+                              for t, spans in traces.items()}
+    [spans] = traces.values()
+    assert [s.name for s in spans if not s.parent_span_id] == ["reconcile watch cycle"]
+    assert any(s.name.startswith("probe ") for s in spans)

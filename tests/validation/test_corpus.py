@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e_repo import git
 from tests.validation.conftest import Run
 
 DIGEST = "sha256:" + "a" * 64
@@ -102,6 +103,13 @@ def remove(rel: str) -> Setup:
     def setup(root: Path) -> None:
         (root / rel).unlink()
     return setup
+
+
+def settings_lost(root: Path) -> None:
+    """A repository that lost its Settings: inside git, what is below is still read (and
+    told so); outside git nothing below a Settings-less directory is read at all."""
+    (root / "settings.yaml").unlink()
+    git(root, "init", "-q")
 
 
 @dataclass(frozen=True)
@@ -273,7 +281,7 @@ CASES = [
     Case("two-settings", write("more-settings.yaml", (Path(__file__).resolve().parents[2] /
          "examples/desired-state/settings.yaml").read_text()), "more-settings.yaml", 5, "kind",
          "also declared at settings.yaml:4"),
-    Case("no-settings", remove("settings.yaml"), "<repo>", None, "", "no Settings document"),
+    Case("no-settings", settings_lost, "<repo>", None, "", "no Settings document"),
     Case("duplicate-service-name", write(BAD, service(**{"name: extra": "name: checkout"})),
          BAD, 3, "name", "also declared at services/checkout.yaml:5"),
     Case("duplicate-service-id", write(BAD, service(**{"svc-extra": "svc-search"})), BAD, 4,

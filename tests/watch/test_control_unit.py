@@ -98,3 +98,38 @@ def test_a_suspension_found_with_control_off_says_how_to_lift_it(tmp_path: Path)
     said = off.detail() or ""
     assert "--control-token-file" in said and str(tmp_path / STATE_FILE) in said
     assert off.handle("/resume", AUTH, "127.0.0.1", b"").status == 404  # control is off
+
+
+def test_a_watcher_restarted_while_suspended_is_ready_and_says_suspended(
+        tmp_path: Path) -> None:
+    """A suspension is a state an operator chose: a watcher that starts suspended has read
+    nothing and is ready all the same (a redeployed pod must become Ready), on the served
+    ``/readyz`` and in the readiness the gauge reads; resumed, it is the live side again."""
+    from prometheus_client import CollectorRegistry
+
+    from reconciler.shell.health import Readiness, serve
+    from tests.watch.test_health_unit import get
+
+    control(tmp_path).handle("/suspend", AUTH, "127.0.0.1", b'{"reason": "incident 42"}')
+    restarted = control(tmp_path)
+    readiness = Readiness()  # never observed anything
+    endpoint = serve("127.0.0.1", 0, CollectorRegistry(), readiness, restarted)
+    try:
+        port = int(endpoint.address.rsplit(":", 1)[1])
+        status, body = get(port, "/readyz")
+        assert status == 200, body
+        lines = body.splitlines()
+        assert lines[0] == "suspended"
+        assert lines[1].startswith("suspended since") and "incident 42" in lines[1]
+        assert "no observation of the live side yet" in lines[2]  # what resume will face
+        assert readiness.state()[0]
+        readiness.failed("control_plane: 503")
+        readiness.failed("control_plane: 503")
+        assert get(port, "/readyz")[0] == 200  # suspended, whatever the last reads said
+        assert restarted.handle("/resume", AUTH, "127.0.0.1", b"").status == 200
+        status, body = get(port, "/readyz")
+        assert status == 503 and "suspended" not in body, body
+        readiness.succeeded()
+        assert get(port, "/readyz") == (200, "ready\n")
+    finally:
+        endpoint.close()

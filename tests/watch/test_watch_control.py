@@ -77,7 +77,8 @@ def test_suspend_holds_every_cycle_across_a_restart_until_resume(
         assert m['reconcile_plan_verdict{verdict="unknown"}'] == 1  # nothing read: unknown
         assert {k.split('verdict="')[1].split('"')[0] for k in m
                 if k.startswith("reconcile_service_info{")} == {"unknown"}
-        _, body = get(port, "/readyz")
+        status, body = get(port, "/readyz")
+        assert status == 200 and body.splitlines()[0] == "suspended", body
         assert "suspended since" in body and "incident 42" in body
         # Reconcile-now is refused while suspended: suspension means no cycle at all.
         refused = ctl(repo, port, token_file, "reconcile")
@@ -92,9 +93,14 @@ def test_suspend_holds_every_cycle_across_a_restart_until_resume(
         later = w.drain(4)
         assert not [e for e in later if is_plan(e) or e["event"].startswith("apply")]
         assert len(writes(sandbox)) == before
+        # Never observed since the restart, and ready all the same: suspension is a
+        # state an operator chose, and a redeployed suspended watcher must become Ready.
         status, body = get(port, "/readyz")
-        assert status == 503 and "suspended since" in body  # never observed since start
+        assert status == 200, body
+        assert body.splitlines()[0] == "suspended" and "suspended since" in body
+        assert "incident 42" in body
         assert metrics(port)["reconcile_suspended"] == 1
+        assert metrics(port)["reconcile_ready"] == 1
 
         done = ctl(repo, port, token_file, "resume")
         assert done.returncode == 0 and "resumed" in done.stdout, done.stderr
