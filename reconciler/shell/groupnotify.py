@@ -36,6 +36,7 @@ from reconciler.core.notifying import Notification
 from reconciler.core.outcomes import ApplyReport
 from reconciler.core.plans import Plan
 from reconciler.core.sanitize import safe
+from reconciler.shell.applying import crash_point
 from reconciler.shell.notifying import Deliveries, Notifier, log
 
 #: What the final word waits at most for a pending word in flight (seconds), beyond the
@@ -97,6 +98,8 @@ class GroupNotifier(Notifier):
         outcomes = self.shards.outcomes_of(plan, report)
         if not outcomes or plan.commit is None:
             return ()
+        if report is not None:  # kill -9 between a member's apply and its report (tests)
+            crash_point("before-group-report")
         task = asyncio.get_running_loop().create_task(self._tell(plan, plan.commit, outcomes))
         self.telling.add(task)
         task.add_done_callback(self.telling.discard)
