@@ -433,6 +433,8 @@ class ShardedWatchSteps(WatchSteps):
             done = await commits.record(commit, wanted)
             if not done:
                 return Word(None)  # every shard lost since: the new owner reports them
+            # Only the commit at hand is remembered: an older one is not recorded again.
+            self.recorded = {k: v for k, v in self.recorded.items() if k[0] == commit}
             for shard in done:
                 self.recorded[(commit, shard)] = wanted[shard][1]
         elif not outcomes:
