@@ -9,6 +9,8 @@ GitHub stand-in and a local webhook receiver.
 - A member paused past its lease posts nothing false about writes the new owner made.
 - A member killed (-9) between its apply and its report: the new owner of its shards
   reports them, and the group still says its one word.
+- etcd unreachable: no member records, nothing is said about the new commit (never a
+  success); once etcd answers, the commit is told once.
 """
 
 from __future__ import annotations
@@ -225,6 +227,38 @@ def test_a_member_killed_between_its_apply_and_its_report_is_reported_by_the_nex
         said = states(github, commit)
         assert said.count("success") == 1 and "failure" not in said, \
             described(github, commit)
+    finally:
+        group.stop_all()
+        hook.stop()
+
+
+def test_without_etcd_a_group_says_nothing_about_a_commit_and_tells_it_once_etcd_is_back(
+        repo_factory: Callable[..., Repo], sandbox: Sandbox, etcd: Etcd,
+        github: StandIn) -> None:
+    hook = receivers.start()
+    repo = repo_factory(sandbox)
+    first = notifying(repo, hook, github)
+    group = start_group(repo, etcd, 2)
+    try:
+        for n in "ab":
+            group.start(n, TEST_GH_TOKEN=TOKEN)
+        wait_until(lambda: "success" in states(github, first), 240,
+                   f"no success: {described(github, first)}")
+        etcd.stop()
+        time.sleep(1)
+        (repo.path / "NOTES.md").write_text("nothing desired changes here\n")
+        repo.commit("notes")
+        second = subprocess.run(["git", "-C", str(repo.path), "rev-parse", "HEAD"],
+                                check=True, capture_output=True, text=True).stdout.strip()
+        time.sleep(4 * TTL)  # plans of the new commit, converged; no member can record
+        assert states(github, second) == [], described(github, second)
+        etcd.start()
+        wait_until(lambda: "success" in states(github, second), 120,
+                   f"no success once etcd is back: {described(github, second)}")
+        time.sleep(4)
+        said = states(github, second)
+        assert said.count("success") == 1 and said[-1] == "success", \
+            described(github, second)
     finally:
         group.stop_all()
         hook.stop()
