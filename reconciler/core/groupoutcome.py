@@ -53,6 +53,11 @@ class ShardState(StrEnum):
 FINAL = frozenset({ShardState.PROVEN, ShardState.FAILED, ShardState.BLOCKED})
 
 
+#: Every word said once per commit (``GroupVerdict.claim``): a pending word is said only
+#: while none of them was claimed.
+FINAL_WORDS = ("success", "failure", "no_go", "planned")
+
+
 @dataclass(frozen=True)
 class Failed:
     """One service of a failed shard: where it is not proven, and why."""

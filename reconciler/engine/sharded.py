@@ -449,8 +449,7 @@ class ShardedWatchSteps(WatchSteps):
         what = verdict.claim()
         if what is not None:
             return Word(verdict, "final" if await commits.claim(commit, what) else None)
-        finals = ["success", "failure", "no_go", "planned"]
-        won = await commits.claim_pending(commit, lease, finals)
+        won = await commits.claim_pending(commit, lease, list(groupoutcome.FINAL_WORDS))
         return Word(verdict, "pending" if won else None)
 
     async def pending_in_flight(self, commit: str) -> bool:

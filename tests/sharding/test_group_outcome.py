@@ -4,6 +4,7 @@ group's one verdict over every shard. Pure: plans and reports built as values.""
 from __future__ import annotations
 
 from reconciler.core.groupoutcome import (
+    FINAL_WORDS,
     Failed,
     ShardOutcome,
     ShardState,
@@ -69,6 +70,13 @@ def test_a_waiting_shard_has_not_reported_in_a_group_that_applies() -> None:
     assert not got.complete and got.kind is None
     told = aggregate(A, 3, {0: proven(0), 1: proven(1), 2: waiting}, applying=False)
     assert told.kind is Kind.PLANNED and told.claim() == "planned"
+
+
+def test_every_claim_is_one_of_the_final_words() -> None:
+    for recorded in ({0: proven(0)}, {0: failed(0)}, {0: ShardOutcome(0, ShardState.BLOCKED)},
+                     {0: ShardOutcome(0, ShardState.WAITING)}):
+        claim = aggregate(A, 1, recorded, applying=False).claim()
+        assert claim in FINAL_WORDS, claim
 
 
 def test_shards_outside_the_group_do_not_count() -> None:

@@ -120,12 +120,15 @@ def test_three_members_one_refused_digest_say_one_failure_naming_shard_and_clust
         assert "success" not in said, described(github, commit)
         assert said[-1] == "failure", described(github, commit)
         [failure] = [d for d in described(github, commit) if d.startswith("failure")]
-        assert "shard " in failure and "checkout on sn3" in failure, failure
+        # The clusters the judge had not proven when the gate stopped: sn3 among them
+        # (the rollout stops as a whole when sn3 refuses, so sn1 may be listed too).
+        assert "failed on shard " in failure and "checkout on " in failure, failure
+        assert "sn3" in failure.split("checkout on ", 1)[1].split(":", 1)[0], failure
         events = [e for e in told(hook) if e["customData"]["commit"] == commit]
         assert [e["customData"]["kind"] for e in events] == ["gate_failed"], events
         custom = events[0]["customData"]
         [line] = custom["services"]
-        assert line["service"] == "checkout" and line["clusters"] == ["sn3"], line
+        assert line["service"] == "checkout" and "sn3" in line["clusters"], line
         assert line["reasons"][0].startswith("shard "), line
         assert "applied and proven" not in json.dumps(told(hook))
     finally:
