@@ -44,6 +44,7 @@ from reconciler.engine.wiring import (
     PullTarget,
     connect,
     load_consistent,
+    notifier,
 )
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -55,7 +56,11 @@ from reconciler.shell import (
 from reconciler.shell.endpoints import Overrides
 
 if TYPE_CHECKING:  # for annotations only: these load where they are used
+    from reconciler.core.groupoutcome import ShardOutcome
+    from reconciler.core.outcomes import ApplyReport
     from reconciler.shell import coordination as coordination_types
+    from reconciler.shell.groupnotify import Held, Word
+    from reconciler.shell.notifying import Notifier
 
 
 T = TypeVar("T")
@@ -121,6 +126,13 @@ class ShardedWatchSteps(WatchSteps):
         self.observed: frozenset[int] = frozenset()  # the shards the last snapshot read
         self.ids: dict[str, str] = {}  # name -> serviceId of the last desired state
         self.dropped: set[int] = set()  # dropped by a fence or a deadline, not yet reported
+        #: the owner-key revisions of the shards the last snapshot read, and of those the
+        #: apply in flight covers: a shard's outcome is recorded under the revision it was
+        #: made under, so a shard lost (and maybe taken again) since records nothing
+        self.observed_at: dict[int, int] = {}
+        self.applying_at: dict[int, int] | None = None
+        #: (commit, shard) -> the outcome last recorded by this member (not again)
+        self.recorded: dict[tuple[str, int], dict[str, object]] = {}
         # The coordination thread (``start``): its loop, the rounds' results not yet read
         # by the watcher, and a lock for what both threads touch (``held`` and the sets).
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -364,8 +376,101 @@ class ShardedWatchSteps(WatchSteps):
         with self._lock:
             self.fresh.clear()
             self.observed = frozenset(self.held)
-        return await super().observe(
+            self.observed_at = dict(self.held)
+        live = self._live
+        snapshot = await super().observe(
             sharding.narrow(desired, self._names(desired, self.observed)))
+        if self._live is not live:  # new settings: the group's notifier (issue 32)
+            self.notify = self._group_notifier(desired)
+        return snapshot
+
+    # -- one outcome per commit for the group (issue 32) --------------------------------
+
+    def _group_notifier(self, desired: DesiredState) -> Notifier | None:
+        """The repo's notifier, wrapped so that this member records its shards' outcome
+        in etcd and only the group's word is sent (``shell.groupnotify``)."""
+        assert self._live is not None
+        inner = notifier(desired, self.root, self.env, self._live.connection.gateway,
+                         applying=self.applying, count=self.count_notifications,
+                         environment=self.stage.name if self.stage is not None else None)
+        if inner is None:
+            return None
+        from reconciler.shell.groupnotify import GroupNotifier
+
+        return GroupNotifier(inner, self, self.coordination.CoordinationError)
+
+    def outcomes_of(self, plan: Plan, report: ApplyReport | None) -> Held:
+        """This member's shards' outcomes (``core.groupoutcome``) from a plan of the
+        shards it observed, or from the apply in flight's report, each with the
+        owner-key revision its shard was held at then."""
+        from reconciler.core import groupoutcome
+
+        held = self.applying_at if self.applying_at is not None else {
+            s: r for s, r in self.observed_at.items() if s in self.planned}
+        if not held:
+            return ()
+        shard_of = {name: sharding.shard_of(sid, self.count) for name, sid in self.ids.items()}
+        found = groupoutcome.shard_outcomes(plan, report, shards=held, shard_of=shard_of,
+                                            applying=self.applying, member=self.member)
+        return tuple((o, held[o.shard]) for o in found)
+
+    async def word(self, commit: str, outcomes: Held) -> Word:
+        return await self._on_loop(self._word(commit, outcomes))
+
+    async def _word(self, commit: str, outcomes: Held) -> Word:
+        """Record, read the set back, and claim what is to be said (on the coordination
+        loop): the final word when the set is complete, else the pending one."""
+        from reconciler.core import groupoutcome
+        from reconciler.shell.groupnotify import Word
+
+        etcd, lease = self.etcd, self.lease
+        if etcd is None or lease is None:
+            raise self.coordination.CoordinationError("not joined to the group (no lease)")
+        commits = self.coordination.GroupCommits(etcd)
+        wanted = {o.shard: (revision, o.to_json()) for o, revision in outcomes
+                  if self.recorded.get((commit, o.shard)) != o.to_json()}
+        if wanted:
+            done = await commits.record(commit, wanted)
+            if not done:
+                return Word(None)  # every shard lost since: the new owner reports them
+            # Only the commit at hand is remembered: an older one is not recorded again.
+            self.recorded = {k: v for k, v in self.recorded.items() if k[0] == commit}
+            for shard in done:
+                self.recorded[(commit, shard)] = wanted[shard][1]
+        elif not outcomes:
+            return Word(None)
+        read = await commits.outcomes(commit)
+        recorded: dict[int, ShardOutcome] = {}
+        for shard, raw in read.items():
+            parsed = groupoutcome.ShardOutcome.from_json(raw)
+            if parsed is not None and parsed.shard == shard:
+                recorded[shard] = parsed
+        verdict = groupoutcome.aggregate(commit, self.count, recorded, applying=self.applying)
+        what = verdict.claim()
+        if what is not None:
+            return Word(verdict, "final" if await commits.claim(commit, what) else None)
+        won = await commits.claim_pending(commit, lease, list(groupoutcome.FINAL_WORDS))
+        return Word(verdict, "pending" if won else None)
+
+    async def pending_in_flight(self, commit: str) -> bool:
+        async def read() -> bool:
+            if self.etcd is None:
+                return False
+            return bool(await self.coordination.GroupCommits(self.etcd).in_flight(commit))
+        return await self._on_loop(read())
+
+    async def pending_delivered(self, commit: str) -> None:
+        async def clear() -> None:
+            if self.etcd is not None:
+                await self.coordination.GroupCommits(self.etcd).delivered(commit)
+        await self._on_loop(clear())
+
+    async def close(self) -> None:
+        from reconciler.shell.groupnotify import GroupNotifier
+
+        if isinstance(self.notify, GroupNotifier) and self._loop is not None:
+            await self.notify.settle(min(5.0, self.notify.config.delivery.drain_seconds))
+        await super().close()
 
     async def _ask_again(self, desired: DesiredState, provenance: Provenance,
                          ) -> Greenfield | None:
@@ -391,6 +496,14 @@ class ShardedWatchSteps(WatchSteps):
         desired, provenance = load_consistent(self.root)
         only = self.owned_names(desired)
         desired = sharding.narrow(desired, only)
+        self.applying_at = self._held_now()
+        try:
+            return await self._apply_owned(desired, provenance, only, hook)
+        finally:
+            self.applying_at = None
+
+    async def _apply_owned(self, desired: DesiredState, provenance: Provenance,
+                           only: frozenset[str], hook: Hook) -> ApplyRun:
         async with Reconciler(self.root, desired, overrides=self.overrides,
                               env=self.env, stage=self.stage,
                               scope=self._own_part) as reconciler:

@@ -16,7 +16,14 @@ Keys (``<p>`` = ``/reconcile/groups/<group>``):
 - ``<p>/shards/<n>/owner``: the owner's member id, attached to its lease, created only
   when absent (so at most one owner; gone when the owner's lease expires);
 - ``<p>/shards/<n>/status``: the last finished reconcile of the shard (owner, wall-clock
-  time, commit, lease), with no lease, so a dead owner's last word stays readable.
+  time, commit, lease), with no lease, so a dead owner's last word stays readable;
+- ``<p>/commits/<commit>/shards/<n>``: the shard's outcome at that commit
+  (``core.groupoutcome``), written by its owner only while it still owns the shard;
+- ``<p>/commits/<commit>/sent/<what>``: created once (create-if-absent) by the member
+  that sends the group's word on the commit, so two members never both send it;
+- ``<p>/commits/<commit>/inflight``: attached to the lease of the member delivering the
+  "k of N shards reported" word, deleted when it is delivered; the final word waits for
+  it, so a late pending never lands over it.
 
 Must not decide anything: which shards to take or release is ``core.sharding``; when to
 call is ``shell.sharded`` and the engine. Every failure to reach etcd is a
@@ -295,6 +302,98 @@ class Etcd:
             return found
 
         return await self._call("read the shards' status", run)
+
+
+class GroupCommits:
+    """The group's outcomes per commit (issue 32): each shard's recorded by its owner,
+    the once-only claims of what is sent, and the pending word in flight. Methods of
+    ``Etcd`` by composition, so the ownership keys stay in one class."""
+
+    def __init__(self, etcd: Etcd) -> None:
+        self.etcd = etcd
+
+    def _key(self, commit: str, *parts: object) -> bytes:
+        return self.etcd._key("commits", commit, *parts)
+
+    async def record(self, commit: str, outcomes: dict[int, tuple[int, dict[str, Any]]],
+                     ) -> list[int]:
+        """Each shard's outcome at ``commit``, only for shards this member still owns at
+        the given owner-key revisions (one transaction each); the shards recorded."""
+        etcd = self.etcd
+
+        async def run(c: aetcd.Client) -> list[int]:
+            done = []
+            for shard, (revision, outcome) in sorted(outcomes.items()):
+                owner = etcd._key("shards", shard, "owner")
+                ok, _ = await c.transaction(
+                    compare=[c.transactions.mod(owner) == revision,
+                             c.transactions.value(owner) == etcd.member.encode()],
+                    success=[c.transactions.put(self._key(commit, "shards", shard),
+                                                json.dumps(outcome, sort_keys=True).encode())],
+                    failure=[])
+                if ok:
+                    done.append(shard)
+            return done
+
+        return await etcd._call(f"record the shards' outcome at {commit[:12]}", run)
+
+    async def outcomes(self, commit: str) -> dict[int, dict[str, Any]]:
+        prefix = self._key(commit, "shards", "")
+
+        async def run(c: aetcd.Client) -> dict[int, dict[str, Any]]:
+            got = await c.get_prefix(prefix)
+            return {int(kv.key[len(prefix):]): _json(kv.value) for kv in got
+                    if kv.key[len(prefix):].isdigit()}
+
+        return await self.etcd._call(f"read the shards' outcome at {commit[:12]}", run)
+
+    async def claim(self, commit: str, what: str) -> bool:
+        """Whether this member is the one to send ``what`` about ``commit``: creates the
+        ``sent`` key if absent, in one transaction (two members never both win)."""
+        key = self._key(commit, "sent", what)
+        value = json.dumps({"member": self.etcd.member}).encode()
+
+        async def run(c: aetcd.Client) -> bool:
+            ok, _ = await c.transaction(compare=[c.transactions.create(key) == 0],
+                                        success=[c.transactions.put(key, value)], failure=[])
+            return bool(ok)
+
+        return await self.etcd._call(f"claim the word on {commit[:12]}", run)
+
+    async def claim_pending(self, commit: str, lease: int, finals: list[str]) -> bool:
+        """Whether this member sends the pending word about ``commit``: only once, only
+        while no final word was claimed, and marked in flight (on this member's lease)
+        until ``delivered``."""
+        said = self._key(commit, "sent", "pending")
+        inflight = self._key(commit, "inflight")
+        value = json.dumps({"member": self.etcd.member}).encode()
+
+        async def run(c: aetcd.Client) -> bool:
+            ok, _ = await c.transaction(
+                compare=[c.transactions.create(said) == 0,
+                         *(c.transactions.create(self._key(commit, "sent", f)) == 0
+                           for f in finals)],
+                success=[c.transactions.put(said, value),
+                         c.transactions.put(inflight, value, lease=lease)], failure=[])
+            return bool(ok)
+
+        return await self.etcd._call(f"claim the pending word on {commit[:12]}", run)
+
+    async def delivered(self, commit: str) -> None:
+        key = self._key(commit, "inflight")
+
+        async def run(c: aetcd.Client) -> None:
+            await c.delete(key)
+
+        await self.etcd._call(f"clear the pending word on {commit[:12]}", run)
+
+    async def in_flight(self, commit: str) -> bool:
+        key = self._key(commit, "inflight")
+
+        async def run(c: aetcd.Client) -> bool:
+            return await c.get(key) is not None
+
+        return await self.etcd._call(f"read the pending word on {commit[:12]}", run)
 
 
 def _json(raw: bytes) -> dict[str, Any]:
