@@ -11,8 +11,9 @@ union of every kind's model, discriminated on ``action``), ``kind_of`` and the d
 ``ACTION_ORDER`` and ``VERBS``.
 
 Adding a kind (docs/architecture.md, "How to add a change kind"): its module here, its
-entry in ``KINDS`` and ``Change`` below, its sender in ``shell.applying`` (and a reader,
-if the gate or the plan must read something new), and at most a renderer detail. What
+entry in ``KINDS`` and ``Change`` below, its sender in ``shell.sending`` (and a reader,
+if the gate or the plan must read something new), and at most a view in
+``render.kindviews``. What
 the rest of the core asks of a kind goes through ``Kind`` (``core.kinds.base``): the
 judge's target and proof (``expect``, ``assess``: ``core.planning.target_of``,
 ``core.evidence``), its reasons and codes with their sentences (``whys``, ``unproven``,

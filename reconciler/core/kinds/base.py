@@ -238,7 +238,7 @@ class Kind(Generic[C]):
         return {}
 
     def expect(self, ask: Expecting) -> dict[str, object]:
-        """The fields of the judge's target (``core.evidence.Target``) this kind fills
+        """The fields of the judge's target (``core.targets.Target``) this kind fills
         for ``ask.svc``: what every expected cluster must show of it."""
         return {}
 
