@@ -38,11 +38,7 @@ _MARK = {Outcome.APPLIED: "✓", Outcome.ALREADY_APPLIED: "=", Outcome.REFUSED: 
 
 
 def _label(change: Change) -> str:
-    if change.action is Action.CREATE:
-        # What is being brought into being, as the plan said it: name → digest (tag).
-        return "create " + kindviews.create_target(change, lambda s: safe(s, 120))
-    return safe(f"{change.action.value} {change.service}"
-                + (f" ({change.user_id})" if change.user_id else ""))
+    return kindviews.view_of(change).label(change)
 
 
 def _short(text: str) -> str:

@@ -83,6 +83,16 @@ class KindView(Generic[C]):
         """The before → after lines of a change, plain text."""
         return [safe(change.summary)]
 
+    def headline(self, change: C) -> tuple[bool, str]:
+        """The text plan's line for the change after its verb, and whether the change
+        brings something into being (marked ``+``, else ``~``)."""
+        return False, change.summary
+
+    def label(self, change: C) -> str:
+        """The change as the apply view names it, sanitized."""
+        return safe(f"{change.action.value} {change.service}"
+                    + (f" ({change.user_id})" if change.user_id else ""))
+
     def preconditions(self, change: C) -> list[str]:
         """What the change is bound to beyond its compare-and-swap values, plain text."""
         return []
@@ -151,6 +161,13 @@ class _CreateView(KindView[CreateChange]):
 
     def detail(self, change: CreateChange) -> list[str]:
         return creation_detail(change)
+
+    def headline(self, change: CreateChange) -> tuple[bool, str]:
+        return True, create_target(change)
+
+    def label(self, change: CreateChange) -> str:
+        # What is being brought into being, as the plan said it: name → digest (tag).
+        return "create " + create_target(change, lambda s: safe(s, 120))
 
     def preconditions(self, change: CreateChange) -> list[str]:
         # A creation has no live value to compare and swap: it is bound to the absence of

@@ -256,11 +256,12 @@ def _pieces(plan: Plan, color: bool) -> Iterator[str]:
             if review is not None:
                 tag = _TAGS[review.origin(change.idempotency_key)]
                 modified = review.modification(change.idempotency_key)
-            if change.action is Action.CREATE:
+            creates, headline = kindviews.view_of(change).headline(change)
+            if creates:
                 out.append("  " + style(f"+ {verb}", "green", "bold")
-                           + f"  {kindviews.create_target(change)}" + style(tag, "dim"))
+                           + f"  {headline}" + style(tag, "dim"))
             else:
-                out.append("  " + style(f"~ {verb}", "yellow", "bold") + f"  {change.summary}"
+                out.append("  " + style(f"~ {verb}", "yellow", "bold") + f"  {headline}"
                            + style(tag, "dim"))
             if modified is not None:
                 out.append("      " + style(f"this PR: {common.modified_phrase(modified)}",
