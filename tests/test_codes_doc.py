@@ -1,4 +1,4 @@
-"""docs/codes.md is generated: it equals ``reconciler.core.codes.table()``, and every code
+"""docs/codes.md is generated: it equals ``reconciler.core.codetable.table()``, and every code
 the planner (or anything else in the package) emits is a row of it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.core import codes, evidence
+from reconciler.core import codes, codetable, evidence
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "codes.md"
@@ -47,12 +47,12 @@ def row(code: StrEnum) -> str:
 
 
 def test_committed_doc_is_the_generated_table() -> None:
-    assert DOC.read_text(encoding="utf-8") == codes.table(), \
-        "docs/codes.md is stale: run `python -m reconciler.core.codes > docs/codes.md`"
+    assert DOC.read_text(encoding="utf-8") == codetable.table(), \
+        "docs/codes.md is stale: run `python -m reconciler.core.codetable > docs/codes.md`"
 
 
 def test_every_code_the_planner_mentions_is_documented() -> None:
-    table = codes.table()
+    table = codetable.table()
     used = mentioned(PLANNER)
     # Not vacuous: the planner emits codes of all three kinds and maps the judge's reasons.
     assert {type(c) for c in used} == set(ENUMS.values())
@@ -61,7 +61,7 @@ def test_every_code_the_planner_mentions_is_documented() -> None:
 
 
 def test_every_code_mentioned_anywhere_in_the_package_is_documented() -> None:
-    table = codes.table()
+    table = codetable.table()
     missing = sorted(
         f"{path.relative_to(ROOT)}: {code.value}"
         for path in sorted(PACKAGE.rglob("*.py")) for code in mentioned(path)
@@ -70,7 +70,7 @@ def test_every_code_mentioned_anywhere_in_the_package_is_documented() -> None:
 
 
 def test_every_member_of_every_code_enum_has_a_row() -> None:
-    table = codes.table()
+    table = codetable.table()
     missing = [c.value for enum in ENUMS.values() for c in enum if row(c) not in table]
     assert not missing, missing
 

@@ -153,3 +153,26 @@ def test_the_contracts_catch_a_violation(
     result = lint_imports(throwaway)
     assert result.returncode != 0, result.stdout[-8000:]
     assert broken in result.stdout, result.stdout[-8000:]
+
+
+@pytest.mark.parametrize(
+    "imports",
+    [
+        {"core/planning.py": f"from {FAKE}.core import diagnostics\n",
+         "core/diagnostics.py": f"from {FAKE}.core import planning\n"},
+        # A deferred import closes the circle as surely as one at the top of the file.
+        {"core/planning.py": f"from {FAKE}.core import diagnostics\n",
+         "core/diagnostics.py": f"def table() -> None:\n    from {FAKE}.core import planning\n"},
+    ],
+    ids=["top-level", "deferred"],
+)
+def test_the_contracts_catch_a_circle_in_the_core(
+    throwaway: Path, imports: dict[str, str]
+) -> None:
+    for module, source in imports.items():
+        path = throwaway / FAKE / module
+        path.write_text(path.read_text(encoding="utf-8") + source, encoding="utf-8")
+    result = lint_imports(throwaway)
+    assert result.returncode != 0, result.stdout[-8000:]
+    assert "the core's modules import in one direction: no circle BROKEN" in result.stdout, \
+        result.stdout[-8000:]

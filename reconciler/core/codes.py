@@ -4,7 +4,8 @@ the control plane's preflight blocker codes.
 Owns the enums and the sentence that documents each member the core at large emits
 (``DOCS``); a change kind documents the codes it emits in its own module
 (``core.kinds``: ``Kind.codes``, ``Kind.whys``). ``docs/codes.md`` is generated from
-both (``table``, ``python -m reconciler.core.codes``) and a test keeps the two equal, so
+both (``core.codetable``, ``python -m reconciler.core.codetable``) and a test keeps the two
+equal, so
 the table users read cannot drift from the codes the planner emits. The per-cluster
 reasons of the judge are ``core.evidence.Why``, documented in the same table.
 
@@ -268,63 +269,3 @@ DOCS: dict[StrEnum, str] = {
     UpstreamBlockerCode.RUNTIME_ATTESTATION_MISMATCH: "The running replicas do not attest the "
     "expected digest.",
 }
-
-
-def table() -> str:
-    """``docs/codes.md``: every code with its sentence, one table per kind."""
-    # The judge's reasons share the table; each kind's codes and reasons are documented
-    # in its module (``core.kinds``), read here -- the members stay in the enums above
-    # (one wire vocabulary, one order for this table and the plan's schema).
-    from reconciler.core import kinds
-    from reconciler.core.evidence import Why
-
-    docs = {**DOCS, **kinds.code_docs()}
-
-    # The judge's reasons about a cluster, then each kind's in the judge's order, then the
-    # judge's about the rollout, then the reasons of kinds added after the plan format was
-    # fixed (``Kind.optional_actions``), so a new kind's rows are appended.
-    cluster: dict[StrEnum, str] = {
-        Why.SILENT: "The cluster gave no answer (unproven).",
-        Why.NO_RECORD: "The cluster answered 404: no runtime record (not converged).",
-    }
-    rollout: dict[StrEnum, str] = {
-        Why.SERVICE_UNREADABLE: "The control plane's state for the service is unknown "
-        "(unproven).",
-        Why.NOT_ROLLED_OUT: "The control plane's current rollout is not to the pinned digest "
-        "(not converged).",
-        Why.ROLLOUT_STATUS_UNKNOWN: "The rollout has no status, or one that is not "
-        "`succeeded` and not known (unproven).",
-        Why.ROLLOUT_IN_PROGRESS: "The rollout is still pending, deploying or verifying (not "
-        "converged).",
-        Why.ROLLOUT_FAILED: "The rollout failed or mismatched (not converged).",
-    }
-    why_docs: dict[StrEnum, str] = {**cluster,
-                **{w: t for k in kinds.PROVERS if not k.optional_actions
-                   for w, t in k.whys.items()},
-                **rollout,
-                **{w: t for k in kinds.PROVERS if k.optional_actions
-                   for w, t in k.whys.items()}}
-    sections: list[tuple[str, dict[StrEnum, str]]] = [
-        ("Blockers (the plan is NO-GO)", {c: docs[c] for c in BlockerCode}),
-        ("Drift (shown apart from changes)", {c: docs[c] for c in DriftCode}),
-        ("Risks (the plan is GO; apply's gate will fail until the cluster recovers)",
-         {c: docs[c] for c in RiskCode}),
-        ("Reasons of changes", {c: docs[c] for c in ReasonCode}),
-        ("Upstream preflight blockers (the control plane's codes, kept verbatim -- a code "
-         "not listed here too; any makes the plan NO-GO)",
-         {c: docs[c] for c in UpstreamBlockerCode}),
-        ("Why the judge does not call a cluster converged", why_docs),
-    ]
-    out = ["# Codes", "",
-           "Generated from `reconciler/core/codes.py` and `reconciler/core/evidence.py` "
-           "(`python -m reconciler.core.codes > docs/codes.md`). Codes are stable: scripts may "
-           "match on them.", ""]
-    for title, rows in sections:
-        out += [f"## {title}", "", "| code | meaning |", "|---|---|"]
-        out += [f"| `{code.value}` | {text} |" for code, text in rows.items()]
-        out.append("")
-    return "\n".join(out)
-
-
-if __name__ == "__main__":
-    print(table(), end="")

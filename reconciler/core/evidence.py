@@ -48,15 +48,14 @@ from reconciler.core.kinds.egress import egress_key
 from reconciler.core.live import (
     FAILED_STATUSES,
     IN_PROGRESS_STATUSES,
-    EgressRule,
     LeanModel,
     LiveService,
     Observation,
     ObservationKind,
     ReadFailure,
 )
-from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import safe
+from reconciler.core.targets import Target
 from reconciler.core.values import LeanValue, lean_config
 from reconciler.core.whys import Assessment, Why
 
@@ -81,22 +80,6 @@ class Proof(StrEnum):
 #: A finished rollout: ``rolled-back`` is how a rollback's rollout succeeds (seed 003) --
 #: for a rollout whose mode is ``rollback`` only.
 SUCCEEDED_STATUSES = frozenset({"succeeded", "rolled-back"})
-
-class Target(_Model):
-    """What must be proven for one service: the pinned digest and the egress that must be
-    in effect (``None``: no egress is declared anywhere, so none is checked)."""
-
-    service: str
-    app_id: str
-    digest: str
-    egress: tuple[EgressRule, ...] | None = None
-    #: Issue 21: the gateway routes of this app every expected cluster must report in
-    #: effect with their priority and target (None: the repo declares none: not checked).
-    routes: tuple[GatewayRoute, ...] | None = None
-    #: the owner keys (appId, hostname, routeRef) of deleted routes no expected cluster
-    #: may still serve (``kinds.route.gone_keys``)
-    routes_gone: tuple[tuple[str, str | None, str | None], ...] = ()
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterProof(LeanValue):

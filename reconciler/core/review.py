@@ -27,18 +27,29 @@ Must not: read git or the network (the engine hands both plans over), or render.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pydantic import ConfigDict
 
 from reconciler.core.desired import DesiredState
-from reconciler.core.kinds import KINDS, kind_of
+from reconciler.core.findings import Blocker
+from reconciler.core.kinds import KINDS, Change, kind_of
 from reconciler.core.lean import LeanModel
 from reconciler.core.live import EgressRule
 
-if TYPE_CHECKING:  # ``core.plans`` imports this module: a plan carries its review
-    from reconciler.core.plans import Change, Plan
+
+class Plan(Protocol):
+    """What a review reads of a plan (``core.plans.Plan``): named by what it reads, since
+    ``core.plans`` imports this module (a plan carries its review)."""
+
+    @property
+    def changes(self) -> Sequence[Change]: ...
+    @property
+    def blockers(self) -> Sequence[Blocker]: ...
+    @property
+    def verdict(self) -> StrEnum: ...
 
 
 class _Model(LeanModel):

@@ -30,7 +30,7 @@ from reconciler.core.evidence import Proof, ServiceProof
 from reconciler.core.outcomes import EXPIRED, ApplyReport, Outcome
 from reconciler.core.plans import Action, Change
 from reconciler.core.sanitize import safe
-from reconciler.render import common, jsonplan
+from reconciler.render import common, jsonplan, kindviews
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _MARK = {Outcome.APPLIED: "✓", Outcome.ALREADY_APPLIED: "=", Outcome.REFUSED: "✗",
@@ -38,11 +38,7 @@ _MARK = {Outcome.APPLIED: "✓", Outcome.ALREADY_APPLIED: "=", Outcome.REFUSED: 
 
 
 def _label(change: Change) -> str:
-    if change.action is Action.CREATE:
-        # What is being brought into being, as the plan said it: name → digest (tag).
-        return "create " + common.create_target(change, lambda s: safe(s, 120))
-    return safe(f"{change.action.value} {change.service}"
-                + (f" ({change.user_id})" if change.user_id else ""))
+    return kindviews.view_of(change).label(change)
 
 
 def _short(text: str) -> str:

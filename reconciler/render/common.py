@@ -25,21 +25,11 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
-from reconciler.core.kinds import (
-    KINDS,
-    CreateChange,
-    EgressChange,
-    GrantChange,
-    Kind,
-    PromoteChange,
-    RollbackChange,
-    kind_of,
-)
+from reconciler.core.kinds import KINDS, Kind
 from reconciler.core.live import ClusterRuntime, EgressRule, Observation, ObservationKind
 from reconciler.core.plans import (
     Action,
     Blocker,
-    Change,
     Plan,
     ReleaseRef,
     ServiceEvidence,
@@ -366,56 +356,6 @@ def summary_line(plan: Plan) -> str:
     return "Plan: " + ", ".join(parts) + f" → {verdict}"
 
 
-def change_detail(change: Change) -> list[str]:
-    """The before → after lines of a change, plain text (each kind its own: a kind's
-    ``Kind.detail`` when it has one)."""
-    lines = kind_of(change).detail(change)
-    if lines is not None:
-        return lines
-    if isinstance(change, CreateChange):
-        return creation_detail(change)
-    if isinstance(change, PromoteChange | RollbackChange):
-        return [f"release: {release_text(change.release_before)} → "
-                f"{release_text(change.release_after)}"]
-    if isinstance(change, EgressChange):
-        lines = [f"egress: {rules_text(change.egress_before)} → {rules_text(change.egress_after)}"]
-        if change.egress_added:
-            lines.append(f"  added: {rules_text(change.egress_added)}")
-        if change.egress_removed:
-            lines.append(f"  removed: {rules_text(change.egress_removed)}")
-        return lines
-    if not isinstance(change, GrantChange):  # a kind with no detail of its own here
-        return [safe(change.summary)]
-    lines = [f"grant for {safe(change.user_id)}: {caps_text(change.capabilities_before)} → "
-             f"{caps_text(change.capabilities_after)}"]
-    if change.capabilities_added:
-        lines.append(f"  added: {', '.join(change.capabilities_added)}")
-    if change.capabilities_removed:
-        lines.append(f"  removed: {', '.join(change.capabilities_removed)}")
-    return lines
-
-
-def preconditions_text(change: Change) -> str:
-    pre = change.preconditions
-    bits = []
-    if isinstance(change, CreateChange):
-        # A creation has no live value to compare and swap: it is bound to the absence of
-        # the service and to the fence of the preflight report the plan saw.
-        bits.append(f"no service {safe(change.service_id, 64)} on the control plane")
-        fence = change.creation.fence
-        bits.append(f"fence revision {safe(fence.source_revision[:12])}, version "
-                    f"{safe(fence.version, 64)}, index {short(fence.oci_index_digest)}, "
-                    f"namespace {safe(fence.target_namespace, 64)}" if fence is not None
-                    else "no fence (no GO report: it cannot be sent)")
-    if pre.rollout_generation is not None:
-        bits.append(f"generation {pre.rollout_generation}")
-    if pre.rollout_id is not None:
-        bits.append(f"rollout {safe(pre.rollout_id, 64)}")
-    if pre.egress_revision is not None:
-        bits.append(f"egress revision {pre.egress_revision}")
-    if pre.capabilities is not None:
-        bits.append(f"live grant [{', '.join(pre.capabilities)}]")
-    return ", ".join(bits) or "none"
 
 
 class EvidenceRow(NamedTuple):
@@ -509,42 +449,6 @@ def _field(data: Mapping[str, Any] | None, *keys: str) -> Any:
             return None
         value = value.get(key)
     return value
-
-
-def create_target(change: CreateChange, wrap: Callable[[str], str] = _plain) -> str:
-    """What a create line says after its verb: ``ledger → sha256:9a5afa418cac… (v1.0.0)``.
-
-    ``wrap`` embeds each plan string (identity for a terminal, a code span in Markdown)."""
-    ref = change.release_after
-    digest = ref.digest if ref is not None else None
-    target = f"{wrap(short(digest))}…" if digest else wrap("<no digest>")
-    tags = ",".join(ref.tags) if ref is not None else ""
-    return f"{wrap(change.service)} → {target}" + (f" ({wrap(tags)})" if tags else "")
-
-
-def creation_detail(change: CreateChange, wrap: Callable[[str], str] = _plain) -> list[str]:
-    """The lines under a create: where it goes, what it opens, the evidence it sends."""
-    creation = change.creation
-    request = creation.preflight if creation is not None else None
-    namespace = _field(request, "proposedNamespace")
-    lines = [f"service {wrap(change.service_id)} · app {wrap(change.app_id)} · namespace "
-             + (wrap(str(namespace)) if isinstance(namespace, str) else "<none declared>")]
-    if creation is not None:
-        lines.append("egress: " + (", ".join(wrap(f"{d.host}:{d.port}")
-                                             for d in creation.service.egress)
-                                   or "[] (none)"))
-    resources = _field(request, "proposedCorestoreResources")
-    if isinstance(resources, list) and resources:
-        lines.append("corestore: " + ", ".join(
-            wrap(f"{_field(r, 'capability')}/{_field(r, 'resourceName')}")
-            for r in resources[:FACT_LIST_MAX]) + _more(len(resources)))
-    attestations = _field(request, "releaseEvidence", "attestations")
-    if isinstance(attestations, list):
-        kinds = [str(_field(a, "kind")) for a in attestations]
-        lines.append("attestations sent: " + (", ".join(wrap(k) for k in kinds[:FACT_LIST_MAX])
-                                               + _more(len(kinds)) + f" ({len(kinds)})"
-                                               if kinds else "none"))
-    return lines
 
 
 def _more(count: int, shown: int = FACT_LIST_MAX) -> str:

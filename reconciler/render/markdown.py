@@ -68,16 +68,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from reconciler.core import greenfield
-from reconciler.core.codes import BlockerCode, ReasonCode
+from reconciler.core.codes import BlockerCode
 from reconciler.core.evidence import ServiceProof
-from reconciler.core.kinds import (
-    CreateChange,
-    EgressChange,
-    GrantChange,
-    PromoteChange,
-    RollbackChange,
-)
-from reconciler.core.kinds.route import RouteChange
 from reconciler.core.live import EgressRule
 from reconciler.core.plans import (
     VERBS,
@@ -92,7 +84,7 @@ from reconciler.core.plans import (
 from reconciler.core.preflight import ServicePreflight
 from reconciler.core.review import Origin, Review
 from reconciler.core.sanitize import safe
-from reconciler.render import common, jsonplan
+from reconciler.render import common, jsonplan, kindviews
 from reconciler.render.delivery import Delivery
 
 BUDGET = 65_536
@@ -189,6 +181,11 @@ def _caps(caps: Sequence[str]) -> str:
     return ", ".join(code(c, 64) for c in caps)
 
 
+#: The words each kind's view writes its Markdown with (``render.kindviews``).
+_WORDS = kindviews.Words(code=code, n=_n, clusters=_clusters, version=_version,
+                         rules=_rules, caps=_caps)
+
+
 def _reason(reason: str) -> str:
     sentence = common.REASONS.get(reason)
     return f"{code(reason)}: {sentence}" if sentence else code(reason)
@@ -196,65 +193,14 @@ def _reason(reason: str) -> str:
 
 def destructive(change: Change) -> str | None:
     """What a change takes away, in words, or None: an egress revoke-all or any egress
-    destination revoked, a capability removed, a rollback."""
-    if isinstance(change, EgressChange):
-        if change.reason == ReasonCode.EGRESS_REVOKE_ALL:
-            return "revokes every egress destination" + (
-                f" ({_rules(change.egress_removed)})" if change.egress_removed else "")
-        if change.egress_removed:
-            return f"revokes egress to {_rules(change.egress_removed)}"
-    if isinstance(change, GrantChange) and change.capabilities_removed:
-        return f"{code(change.user_id or '?', 64)} loses {_caps(change.capabilities_removed)}"
-    if isinstance(change, RollbackChange):
-        return (f"rolls back {_version(change.release_before)} → "
-                f"{_version(change.release_after)}")
-    if isinstance(change, RouteChange) and change.route_after is None \
-            and change.route_before is not None:
-        return f"deletes route {code(change.route_before.name, 64)}"
-    return None
+    destination revoked, a capability removed, a rollback (each kind says: its view)."""
+    return kindviews.view_of(change).destructive(change, _WORDS)
 
 
 def _phrase(change: Change, clusters: Sequence[str]) -> str:
     """One change as the first line says it."""
-    svc = code(change.service, 64)
     warn = " ⚠️" if destructive(change) else ""
-    if isinstance(change, CreateChange):
-        return (f"creates {svc} at {_version(change.release_after)} on "
-                f"{_clusters(clusters)}")
-    if isinstance(change, PromoteChange):
-        return (f"promotes {svc} {_version(change.release_before)} → "
-                f"{_version(change.release_after)} on {_clusters(clusters)}")
-    if isinstance(change, RollbackChange):
-        return (f"rolls {svc} back {_version(change.release_before)} → "
-                f"{_version(change.release_after)} on {_clusters(clusters)}{warn}")
-    if isinstance(change, EgressChange):
-        added, removed = len(change.egress_added), len(change.egress_removed)
-        if change.reason == ReasonCode.EGRESS_REVOKE_ALL:
-            return (f"revokes all {_n(removed, 'egress destination')} of {svc}{warn}"
-                    if removed else f"declares no egress for {svc}")
-        if added and removed:
-            return f"opens {added} and revokes {_n(removed, 'egress destination')} of {svc}{warn}"
-        if removed:
-            return f"revokes {_n(removed, 'egress destination')} of {svc}{warn}"
-        if added == 1:
-            return f"opens egress to {_rules(change.egress_added)} for {svc}"
-        if added:
-            return f"opens {_n(added, 'egress destination')} for {svc}"
-        return f"sets the egress of {svc}"
-    if not isinstance(change, GrantChange):  # a kind with no words of its own here
-        return code(change.summary)
-    user = code(change.user_id or "?", 64)
-    gained, lost = change.capabilities_added, change.capabilities_removed
-    if gained and lost:
-        return f"changes the grant of {user} on {svc} (+{len(gained)}, −{len(lost)}){warn}"
-    if lost:
-        caps = _caps(lost) if len(lost) <= 2 else _n(len(lost), "capability", "capabilities")
-        return f"{user} loses {caps} on {svc}{warn}"
-    if gained:
-        caps = _caps(gained) if len(gained) <= 2 else _n(len(gained), "capability",
-                                                           "capabilities")
-        return f"{user} gains {caps} on {svc}"
-    return f"sets the grant of {user} on {svc}"
+    return kindviews.view_of(change).phrase(change, clusters, warn, _WORDS)
 
 
 def _aggregate(action: Action, changes: Sequence[Change], named: bool) -> str:
@@ -263,25 +209,11 @@ def _aggregate(action: Action, changes: Sequence[Change], named: bool) -> str:
     taking = sum(1 for c in changes if destructive(c))
     services = sorted({c.service for c in changes})
     who = ", ".join(code(s, 64) for s in services) if named else _n(len(services), "service")
-    if action is Action.CREATE:
-        return f"creates {who}"
-    if action is Action.PROMOTE:
-        return f"promotes {who}"
-    if action is Action.ROLLBACK:
-        return f"rolls back {who} ⚠️"
-    if action is Action.SET_EGRESS:
-        return f"changes the egress of {who}" + (f" ({taking:,} revoking ⚠️)" if taking else "")
-    if action is not Action.SET_GRANT:  # a kind with no words of its own here
-        return f"{VERBS[action]} {who}" + (f" ({taking:,} ⚠️)" if taking else "")
-    grants = who if named else _n(len(changes), "grant")
-    return f"changes {'the grants on ' if named else ''}{grants}" + (
-        f" ({taking:,} removing capabilities ⚠️)" if taking else "")
+    return kindviews.view_of(action).aggregate(action, changes, named, who, taking, _WORDS)
 
 
-#: The order the first line names kinds in; a kind not listed comes last.
-_NAMED_FIRST = (Action.CREATE, Action.PROMOTE, Action.ROLLBACK, Action.SET_EGRESS,
-                Action.SET_GRANT)
-_TITLE_ORDER = _NAMED_FIRST + tuple(a for a in Action if a not in _NAMED_FIRST)
+#: The order the first line names kinds in (each kind's view ranks its own).
+_TITLE_ORDER = kindviews.TITLE_ORDER
 
 
 def _does(plan: Plan, changes: Sequence[Change], room: int = _TITLE_WORDS) -> str:
@@ -566,11 +498,7 @@ def _change_item(change: Change, review: Review | None) -> str:
     if review is not None:
         origin = _ORIGIN_WORDS[review.origin(change.idempotency_key)]
         modified = review.modification(change.idempotency_key)
-    if isinstance(change, CreateChange):
-        lines = [f"- ➕ **{VERBS[change.action]}** — {common.create_target(change, _code64)}"
-                 f"{origin}"]
-    else:
-        lines = [f"- **{VERBS[change.action]}** — {code(change.summary)}{origin}"]
+    lines = [kindviews.view_of(change).item_head(change, origin, _WORDS)]
     if modified is not None:
         lines.append(f"  ✏️ **this PR:** {common.modified_phrase(modified, _md_code, ' ⚠️')}")
         for detail in common.modified_detail(modified, _md_code):
@@ -580,11 +508,8 @@ def _change_item(change: Change, review: Review | None) -> str:
     if taken:
         lines.append(f"  ⚠️ **destructive:** {taken}")
     lines.append(f"  _reason:_ {_reason(change.reason)}")
-    if isinstance(change, CreateChange):
-        lines.extend(f"  {detail}" for detail in common.creation_detail(change, _code64))
-    else:
-        lines.extend(f"  {code(detail.strip())}" for detail in common.change_detail(change))
-    lines.append(f"  _planned against:_ {code(common.preconditions_text(change))}")
+    lines.extend(kindviews.view_of(change).item_detail(change, _WORDS))
+    lines.append(f"  _planned against:_ {code(kindviews.preconditions_text(change))}")
     return "  \n".join(lines) + "\n"
 
 

@@ -27,7 +27,7 @@ from reconciler.core.plans import VERBS, Action, Blocker, Plan, Verdict
 from reconciler.core.preflight import ServicePreflight
 from reconciler.core.review import Origin
 from reconciler.core.sanitize import safe
-from reconciler.render import common
+from reconciler.render import common, kindviews
 from reconciler.render.common import EVIDENCE_HEADER, EvidenceRow
 
 _CODES = {"red": "31", "green": "32", "yellow": "33", "cyan": "36", "bold": "1", "dim": "2"}
@@ -256,24 +256,25 @@ def _pieces(plan: Plan, color: bool) -> Iterator[str]:
             if review is not None:
                 tag = _TAGS[review.origin(change.idempotency_key)]
                 modified = review.modification(change.idempotency_key)
-            if change.action is Action.CREATE:
+            creates, headline = kindviews.view_of(change).headline(change)
+            if creates:
                 out.append("  " + style(f"+ {verb}", "green", "bold")
-                           + f"  {common.create_target(change)}" + style(tag, "dim"))
+                           + f"  {headline}" + style(tag, "dim"))
             else:
-                out.append("  " + style(f"~ {verb}", "yellow", "bold") + f"  {change.summary}"
+                out.append("  " + style(f"~ {verb}", "yellow", "bold") + f"  {headline}"
                            + style(tag, "dim"))
             if modified is not None:
                 out.append("      " + style(f"this PR: {common.modified_phrase(modified)}",
                                              "bold"))
                 out.extend(f"        {line}" for line in common.modified_detail(modified))
             out.append(f"      reason: {common.reason_text(change.reason)}")
-            for line in common.change_detail(change):
+            for line in kindviews.change_detail(change):
                 out.append(f"      {line}")
             pre = preflights.get((name, "create" if change.action is Action.CREATE
                                   else "promotion"))
             if pre is not None:
                 out.extend(_preflight(pre, style))
-            out.append(style(f"      planned against: {common.preconditions_text(change)} · "
+            out.append(style(f"      planned against: {kindviews.preconditions_text(change)} · "
                              f"key {change.idempotency_key}", "dim"))
         proof = proofs.get(name)
         if name in converging and proof is not None:

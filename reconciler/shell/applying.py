@@ -3,9 +3,10 @@
 Owns the sending: each change through the control-plane client with its idempotency key
 and compare-and-swap preconditions, journalled before and after; services in parallel
 (bounded), one service's changes in plan order; a change that does not succeed stops
-the rest of *that* service and nothing else. A creation goes through
-``shell.greenfield.create`` (``createGreenfieldDeployment`` [ext]) the same way: journal,
-key, result; the gate then judges it like a promotion.
+the rest of *that* service and nothing else. The request each kind is written with is
+its sender's (``shell.sending``); a creation goes through ``shell.greenfield.create``
+(``createGreenfieldDeployment`` [ext]) the same way: journal, key, result; the gate then
+judges it like a promotion.
 
 Must not decide what to change (the plan did), sequence anything around the writes (the
 engine does: observe, plan, execute, gate), judge convergence (``core.evidence``) or
@@ -20,30 +21,19 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from reconciler.core import routing, staleness
 from reconciler.core.events import Hook, PostApply, PreApply
-from reconciler.core.kinds import (
-    CreateChange,
-    EgressChange,
-    GrantChange,
-    PromoteChange,
-    kind_of,
-)
-from reconciler.core.kinds import route as route_kind
-from reconciler.core.kinds.route import RouteChange
 from reconciler.core.outcomes import EXPIRED, ChangeResult, Outcome
 from reconciler.core.plans import Change
 from reconciler.core.sanitize import safe
 from reconciler.core.staleness import Check, Freshness
-from reconciler.shell import greenfield
 from reconciler.shell.controlplane import (
     CasMismatch,
     ControlPlaneClient,
     ControlPlaneError,
     DomainError,
-    parse_service,
 )
 from reconciler.shell.journal import Journal
+from reconciler.shell.sending import sender_of
 
 
 class Fenced(Exception):
@@ -79,70 +69,10 @@ def pause_point(point: str) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
-async def _send(client: ControlPlaneClient, change: Change) -> tuple[bool, str]:
-    """Send one change, the request its kind is written with; True when the control
-    plane says it replayed an earlier call with the same key and changed nothing now
-    ([ext] ``idempotentReplay``), and what it said worth reporting (a creation's
-    operation)."""
-    pre = change.preconditions
-    if isinstance(change, CreateChange):
-        created = await greenfield.create(client, change)
-        return created.replayed, f"operation {created.operation_id} {created.state}"
-    if isinstance(change, GrantChange):
-        await client.configure_grant(change.user_id, change.service_id,
-                                     list(change.capabilities_after))
-        return False, ""
-    if isinstance(change, EgressChange):
-        assert pre.egress_revision is not None
-        reply = await client.set_egress(
-            change.service_id, [r.model_dump() for r in change.egress_after],
-            idempotency_key=change.idempotency_key, expected_revision=pre.egress_revision)
-        return reply.replayed, ""
-    if isinstance(change, RouteChange):
-        # Idempotent by content (seed 11.2): "changed nothing" is a replay's answer.
-        route = change.route_after or change.route_before
-        assert route is not None
-        changed = await client.sync_gateway_client_route(
-            routing.ownership_wire(route.ownership),
-            routing.to_wire(change.route_after) if change.route_after else None)
-        return not changed, ""
-    assert change.release_after.release_id
-    assert pre.rollout_generation is not None
-    if isinstance(change, PromoteChange):
-        reply = await client.promote(
-            change.service_id, change.release_after.release_id,
-            idempotency_key=change.idempotency_key,
-            expected_generation=pre.rollout_generation, expected_rollout_id=pre.rollout_id)
-        return reply.replayed, ""
-    assert pre.rollout_id is not None
-    reply = await client.rollback(
-        change.service_id, change.release_after.release_id,
-        idempotency_key=change.idempotency_key,
-        expected_generation=pre.rollout_generation, expected_rollout_id=pre.rollout_id)
-    return reply.replayed, ""
-
-
-async def _landed(client: ControlPlaneClient, change: Change) -> bool:
-    """After a CAS refusal of a change we sent before: is its result what is live now?
-    (Only what the service's own state shows: ``Kind.shows``; a route: the routes listed.)"""
-    if isinstance(change, RouteChange):
-        try:
-            ours, _ = await client.get_gateway_client_routes()
-        except ControlPlaneError:
-            return False
-        return route_kind.shows(change.route_after, ours, change.route_key)
-    if not kind_of(change).waits_for_convergence:
-        return False
-    try:
-        svc = parse_service(await client.get_service(change.service_id), [])
-    except ControlPlaneError:
-        return False
-    return staleness.service_shows(change, svc)
-
-
 async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check[Change],
                      hook: Hook, fence: Fence | None = None) -> ChangeResult:
     change = check.change
+    sender = sender_of(change)  # how the change's kind is sent (``shell.sending``)
     if check.freshness is Freshness.ALREADY_LIVE:
         journal.result(change, Outcome.ALREADY_APPLIED.value, "already live")
         return ChangeResult(change=change, outcome=Outcome.ALREADY_APPLIED, detail="already live")
@@ -160,9 +90,9 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check[
     journal.intent(change, fence=token)
     crash_point("before-send", change.action.value)
     try:
-        replayed, said = await _send(client, change)
+        replayed, said = await sender.send(client, change)
     except CasMismatch as exc:
-        if await _landed(client, change):
+        if await sender.landed(client, change):
             # Our earlier run (same key), or another applier making the very same change:
             # what is live is what this change wanted, so nothing is left to do.
             detail = "sent by an earlier run" if replay else \
@@ -174,8 +104,7 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check[
         journal.result(change, Outcome.REFUSED.value, detail)
         return ChangeResult(change=change, outcome=Outcome.REFUSED, detail=detail, code=exc.code)
     except DomainError as exc:
-        if isinstance(change, CreateChange) and exc.code in greenfield.CREATED_ELSEWHERE \
-                and await _landed(client, change):
+        if sender.made_elsewhere(exc) and await sender.landed(client, change):
             # Another apply (another commit: same key, other payload; or another key)
             # created the very service first, rolled out to this digest: nothing is left
             # to send. The gate still judges everything else the repo declares.
@@ -183,7 +112,7 @@ async def _apply_one(client: ControlPlaneClient, journal: Journal, check: Check[
                 f"({exc.code})"
             journal.result(change, Outcome.ALREADY_APPLIED.value, detail)
             return ChangeResult(change=change, outcome=Outcome.ALREADY_APPLIED, detail=detail)
-        detail = greenfield.refusal_detail(exc) if isinstance(change, CreateChange) else str(exc)
+        detail = sender.refusal(exc)
         journal.result(change, Outcome.REFUSED.value, detail)
         return ChangeResult(change=change, outcome=Outcome.REFUSED, detail=detail,
                             code=exc.code)

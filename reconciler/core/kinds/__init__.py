@@ -11,12 +11,13 @@ union of every kind's model, discriminated on ``action``), ``kind_of`` and the d
 ``ACTION_ORDER`` and ``VERBS``.
 
 Adding a kind (docs/architecture.md, "How to add a change kind"): its module here, its
-entry in ``KINDS`` and ``Change`` below, its sender in ``shell.applying`` (and a reader,
-if the gate or the plan must read something new), and at most a renderer detail. What
+entry in ``KINDS`` and ``Change`` below, its sender in ``shell.sending`` (and a reader,
+if the gate or the plan must read something new), and at most a view in
+``render.kindviews``. What
 the rest of the core asks of a kind goes through ``Kind`` (``core.kinds.base``): the
 judge's target and proof (``expect``, ``assess``: ``core.planning.target_of``,
 ``core.evidence``), its reasons and codes with their sentences (``whys``, ``unproven``,
-``codes``: ``core.codes.table``), its review target (``review_key``) and plan order
+``codes``: ``core.codetable.table``), its review target (``review_key``) and plan order
 (``sort_key``), its summary count and wire fields (``counted_as``, ``optional_actions``,
 ``optional_fields``: ``core.plans``, ``render``) and its detail lines (``detail``). Its
 code *members* are ``core.codes``' and ``core.whys``' enums (one wire vocabulary, one
@@ -114,7 +115,7 @@ OPTIONAL_FIELDS: frozenset[str] = frozenset(f for k in KINDS for f in k.optional
 
 
 def code_docs() -> dict[StrEnum, str]:
-    """Every kind's codes with the sentence docs/codes.md shows (``core.codes.table``)."""
+    """Every kind's codes with the sentence docs/codes.md shows (``core.codetable.table``)."""
     return {code: text for k in KINDS for code, text in k.codes.items()}
 
 

@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 from pydantic import ConfigDict
 
@@ -28,10 +28,8 @@ from reconciler.core.findings import Blocker, Drift
 from reconciler.core.lean import LeanModel
 from reconciler.core.live import LiveService, LiveSnapshot, Observation, ReadFailure
 from reconciler.core.preflight import ServicePreflight
+from reconciler.core.targets import Target
 from reconciler.core.whys import Assessment, Why
-
-if TYPE_CHECKING:  # the judge imports the kinds; a kind only reads the judge's target
-    from reconciler.core.evidence import Target
 
 
 class _Model(LeanModel):
@@ -240,7 +238,7 @@ class Kind(Generic[C]):
         return {}
 
     def expect(self, ask: Expecting) -> dict[str, object]:
-        """The fields of the judge's target (``core.evidence.Target``) this kind fills
+        """The fields of the judge's target (``core.targets.Target``) this kind fills
         for ``ask.svc``: what every expected cluster must show of it."""
         return {}
 

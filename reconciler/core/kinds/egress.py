@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from reconciler.core.codes import ReasonCode
 from reconciler.core.desired import Service
@@ -29,10 +29,8 @@ from reconciler.core.kinds.base import (
 )
 from reconciler.core.live import EgressRule, LiveService, LiveSnapshot, Observation
 from reconciler.core.sanitize import safe
+from reconciler.core.targets import Target
 from reconciler.core.whys import Assessment, Why
-
-if TYPE_CHECKING:
-    from reconciler.core.evidence import Target
 
 
 class EgressChange(ChangeBase):

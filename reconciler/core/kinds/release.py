@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from reconciler.core import greenfield
 from reconciler.core import preflight as pf
@@ -40,10 +40,8 @@ from reconciler.core.live import (
     Observation,
 )
 from reconciler.core.sanitize import safe
+from reconciler.core.targets import Target
 from reconciler.core.whys import Assessment, Why
-
-if TYPE_CHECKING:
-    from reconciler.core.evidence import Target
 
 
 class PromoteChange(ChangeBase):

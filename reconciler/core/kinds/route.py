@@ -36,7 +36,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from reconciler.core import routing
 from reconciler.core.codes import BlockerCode, DriftCode, ReasonCode
@@ -55,10 +55,8 @@ from reconciler.core.kinds.base import (
 from reconciler.core.live import LiveService, LiveSnapshot, Observation
 from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import safe
+from reconciler.core.targets import Target
 from reconciler.core.whys import Assessment, Why
-
-if TYPE_CHECKING:
-    from reconciler.core.evidence import Target
 
 Key = tuple[str, str | None, str | None]
 
