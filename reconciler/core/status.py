@@ -45,14 +45,16 @@ class ClusterRow:
 class NextPromotion:
     """What promoting the previous environment's current digest here waits for."""
 
-    digest: str
+    digest: str | None  # None: unknown (the previous environment could not be read)
     tag: str | None
     blockers: tuple[str, ...]  # "code: message"
     eligible_at: int | None  # ms; None: not known (not proven upstream)
+    #: why the next promotion cannot be known ("staging unreadable"); never "nothing"
+    unknown: str | None = None
 
     @property
     def ready(self) -> bool:
-        return not self.blockers
+        return not self.blockers and self.unknown is None
 
 
 @dataclass(frozen=True)
@@ -135,8 +137,12 @@ def rows(name: str, desired: DesiredState, snapshot: LiveSnapshot, *,
 def _next(service: str, pinned: str, environment: Environment | None,
           upstream: promotion.Upstream | None, freezes: Sequence[tuple[Freeze, str]],
           now_ms: int, desired: DesiredState) -> NextPromotion | None:
-    if environment is None or upstream is None or upstream.error is not None:
+    if environment is None or upstream is None:
         return None
+    if upstream.error is not None:
+        # Unknown is not "nothing to promote": the column says what could not be read.
+        return NextPromotion(digest=None, tag=None, blockers=(), eligible_at=None,
+                             unknown=f"{upstream.name} unreadable")
     facts = upstream.services.get(service)
     live = facts.live if facts else None
     candidate = live.current_digest if isinstance(live, LiveService) else None

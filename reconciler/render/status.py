@@ -45,6 +45,8 @@ def _next(row: ServiceRow) -> str:
     nxt = row.next
     if nxt is None:
         return "-"
+    if nxt.unknown is not None or nxt.digest is None:
+        return f"unknown: {nxt.unknown or 'no digest'}"
     what = _release(nxt.digest, nxt.tag)
     if nxt.ready:
         return f"{what}: eligible now"
@@ -98,7 +100,8 @@ def document(status: Status) -> dict[str, Any]:
             "next": None if r.next is None else {
                 "digest": r.next.digest, "tag": r.next.tag, "ready": r.next.ready,
                 "eligible_at": r.next.eligible_at,
-                "blockers": [safe(b, 600) for b in r.next.blockers]},
+                "blockers": [safe(b, 600) for b in r.next.blockers],
+                "unknown": None if r.next.unknown is None else safe(r.next.unknown, 300)},
             "clusters": [{"cluster": c.cluster, "pinned": c.pinned, "running": c.running,
                           "proven": c.proven, "why": c.why,
                           "since": r.since if c.proven else None,
