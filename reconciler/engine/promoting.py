@@ -120,6 +120,8 @@ def promote(stage: environments.Selected, services: Sequence[str] | None, *, wri
         title = (f"promote {', '.join(p.service for p in written)} to {stage.name} "
                  f"from {up.name}")
         body = "\n".join(p.evidence for p in written)
+        if stage.override:  # the exception the gate applied, recorded with the write
+            body += f"\noverride-window: {stage.override}"
         try:
             made = environments.commit_files(stage.root, [p.path or "" for p in written],
                                              f"{title}\n\n{body}\n")
