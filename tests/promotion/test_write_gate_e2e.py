@@ -6,6 +6,7 @@ only."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Callable
@@ -145,3 +146,24 @@ def test_revert_and_release_hold_with_env_staging_use_staging_only(
     assert git(repo.path, "status", "--porcelain") == ""
     assert {k: v for k, v in files(repo.path).items()
             if k.startswith("environments/prod/")} == prod_before
+
+
+def test_status_shows_a_policy_refusing_the_digest_prod_already_pins(
+        tmp_path: Path, sandbox_factory: Callable[..., Sandbox]) -> None:
+    """Prod pins NEW (a merged pull request) while it runs OLD, and a policy denies NEW:
+    status says the pin is refused and by which rule, as prod's plan does."""
+    repo = make_pipeline_repo(tmp_path, sandbox_factory(name="staging"),
+                              sandbox_factory(name="prod"), soak="1s")
+    apply(repo, "staging")
+    (repo.path / "policies").mkdir()
+    (repo.path / "policies" / "registries.yaml").write_text(POLICY)
+    repo.commit("prod policy")
+    result = repo.run("status", str(repo.path), "--format", "json")
+    assert result.code == Exit.OK, result.out + result.err
+    staging, prod = json.loads(result.out)["services"]
+    assert prod["pinned"] == NEW and staging["refused"] == []
+    [refused] = prod["refused"]
+    assert refused.startswith('policy_denied: checkout: policy "registries" rule '
+                              '"internal-registry-only"'), refused
+    text = repo.run("status", str(repo.path), "--env", "prod")
+    assert "REFUSED" in text.out and "pinned but refused" in text.out, text.out
