@@ -264,11 +264,13 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
     scoped = desired.model_copy(update={"services": tuple(
         reverted[s.name] for s in desired.services if s.name in reverted)})
     judged = await reconciler.with_rules(make_plan(scoped, snapshot, provenance, None), scoped)
-    refuse_write(writegate.verdict(judged, writegate.Write.ROLLBACK, reverted,
-                                   override=reconciler.stage.override
-                                   if reconciler.stage is not None else None), "revert")
+    gate = writegate.verdict(judged, writegate.Write.ROLLBACK, reverted,
+                             override=reconciler.stage.override
+                             if reconciler.stage is not None else None)
+    refuse_write(gate, "revert")
     key = reverts.key(items)
-    message = reverts.message(items, key, newer=newer)
+    # What the rollback went through (a freeze) is recorded in its commit.
+    message = reverts.message(items, key, newer=newer, through=gate.notes())
     done = revert_git.find_keyed(root, key)
     if done is not None:
         return await _rolled_back(reconciler, root, RevertRun(key, tuple(items), done,

@@ -119,6 +119,10 @@ def test_revert_and_release_hold_with_env_staging_use_staging_only(
     state_before = sorted(str(p.relative_to(repo.state)) for p in repo.state.rglob("*"))
     assert "journal.jsonl" not in state_before  # only staging/ and prod/ hold journals
 
+    # Staging is frozen for the incident: a rollback goes through a freeze.
+    frozen = repo.run("freeze", str(repo.path), "--env", "staging", "--reason", "incident",
+                      "--until", "2d")
+    assert frozen.code == Exit.OK, frozen.err
     # A path inside the repo but no environment's: --env chooses; the journal is staging's.
     done = repo.run("revert", "checkout", "--env", "staging", "-C", str(repo.path))
     assert done.code == Exit.OK, done.out + done.err
