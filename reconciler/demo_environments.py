@@ -1,7 +1,8 @@
 """``make demo`` (second part): staging → prod, against two sandboxes side by side.
 
 Starts a staging and a prod sandbox (each a control plane and three clusters, on the
-ports ``examples/environments`` names; free ones when those are taken), copies that repo
+ports ``examples/environments`` names, free ones when those are taken; ``DEMO_PORT`` /
+``DEMO_MESH_PORT`` choose staging's, prod's 100 above, 0 any free ones), copies that repo
 into a throwaway git checkout, then runs what a user types: validate; apply staging (the
 gate waits until every staging cluster proves v2.4.0); ``promote`` -- refused while
 staging's soak runs (``not_soaked`` with the time it becomes eligible); a pull request
@@ -23,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from reconciler.sandbox import launcher
@@ -66,13 +68,43 @@ def _repo(sandboxes: dict[str, launcher.Sandbox]) -> Path:
     return repo
 
 
-def _start(name: str, port: int, mesh: int) -> launcher.Sandbox:
-    """The sandbox on its example ports; on free ones when those are taken (a sandbox
-    already up, two people on one host). The copied Settings name the ports used."""
+#: Between staging's ports and prod's when ``DEMO_PORT`` chooses them (the example's
+#: layout: 18543/18544 and 18643/18644).
+PROD_OFFSET = 100
+
+
+def ports(env: Mapping[str, str]) -> tuple[dict[str, tuple[int, int]], bool]:
+    """Each sandbox's (control-plane, mesh) ports, and whether they were asked for:
+    ``DEMO_PORT`` / ``DEMO_MESH_PORT`` as ``make demo`` takes them (0: any free port) are
+    staging's, prod's are ``PROD_OFFSET`` above; without them, the example's ports."""
+    port, mesh = (_asked(env, name) for name in ("DEMO_PORT", "DEMO_MESH_PORT"))
+    if port is None and mesh is None:
+        return dict(PORTS), False
+    port = PORTS["staging"][0] if port is None else port
+    mesh = (port + 1 if port else 0) if mesh is None else mesh
+    return {"staging": (port, mesh),
+            "prod": (port + PROD_OFFSET if port else 0,
+                     mesh + PROD_OFFSET if mesh else 0)}, True
+
+
+def _asked(env: Mapping[str, str], name: str) -> int | None:
+    text = env.get(name, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) + PROD_OFFSET > 65535:
+        raise SystemExit(f"demo-environments: {name}={text!r} is not a port (0 for any free "
+                         f"one; prod listens {PROD_OFFSET} above)")
+    return int(text)
+
+
+def _start(name: str, port: int, mesh: int, *, asked: bool = False) -> launcher.Sandbox:
+    """The sandbox on its ports; on free ones when the example's are taken (a sandbox
+    already up, two people on one host) -- never instead of ports asked for. The copied
+    Settings name the ports used."""
     try:
         return launcher.start(STATE / name, port=port, mesh_port=mesh, converge_delay_ms=500)
     except (launcher.SandboxError, OSError) as exc:
-        if port == 0 and mesh == 0:
+        if (port == 0 and mesh == 0) or asked:
             raise
         print(f"(ports {port}/{mesh} are not free ({exc}): using free ones)", flush=True)
         return launcher.start(STATE / name, port=0, mesh_port=0, converge_delay_ms=500)
@@ -89,11 +121,12 @@ def _eligible(said: str) -> float | None:
 def main() -> int:
     sandboxes: dict[str, launcher.Sandbox] = {}
     try:
-        for name, (port, mesh) in PORTS.items():
+        chosen, asked = ports(os.environ)
+        for name, (port, mesh) in chosen.items():
             print(f"Starting the {name} sandbox (control plane :{port}, clusters :{mesh}) ...",
                   flush=True)
             try:
-                sandboxes[name] = _start(name, port, mesh)
+                sandboxes[name] = _start(name, port, mesh, asked=asked)
             except (launcher.SandboxError, OSError) as exc:
                 print(f"the {name} sandbox did not start: {exc}", file=sys.stderr)
                 return 1

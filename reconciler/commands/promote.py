@@ -3,9 +3,10 @@ environment proves into ENV's pins.
 
 Owns the command's flags and its report. The sequence is ``engine.promote``'s: read the
 previous environment (commit, control plane, clusters), take the digest its current
-rollout is to, gate it (the judge proves it there now, for the soak; no window closed;
-no freeze), splice the pin into ENV's service file with ``pin``'s byte-preserving
-rewrite, and show ENV's plan for it (policies included). ``--commit`` commits the files
+rollout is to, splice the pin into ENV's service file in memory with ``pin``'s
+byte-preserving rewrite, plan ENV with it and ask the one gate (``core.writegate``: soak
+proven upstream, windows, freezes, holds, policies) before writing the file; then show
+ENV's plan for it. ``--commit`` commits the files
 with the evidence (clusters, digest, proven since); ``--pr`` also pushes a branch and
 opens a pull request whose body is that plan (``shell.pullrequests``, githubkit).
 
@@ -29,10 +30,13 @@ from reconciler.failures import EngineError
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "promote", help="pin in ENV the digests the previous environment proves (soak, "
-        "windows, freezes, policies checked)",
+        "windows, freezes, holds, policies checked before anything is written)",
         description="For each SERVICE (or --all), take the digest the previous environment "
-        "of the pipeline proves now, check its soak, ENV's windows and freezes, write the "
-        "pin into ENV's service file in place (every other byte kept) and show ENV's plan.")
+        "of the pipeline proves now, plan ENV with the pin (in memory) and ask the one gate "
+        "-- soak, ENV's windows and freezes, holds, policies -- then write the pin into "
+        "ENV's service file in place (every other byte kept) and show ENV's plan. A refused "
+        "service is named with its blockers and when each lifts; nothing of it is written "
+        "(no file, commit, branch or pull request; exit 10).")
     parser.add_argument("services", nargs="?", metavar="SERVICE[,SERVICE…]",
                         help="the services to promote (comma-separated)")
     parser.add_argument("--to", required=True, metavar="ENV", dest="env_name",

@@ -24,7 +24,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
-from reconciler.commands import options, output, selection
+from reconciler.commands import options, output, selection, stages
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 
@@ -68,6 +68,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="the services to revert")
     parser.add_argument("-C", "--path", default=".", metavar="PATH",
                         help="where the desired state is (default: the current directory)")
+    stages.add_env_flag(parser)
     add_pr_flags(parser)
     options.add_connection_flags(parser)
     parser.set_defaults(handler=run)
@@ -81,6 +82,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                       help="the held digest (sha256:…), as the Hold document names it")
     hold.add_argument("-C", "--path", default=".", metavar="PATH",
                       help="where the desired state is (default: the current directory)")
+    stages.add_env_flag(hold, override=True)
+    options.add_connection_flags(hold)
     hold.set_defaults(handler=run_release)
 
 
@@ -111,10 +114,11 @@ def run(args: argparse.Namespace) -> int:
     from reconciler import engine
 
     try:
-        root = selection.desired_root(args.path, command="revert")
+        root, stage = stages.select(args, args.path, command="revert")
         done = engine.revert(root, sorted(set(args.services)),
                              overrides=options.overrides_from(args), env=os.environ,
-                             pull=pull_target(args), progress=output.progress_for_stderr())
+                             pull=pull_target(args), progress=output.progress_for_stderr(),
+                             stage=stage)
     except EngineError as exc:
         return output.report_error(exc)
     for line in story(done):
@@ -128,10 +132,13 @@ def run_release(args: argparse.Namespace) -> int:
     from reconciler import engine
 
     try:
-        root = selection.desired_root(args.path, command="release-hold")
-        commit, path = engine.release_hold(root, args.service, args.digest)
+        root, stage = stages.select(args, args.path, command="release-hold")
+        commit, path = engine.release_hold(root, args.service, args.digest,
+                                           overrides=options.overrides_from(args),
+                                           env=os.environ, stage=stage)
     except EngineError as exc:
         return output.report_error(exc)
-    print(f"hold on {args.service} {args.digest} released ({path} removed): commit "
+    where = f" in {stage.name}" if stage is not None else ""
+    print(f"hold on {args.service} {args.digest} released{where} ({path} removed): commit "
           f"{commit[:12]}")
     return int(Exit.OK)

@@ -99,9 +99,12 @@ def register(subparsers: Any) -> None:
                                    + ". COMPONENT: control-plane or a cluster id (sn1, ...).")
         component.add_argument("--state", type=Path, default=argparse.SUPPRESS,
                                help=state_help)
+        component.add_argument("--name", default=argparse.SUPPRESS, metavar="NAME",
+                               help="a named sandbox: STATE/NAME (see `reconcile sandbox "
+                               "--help`)")
         component.add_argument("component", metavar="COMPONENT",
                                help="control-plane, or a cluster id such as sn1")
-        component.set_defaults(handler=cmd_component, component_action=action)
+        component.set_defaults(handler=_named(cmd_component), component_action=action)
 
     status = sub.add_parser("status", help="what each cluster runs, per app")
     status.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)

@@ -51,7 +51,10 @@ def run(args: argparse.Namespace) -> int:
     from reconciler.shell import environments
 
     roots: list[tuple[str, Path, Environment | None]]
+    from reconciler.core.pipeline import Policy
+
     freezes: tuple[tuple[Freeze, str], ...] = ()
+    policies: tuple[tuple[Policy, str, int], ...] = ()
     try:
         everything = getattr(args, "env_name", None) is None \
             and environments.find_pipeline_root(Path(args.path)) is not None
@@ -64,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
                                   Exit.ERROR, rules.diagnostics)
             stage = None
             freezes = rules.freezes
+            policies = rules.policies
             roots = [(e.name, top / e.path, e if rules.pipeline.upstream_of(e.name) else None)
                      for e in rules.pipeline.environments]
         else:
@@ -73,12 +77,13 @@ def run(args: argparse.Namespace) -> int:
                 pipeline = stage.rules.pipeline
                 assert pipeline is not None
                 freezes = stage.rules.freezes
+                policies = stage.rules.policies
                 wanted = [stage.environment] if stage.upstream is None else \
                     [stage.upstream, stage.environment]
                 roots = [(e.name, stage.pipeline_root / e.path,
                           e if pipeline.upstream_of(e.name) else None) for e in wanted]
         result = engine.status(roots, overrides=options.overrides_from(args),
-                               freezes=freezes)
+                               freezes=freezes, policies=policies)
         if stage is not None:
             # the previous environment was read for the next-promotion column only
             result = dataclasses.replace(result, environments=(stage.name,), rows=tuple(

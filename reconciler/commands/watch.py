@@ -57,8 +57,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "not converged, naming what is still unproven")
     apply.add_gate_failure_flags(parser)
     proposing.add_flags(parser)
-    parser.add_argument("--resync", type=float, default=30.0, metavar="SECONDS",
-                        help="re-read the live side this often (default 30)")
+    parser.add_argument("--resync", type=durations.seconds, default=30.0, metavar="DURATION",
+                        help="re-read the live side this often: seconds (20) or a duration "
+                        "(20s, 5m, 1h; default 30s)")
     parser.add_argument("--debounce", type=float, default=0.3, metavar="SECONDS",
                         help="quiet time that ends a burst of file events (default 0.3)")
     parser.add_argument("--format", choices=options.FORMATS, default="text",

@@ -37,8 +37,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--coordinate", metavar="etcd://HOST:PORT[,...][/GROUP]",
                         help="the group's etcd (env RECONCILE_COORDINATE; settings "
                         "coordination.etcd)")
-    parser.add_argument("--resync", type=float, default=30.0, metavar="SECONDS",
-                        help="the watchers' --resync: a shard is late after two (default 30)")
+    from reconciler.commands import durations  # the same DURATION as watch --resync
+
+    parser.add_argument("--resync", type=durations.seconds, default=30.0, metavar="DURATION",
+                        help="the watchers' --resync: a shard is late after two (default "
+                        "30s)")
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="a table (default), or one JSON object")
     options.add_connection_flags(parser)

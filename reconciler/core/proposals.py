@@ -27,15 +27,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from reconciler.core.codes import BlockerCode
 from reconciler.core.live import LiveService, ReadFailure
 from reconciler.core.plans import Blocker
+from reconciler.core.writegate import REFUSING
 
-#: The blockers that are ENV's promotion rules: any of them holds a proposal back. Other
-#: blockers of ENV's plan (a cluster of ENV that gave no evidence) do not: the pull request
-#: shows them, and ENV's own apply is refused while they last.
-RULES = frozenset({BlockerCode.NOT_SOAKED, BlockerCode.NOT_PROVEN_UPSTREAM,
-                   BlockerCode.WINDOW_CLOSED, BlockerCode.FROZEN, BlockerCode.POLICY_DENIED})
+#: The blockers that hold a proposal back: the one gate's (``core.writegate``), the
+#: environment's rules and holds. Other blockers of ENV's plan (a cluster of ENV that
+#: gave no evidence) do not: the pull request shows them, and ENV's own apply is refused
+#: while they last.
+RULES = REFUSING
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")  # no dots: git refuses ".." and ".lock"
 

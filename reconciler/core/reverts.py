@@ -102,10 +102,11 @@ def subject(items: Sequence[Item]) -> str:
 
 
 def message(items: Sequence[Item], revert_key: str, *, newer: Mapping[str, str] | None = None,
-            ) -> str:
+            through: Sequence[str] = ()) -> str:
     """The commit (or pull request) message: the evidence, the proof, the hold, the key.
     ``newer``: service -> the intent on the branch that replaced the failed pin since the
-    failed apply (a pull request then names both intents, and overwrites neither)."""
+    failed apply (a pull request then names both intents, and overwrites neither).
+    ``through``: what the gate let the rollback go through (a freeze), recorded."""
     out = [subject(items), ""]
     for item in items:
         tag = f" ({item.failed_tag})" if item.failed_tag else ""
@@ -120,5 +121,7 @@ def message(items: Sequence[Item], revert_key: str, *, newer: Mapping[str, str] 
             out.append(f"{item.service}: NOT applied over a newer intent: {newer[item.service]}"
                        " -- review both: the failed release and the branch's newer pin")
         out.append("")
+    if through:
+        out += [f"gate: {line}" for line in through] + [""]
     out.append(f"{TRAILER}: {revert_key}")
     return "\n".join(out) + "\n"

@@ -27,6 +27,7 @@ from reconciler.core.evidence import Proof, ServiceProof
 from reconciler.core.live import LiveService, LiveSnapshot, Observation
 from reconciler.core.pipeline import Environment, Freeze
 from reconciler.core.planning import target_of
+from reconciler.core.plans import Blocker
 
 
 @dataclass(frozen=True)
@@ -45,14 +46,16 @@ class ClusterRow:
 class NextPromotion:
     """What promoting the previous environment's current digest here waits for."""
 
-    digest: str
+    digest: str | None  # None: unknown (the previous environment could not be read)
     tag: str | None
     blockers: tuple[str, ...]  # "code: message"
     eligible_at: int | None  # ms; None: not known (not proven upstream)
+    #: why the next promotion cannot be known ("staging unreadable"); never "nothing"
+    unknown: str | None = None
 
     @property
     def ready(self) -> bool:
-        return not self.blockers
+        return not self.blockers and self.unknown is None
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,9 @@ class ServiceRow:
     next: NextPromotion | None = None  # None: first environment, or nothing to promote
     #: the pinned digest is held (a ``kind: Hold``): since when and why
     held: str | None = None
+    #: what refuses applying the pinned digest here although it is pinned (a policy of
+    #: the environment denying its promotion: "code: message"), as the plan says it
+    refused: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,8 +115,11 @@ def _clusters(proof: ServiceProof, pinned: str) -> tuple[ClusterRow, ...]:
 
 def rows(name: str, desired: DesiredState, snapshot: LiveSnapshot, *,
          environment: Environment | None = None, upstream: promotion.Upstream | None = None,
-         freezes: Sequence[tuple[Freeze, str]] = (), now_ms: int) -> tuple[ServiceRow, ...]:
-    """One row per service of ``desired`` in environment ``name``."""
+         freezes: Sequence[tuple[Freeze, str]] = (), now_ms: int,
+         refused: Sequence[Blocker] = ()) -> tuple[ServiceRow, ...]:
+    """One row per service of ``desired`` in environment ``name``; ``refused``: the
+    blockers the environment's plan holds against promoting what it pins (its
+    policies)."""
     out: list[ServiceRow] = []
     for svc in desired.services:
         live = snapshot.services.get(svc.service_id)
@@ -128,15 +137,21 @@ def rows(name: str, desired: DesiredState, snapshot: LiveSnapshot, *,
             clusters=_clusters(proof, svc.release.digest),
             next=_next(svc.name, svc.release.digest, environment, upstream, freezes, now_ms,
                        desired),
-            held=None if hold is None else f"since {hold.since}: {hold.reason}"))
+            held=None if hold is None else f"since {hold.since}: {hold.reason}",
+            refused=tuple(f"{b.code.value}: {b.message}" for b in refused
+                          if b.service == svc.name or svc.name in b.services)))
     return tuple(out)
 
 
 def _next(service: str, pinned: str, environment: Environment | None,
           upstream: promotion.Upstream | None, freezes: Sequence[tuple[Freeze, str]],
           now_ms: int, desired: DesiredState) -> NextPromotion | None:
-    if environment is None or upstream is None or upstream.error is not None:
+    if environment is None or upstream is None:
         return None
+    if upstream.error is not None:
+        # Unknown is not "nothing to promote": the column says what could not be read.
+        return NextPromotion(digest=None, tag=None, blockers=(), eligible_at=None,
+                             unknown=f"{upstream.name} unreadable")
     facts = upstream.services.get(service)
     live = facts.live if facts else None
     candidate = live.current_digest if isinstance(live, LiveService) else None

@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from reconciler.core.desired import Service
+from reconciler.core import writegate
+from reconciler.core.desired import DesiredState, Service
 from reconciler.core.planning import (
     Provenance,
 )
@@ -40,14 +41,15 @@ class PromoteRun:
 
 def promote(stage: environments.Selected, services: Sequence[str] | None, *, write: bool,
             commit: bool, overrides: Overrides, env: Mapping[str, str] | None = None,
-            preview: bool = True, progress: Progress | None = None,
+            progress: Progress | None = None,
             clock: Callable[[], float] = time.time) -> PromoteRun:
     """``reconcile promote``: read the previous environment (its commit, control plane and
-    clusters), take the digest it proves for each service, gate it (soak, windows,
-    freezes: ``core.promotion``), splice the pin into this environment's file (``pin``'s
-    byte-preserving rewrite; only when ``write`` and nothing refused), plan this
-    environment as the working tree now says (policies included), and commit the files
-    with the evidence (``commit``)."""
+    clusters), take the digest it proves for each service, splice the pin into this
+    environment's file in memory (``pin``'s byte-preserving rewrite), plan this
+    environment with the rewritten services (soak, windows, freezes, holds, policies:
+    the environment's rules), ask the one gate (``core.writegate``) -- and only for what
+    it allows, write the file (``write``) and commit it with the evidence (``commit``).
+    A service the gate refuses is named with its blockers; nothing of it is written."""
     env = os.environ if env is None else env
     up = stage.upstream
     if up is None or stage.upstream_root is None:
@@ -62,6 +64,7 @@ def promote(stage: environments.Selected, services: Sequence[str] | None, *, wri
     now_ms = int(clock() * 1000)
     done: list[Promotion] = []
     models: dict[str, Service] = {}
+    files: dict[str, pin_files.FileRead] = {}
     for name in names:
         digest, tag, gate, refused = _candidate(stage, upstream, name, now_ms)
         rel = desired.sources[f"Service/{name}"].path
@@ -83,29 +86,64 @@ def promote(stage: environments.Selected, services: Sequence[str] | None, *, wri
                         p.render() for p in problems) or "the rewritten file does not load")
                 else:
                     models[name] = model
-                    if write and after != file.data:
-                        pin_files.write(file, after)
-                    item = dataclasses.replace(item, before=file.data, after=after,
-                                               written=write and after != file.data)
+                    files[name] = file
+                    item = dataclasses.replace(item, before=file.data, after=after)
             except pin_files.PinFileError as exc:
                 item = dataclasses.replace(item, refused=str(exc))
-        done.append(dataclasses.replace(item, evidence=_evidence_line(stage, up.name, item)))
-    run = PromoteRun(environment=stage.name, upstream=up.name, promotions=tuple(done))
+        done.append(item)
+    preview: Plan | None = None
+    preview_error: str | None = None
+    if models:
+        # Plan first, with the rewritten services in memory, then judge, then write.
+        preview, preview_error = _plan_scoped(stage, desired, models, overrides, env,
+                                              progress)
+        found = writegate.verdict(preview, writegate.Write.PROMOTION, models,
+                                  override=stage.override, unknown=preview_error)
+        for index, item in enumerate(done):
+            if item.service not in models:
+                continue
+            said = found.lines() if found.unknown is not None else found.lines(item.service)
+            if said:
+                done[index] = dataclasses.replace(item, refused="; ".join(said))
+            elif write and item.changes:
+                try:
+                    pin_files.write(files[item.service], item.after)
+                except pin_files.PinFileError as exc:
+                    done[index] = dataclasses.replace(item, refused=str(exc))
+                    continue
+                done[index] = dataclasses.replace(item, written=True)
+    done = [dataclasses.replace(p, evidence=_evidence_line(stage, up.name, p)) for p in done]
+    run = PromoteRun(environment=stage.name, upstream=up.name, promotions=tuple(done),
+                     preview=preview, preview_error=preview_error)
     if commit and any(p.written for p in done):
         written = [p for p in done if p.written]
         title = (f"promote {', '.join(p.service for p in written)} to {stage.name} "
                  f"from {up.name}")
         body = "\n".join(p.evidence for p in written)
+        if stage.override:  # the exception the gate applied, recorded with the write
+            body += f"\noverride-window: {stage.override}"
         try:
             made = environments.commit_files(stage.root, [p.path or "" for p in written],
                                              f"{title}\n\n{body}\n")
         except environments.PipelineError as exc:
             raise EngineError(f"{exc}; the files are written, not committed") from exc
-        run = dataclasses.replace(run, commit=made)
-    if not preview or not models:
-        return run
+        # The plan was made of exactly the bytes now committed: it is that commit's.
+        run = dataclasses.replace(run, commit=made, preview=preview.model_copy(
+            update={"commit": made}) if preview is not None else None)
+    elif preview is not None and any(p.written for p in done):
+        run = dataclasses.replace(run, preview=preview.model_copy(update={
+            "worktree": True,
+            "uncommitted": tuple(sorted(p.path or "" for p in done if p.written))}))
+    return run
+
+
+def _plan_scoped(stage: environments.Selected, desired: DesiredState,
+                 models: Mapping[str, Service], overrides: Overrides, env: Mapping[str, str],
+                 progress: Progress | None) -> tuple[Plan | None, str | None]:
+    """This environment's plan of ``models`` (the rewritten services, in memory) with its
+    rules, or why none could be made."""
     scoped = desired.model_copy(update={"services": tuple(
-        models.get(s.name, s) for s in desired.services if s.name in models)})
+        models[s.name] for s in desired.services if s.name in models)})
     provenance = Provenance(path=str(stage.root.resolve()))
 
     async def planned() -> Plan:
@@ -115,6 +153,6 @@ def promote(stage: environments.Selected, services: Sequence[str] | None, *, wri
             return made
 
     try:
-        return dataclasses.replace(run, preview=asyncio.run(planned()))
+        return asyncio.run(planned()), None
     except EngineError as exc:
-        return dataclasses.replace(run, preview_error=str(exc))
+        return None, str(exc).splitlines()[0]

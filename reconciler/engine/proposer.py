@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from reconciler.core import (
     promotion,
     proposals,
+    writegate,
 )
 from reconciler.core.desired import DesiredState, Service
 from reconciler.core.live import (
@@ -168,10 +169,11 @@ class Proposer:
             return proposals.Decision(name, proposals.Step.NOTHING, digest=digest, tag=tag,
                                       reason=f"{stage.name} accepted it before: a rollback, "
                                       "not a promotion"), None
-        rules = proposals.rule_blockers(made.blockers, name)
-        if rules:  # a policy denies it (the gate above already allowed soak and holds)
+        found = writegate.verdict(made, writegate.Write.PROMOTION, {name},
+                                  override=stage.override)
+        if not found.go:  # the one gate: a policy, a hold on the digest, …
             return proposals.decide(stage.name, dataclasses.replace(
-                candidate, blockers=rules), earlier), None
+                candidate, blockers=found.refusing_of(name), eligible_at=None), earlier), None
         return decision, (made, after, gate)
 
     def _open(self, stage: environments.Selected, desired: DesiredState, svc: Service,

@@ -18,8 +18,10 @@ from reconciler.core import (
     holds,
     lastproven,
     reverts,
+    writegate,
 )
 from reconciler.core import pinning as pin_rules
+from reconciler.core.desired import Service
 from reconciler.core.events import (
     Event,
     GateStarted,
@@ -39,6 +41,8 @@ from reconciler.engine.wiring import (
     _declared,
     _pinned,
     load_consistent,
+    make_plan,
+    refuse_write,
     state_dir,
 )
 from reconciler.exitcodes import Exit
@@ -181,6 +185,7 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
     files: dict[str, bytes | None] = {}
     newer: dict[str, str] = {}
     already: list[tuple[str, str]] = []
+    reverted: dict[str, Service] = {}
     since_ms = 0
     for name in services:
         svc = _declared(desired, name)
@@ -233,13 +238,15 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
         try:
             after = pin_files.rewrite(data, rel, name, pin_files.Values(
                 digest=chosen.digest, tag=chosen.tag, version=chosen.version))
-            _model, problems = pin_files.candidate(rel, after, name)
+            model, problems = pin_files.candidate(rel, after, name)
         except pin_files.PinFileError as exc:
             raise EngineError(f"{exc}") from exc
         if problems:
             raise EngineError(f"{name}: the reverted {rel} would not validate: "
                               f"{problems[0]}; nothing written", Exit.ERROR)
         files[rel] = after
+        if model is not None:
+            reverted[name] = model
         if holds.held(desired, name, failed) is None:
             first = data.split(b"\n", 1)[0].decode("utf-8", "replace")
             schema = first.split("$schema=", 1)[1].strip() \
@@ -251,8 +258,19 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
         names = ", ".join(f"{n} (commit {c[:12]})" for n, c in already)
         return RevertRun(key="", items=(), commit=already[0][1] if already else None,
                          already=True, why_pr=f"already reverted: {names}")
+    # The one gate, before anything is written: the plan of the reverted services (this
+    # snapshot, the environment's rules) judged as a rollback (core.writegate: it goes
+    # through freezes and windows; a hold or a policy refuses it).
+    scoped = desired.model_copy(update={"services": tuple(
+        reverted[s.name] for s in desired.services if s.name in reverted)})
+    judged = await reconciler.with_rules(make_plan(scoped, snapshot, provenance, None), scoped)
+    gate = writegate.verdict(judged, writegate.Write.ROLLBACK, reverted,
+                             override=reconciler.stage.override
+                             if reconciler.stage is not None else None)
+    refuse_write(gate, "revert")
     key = reverts.key(items)
-    message = reverts.message(items, key, newer=newer)
+    # What the rollback went through (a freeze) is recorded in its commit.
+    message = reverts.message(items, key, newer=newer, through=gate.notes())
     done = revert_git.find_keyed(root, key)
     if done is not None:
         return await _rolled_back(reconciler, root, RevertRun(key, tuple(items), done,

@@ -22,6 +22,7 @@ from reconciler.core import pinning as pin_rules
 from reconciler.core import (
     promotion,
     reverts,
+    writegate,
 )
 from reconciler.core.codes import SILENT_CLUSTER_CODES, BlockerCode
 from reconciler.core.desired import DesiredState, Service, Settings
@@ -160,6 +161,17 @@ def refuse_no_go(plan_value: Plan) -> None:
                           f"{', '.join(silent)}; nothing was sent\n{lines}",
                           Exit.REFUSED_EVIDENCE)
     raise EngineError(f"refusing to apply: the plan is NO-GO; nothing was sent\n{lines}",
+                      Exit.REFUSED_NO_GO)
+
+
+def refuse_write(found: writegate.WriteVerdict, what: str) -> None:
+    """The one gate before every write into git (``core.writegate``): raise its refusal
+    -- each blocker with when it may go, nothing written -- when the verdict on the
+    change about to be written is not GO."""
+    if found.go:
+        return
+    lines = "\n".join(f"  ✗ {line}" for line in found.lines())
+    raise EngineError(f"refusing to {what}: the change is NO-GO; nothing written\n{lines}",
                       Exit.REFUSED_NO_GO)
 
 

@@ -40,13 +40,16 @@ def _release(digest: str, tag: str | None) -> str:
 
 def _proven(row: ServiceRow) -> str:
     word = "converged" if row.proof is Proof.CONVERGED else row.proof.value.replace("_", " ")
-    return f"{row.proven}/{row.expected} {word}" + (", HELD" if row.held else "")
+    return f"{row.proven}/{row.expected} {word}" + (", HELD" if row.held else "") \
+        + (", REFUSED" if row.refused else "")
 
 
 def _next(row: ServiceRow) -> str:
     nxt = row.next
     if nxt is None:
         return "-"
+    if nxt.unknown is not None or nxt.digest is None:
+        return f"unknown: {nxt.unknown or 'no digest'}"
     what = _release(nxt.digest, nxt.tag)
     if nxt.ready:
         return f"{what}: eligible now"
@@ -74,6 +77,11 @@ def text(status: Status, *, clusters: bool = False) -> str:
         out += ["", "held (reconcile release-hold SERVICE DIGEST lifts a hold):"]
         out += [f"  {r.environment}/{safe(r.service)}: {_short(r.pinned)} "
                 f"{safe(r.held or '', 600)}" for r in held]
+    refused = [(r, b) for r in status.rows for b in r.refused]
+    if refused:
+        out += ["", "pinned but refused (apply will not send it):"]
+        out += [f"  {r.environment}/{safe(r.service)}: {_short(r.pinned)} {safe(b, 600)}"
+                for r, b in refused]
     blocked = [(r, b) for r in status.rows if r.next for b in r.next.blockers]
     if blocked:
         out += ["", "waiting:"]
@@ -97,10 +105,12 @@ def document(status: Status) -> dict[str, Any]:
             "expected_clusters": r.expected, "since": r.since,
             "reasons": [safe(x, 600) for x in r.reasons],
             "held": None if r.held is None else safe(r.held, 600),
+            "refused": [safe(b, 600) for b in r.refused],
             "next": None if r.next is None else {
                 "digest": r.next.digest, "tag": r.next.tag, "ready": r.next.ready,
                 "eligible_at": r.next.eligible_at,
-                "blockers": [safe(b, 600) for b in r.next.blockers]},
+                "blockers": [safe(b, 600) for b in r.next.blockers],
+                "unknown": None if r.next.unknown is None else safe(r.next.unknown, 300)},
             "clusters": [{"cluster": c.cluster, "pinned": c.pinned, "running": c.running,
                           "proven": c.proven, "why": c.why,
                           "since": r.since if c.proven else None,

@@ -110,7 +110,10 @@ def make_commit(root: Path, parent: str, files: Mapping[str, bytes | None], mess
         for rel, data in sorted(files.items()):
             path = base + rel
             if data is None:
-                _ok(_git(root, "update-index", "--force-remove", "--", path, env=env),
+                # A path after ``--`` is relative to the directory git runs in (``root``,
+                # an environment's directory in a pipeline repo), not to the top: the
+                # prefixed path would name nothing there and remove nothing.
+                _ok(_git(root, "update-index", "--force-remove", "--", rel, env=env),
                     "git update-index")
                 continue
             oid = _ok(_git(root, "hash-object", "-w", "--stdin", stdin=data),

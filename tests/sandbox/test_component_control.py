@@ -95,3 +95,24 @@ def test_stop_and_start_one_component_for_an_outage_rehearsal(tmp_path: Path) ->
     assert down.returncode == 0
     assert all(launcher.process_identity(p) is None
                for p in launcher.attach(state)._pids.values())
+
+
+def test_stop_and_start_take_a_named_sandbox_as_documented(tmp_path: Path) -> None:
+    """`sandbox stop --name staging sn1` (the name after ACTION, as every other action
+    takes it) stops staging's component, not one of a sandbox in STATE itself."""
+    state = tmp_path / "sb"
+    up = run(state, "up", "--name", "staging", "--detach", "--port", "0", "--mesh-port", "0",
+             "--clusters", "1")
+    assert up.returncode == 0, up.stderr
+    sb = launcher.attach(state / "staging")
+    try:
+        stopped = run(state, "stop", "--name", "staging", "control-plane")
+        assert stopped.returncode == 0, stopped.stderr
+        assert not serves(sb)
+        started = run(state, "start", "--name", "staging", "control-plane")
+        assert started.returncode == 0, started.stderr
+        assert serves(launcher.attach(state / "staging"))
+        bad = run(state, "stop", "--name", "Staging!", "sn1")
+        assert bad.returncode == 64 and "--name" in bad.stderr
+    finally:
+        assert run(state, "down", "--name", "staging").returncode == 0
