@@ -221,7 +221,7 @@ def read_status(app_id: str, body: Any, shared: Shared | None = None) -> Parsed:
 
 
 class _HealthyRuntime(msgspec.Struct, gc=False, rename="camel"):
-    healthy_since: msgspec.Raw | None = None
+    healthy_since: msgspec.Raw = msgspec.Raw(b"null")
 
 
 class _Healthy(msgspec.Struct, gc=False):
@@ -247,7 +247,7 @@ def _split_healthy(content: bytes) -> tuple[bytes, int | None] | None:
         found = _HEALTHY.decode(content).runtime
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    if found is None or found.healthy_since is None:
+    if found is None:
         return None
     raw = bytes(found.healthy_since)
     start, end = at, at + len(_HEALTHY_KEY) + len(raw)
