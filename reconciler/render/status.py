@@ -3,7 +3,8 @@
 Owns the three views of ``core.status.Status``: a service × environment table (pinned
 digest/tag, proven on N/M clusters, since, what the next promotion waits for and when it
 is eligible) and, with ``clusters``, a service × cluster table (pinned, running, proven,
-since -- the cluster's own healthySince --, last error). The JSON is versioned (``format: reconcile.status``).
+since -- the cluster's own healthySince --, last error). The JSON is versioned
+(``format: reconcile.status``).
 
 Pure: builds strings; every value that came from the live side goes through ``safe``.
 """
