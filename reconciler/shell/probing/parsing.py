@@ -33,6 +33,7 @@ Pure: parses bytes and values handed to it; no I/O.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
@@ -234,33 +235,43 @@ _HEALTHY = msgspec.json.Decoder(_Healthy)
 _HEALTHY_KEY = b'"healthySince":'
 
 
-def _split_healthy(content: bytes) -> tuple[bytes, int | None] | None:
-    """``content`` without its ``runtime.healthySince`` member, and that member's value:
-    the text two clusters send alike when only their ``healthySince`` differs. None when
-    the member cannot be cut out exactly -- absent (nothing to cut), not a plain integer,
-    named more than once, or not written compactly -- and the whole text is decoded
-    instead (the wire models then read the field, and word what is wrong with it)."""
+_DIGITS = re.compile(rb"[0-9]{1,16}")
+
+
+def _split_healthy(content: bytes) -> tuple[bytes, int, int] | None:
+    """``content`` without its one ``"healthySince":<digits>`` member, that member's
+    value, and where it was: the text two clusters send alike when only their
+    ``healthySince`` differs. None when it cannot be cut out exactly -- named more than
+    once, not a plain run of digits, not written compactly -- and the whole text is
+    decoded instead (the wire models then read the field, and word what is wrong with
+    it). Whether the member cut is ``runtime``'s is asked apart (``_is_runtime_s``),
+    once per distinct remainder."""
     at = content.find(_HEALTHY_KEY)
-    if at <= 0 or content.find(_HEALTHY_KEY, at + 1) >= 0:
+    if at <= 0 or content.rfind(_HEALTHY_KEY) != at:
         return None
+    digits = _DIGITS.match(content, at + len(_HEALTHY_KEY))
+    if digits is None:
+        return None
+    end = digits.end()
+    before, after = content[at - 1:at], content[end:end + 1]
+    if before == b"," and after in (b",", b"}"):
+        return content[:at - 1] + content[end:], int(digits.group()), at
+    if before == b"{" and after == b",":
+        return content[:at] + content[end + 1:], int(digits.group()), at
+    if before == b"{" and after == b"}":
+        return content[:at] + content[end:], int(digits.group()), at
+    return None
+
+
+def _is_runtime_s(content: bytes, since: int) -> bool:
+    """Whether the one ``healthySince`` member ``_split_healthy`` cut from ``content`` is
+    ``runtime.healthySince`` (not a key of another object). Texts with the same remainder
+    and the same cut position differ only in those digits, so share the answer."""
     try:
         found = _HEALTHY.decode(content).runtime
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    if found is None:
-        return None
-    raw = bytes(found.healthy_since)
-    start, end = at, at + len(_HEALTHY_KEY) + len(raw)
-    if not raw.isdigit() or len(raw) > 16 or content[end - len(raw):end] != raw:
-        return None
-    before, after = content[start - 1:start], content[end:end + 1]
-    if before == b"," and after in (b",", b"}"):
-        return content[:start - 1] + content[end:], int(raw)
-    if before == b"{" and after == b",":
-        return content[:start] + content[end + 1:], int(raw)
-    if before == b"{" and after == b"}":
-        return content[:start] + content[end:], int(raw)
-    return None
+        return False
+    return found is not None and bytes(found.healthy_since) == str(since).encode()
 
 
 def _runtime_of_text(app_id: str, content: bytes, shared: Shared | None) -> Parsed:
@@ -271,9 +282,13 @@ def _runtime_of_text(app_id: str, content: bytes, shared: Shared | None) -> Pars
     for is checked for every caller."""
     if shared is None:
         return read_status_json(app_id, content)
-    split = _split_healthy(content) if _HEALTHY_KEY in content else None
+    split = _split_healthy(content)
+    if split is not None:
+        cut, said, at = split
+        if not shared.get("healthy-at", (cut, at), lambda _: _is_runtime_s(content, said)):
+            split = None
     # Not cut out: the whole text is the key, its healthySince read by the wire models.
-    key, since = split if split is not None else (content, None)
+    key, since = (split[0], split[1]) if split is not None else (content, None)
     status = shared.get("status-text", key, _status_or_error)
     if isinstance(status, Malformed):
         raise Malformed(status.reason)
