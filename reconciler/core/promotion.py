@@ -120,7 +120,8 @@ def short(digest: str) -> str:
 def proven_since(live: LiveService | ReadFailure | None, digest: str) -> int | None:
     """When the current rollout to ``digest`` succeeded (ms), or None: its status's
     ``updatedAt`` when that status is the current rollout's, else the release's
-    ``lastPromotedAt``. Only meaningful once the judge proves ``digest``."""
+    ``lastPromotedAt``. Only meaningful once the judge proves ``digest``. The control
+    plane's word alone, unchecked: a soak counts from ``soak_clock``, never from this."""
     if not isinstance(live, LiveService) or live.current_digest != digest:
         return None
     status = live.rollout_status
