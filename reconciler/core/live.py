@@ -190,6 +190,13 @@ class Observation(LeanValue):
     #: Read by ``core.freshness``; not part of the plan's wire format, which carries the
     #: snapshot's time (``Plan.created_at``) and stays the same for the same evidence.
     observed_at: Annotated[int | None, Field(exclude=True)] = None
+    #: [ext] ``runtime.healthySince`` (docs/extensions.md §6): since when (ms since the
+    #: epoch) the cluster says it has run ``resolvedDigest`` with every replica healthy,
+    #: without a gap -- where a promotion's soak is counted from (``core.promotion``).
+    #: None: the cluster did not say. Kept here, not on the shared ``ClusterRuntime``:
+    #: it differs from cluster to cluster where the rest of a status is the same. Not part
+    #: of the plan's wire format (plans that involve no soak read as they always did).
+    healthy_since: Annotated[int | None, Field(exclude=True)] = None
 
 
 class Confirmation(_Model):

@@ -8,11 +8,19 @@ Owns the rules that make a promotion into an environment NO-GO, and say *when* i
   that digest and succeeded, and every expected cluster there proves it. A control plane
   that says ``succeeded`` while a cluster runs the old digest proves nothing; the message
   names the cluster.
-- ``not_soaked``: proven, but for less than the environment's ``soak``. The clock starts
-  when the previous environment's rollout to that digest succeeded (the rollout status's
-  ``updatedAt``; the release's ``lastPromotedAt`` when the control plane sends none) and
-  only while that rollout is still the current one: a rollback, or a newer rollout (even
-  of the same digest), starts it again.
+- ``not_soaked``: proven, but not *continuously* for the environment's ``soak``
+  (``soak_clock``). The clock starts at the latest of: when the previous environment's
+  rollout to that digest succeeded (the rollout status's ``updatedAt``; the release's
+  ``lastPromotedAt`` when the control plane sends none), only while that rollout is still
+  the current one (a rollback, or a newer rollout, even of the same digest, starts it
+  again); and each expected cluster's own [ext] ``runtime.healthySince`` -- since when it
+  has run the digest with every replica healthy, without a gap (an outage, unhealthy
+  replicas, a redeploy restart it). Continuity is the clusters' statement: a cluster
+  that proves the digest but does not state it leaves the soak unknown, and the promotion
+  waits, naming that cluster and field. A control-plane time that is not a positive
+  number, is after ``now``, or is before the rollout was created (the release's first
+  observation when the rollout gives no creation time) is unknown too, never "soaked";
+  so is a cluster's ``healthySince`` that is not positive or is after ``now``.
 - ``window_closed`` (``core.windows``) and ``frozen`` (``Freeze`` documents), which an
   emergency override (``--override-window REASON``) lifts, said in the plan's notes.
 
@@ -82,13 +90,28 @@ class Gate:
     service: str
     digest: str
     proof: ServiceProof | None  # the judge on the previous environment, for this digest
-    since: int | None  # ms: when the previous environment's rollout to it succeeded
+    #: ms: since when the previous environment has proven it without a gap (``soak_clock``)
+    since: int | None
     eligible_at: int | None  # ms: when soak, windows and freezes all allow it (None: unknown)
     blockers: tuple[Blocker, ...]
+    #: whose word ``since`` is, for the sentences that quote it (``SoakClock.source``)
+    source: str | None = None
 
     @property
     def ready(self) -> bool:
         return not self.blockers
+
+
+@dataclass(frozen=True)
+class SoakClock:
+    """Since when an environment has proven a digest without a gap, and on whose word.
+
+    ``since`` (ms) is None when it cannot be known; ``source`` then says why and what
+    would make it known (which cluster, which field), else whose time it is
+    (``by every cluster's healthySince (sn2 the latest)``)."""
+
+    since: int | None
+    source: str
 
 
 def _at(ms: int) -> str:
@@ -104,7 +127,8 @@ def short(digest: str) -> str:
 def proven_since(live: LiveService | ReadFailure | None, digest: str) -> int | None:
     """When the current rollout to ``digest`` succeeded (ms), or None: its status's
     ``updatedAt`` when that status is the current rollout's, else the release's
-    ``lastPromotedAt``. Only meaningful once the judge proves ``digest``."""
+    ``lastPromotedAt``. Only meaningful once the judge proves ``digest``. The control
+    plane's word alone, unchecked: a soak counts from ``soak_clock``, never from this."""
     if not isinstance(live, LiveService) or live.current_digest != digest:
         return None
     status = live.rollout_status
@@ -113,6 +137,76 @@ def proven_since(live: LiveService | ReadFailure | None, digest: str) -> int | N
         return status.updated_at
     release = live.release_by_digest(digest)
     return release.last_promoted_at if release is not None else None
+
+
+def _stamp(ms: int) -> str:
+    return f"{datetime.fromtimestamp(ms / 1000, UTC):%Y-%m-%dT%H:%M:%S}Z"
+
+
+def _control_plane_since(live: LiveService | ReadFailure | None, digest: str, now_ms: int,
+                         ) -> tuple[int | None, str]:
+    """The control plane's time of the current rollout's success, validated, and the field
+    it came from -- or None and why it is not a time to count from."""
+    if not isinstance(live, LiveService) or live.current_digest != digest:
+        return None, f"the control plane's current rollout is not to {short(digest)}"
+    status = live.rollout_status
+    rollout = live.deployment
+    value: int | None
+    if status is not None and rollout is not None and status.rollout_id == rollout.rollout_id \
+            and status.updated_at is not None:
+        value, field_name = status.updated_at, "the rollout status's updatedAt"
+    else:
+        release = live.release_by_digest(digest)
+        value = release.last_promoted_at if release is not None else None
+        field_name = "the release's lastPromotedAt"
+    if value is None:
+        return None, ("the control plane gives no time its rollout succeeded (updatedAt, "
+                      "lastPromotedAt)")
+    release = live.release_by_digest(digest)
+    created = rollout.created_at if rollout is not None and rollout.created_at > 0 else (
+        release.first_observed_at if release is not None else 0)
+    if value <= 0:
+        return None, f"{field_name} is {value}, not a time"
+    if value > now_ms:
+        return None, f"{field_name} ({_stamp(value)}) is in the future"
+    if created > 0 and value < created:
+        return None, (f"{field_name} ({_stamp(value)}) is before the rollout was created "
+                      f"({_stamp(created)})")
+    return value, field_name
+
+
+def soak_clock(live: LiveService | ReadFailure | None, digest: str,
+               expected: Sequence[str], observations: Sequence[Observation],
+               now_ms: int) -> SoakClock:
+    """Since when ``digest`` has been proven without a gap: the latest of the control
+    plane's rollout success and every expected cluster's ``healthySince`` (see the
+    module). Only meaningful once the judge proves ``digest`` on every expected cluster."""
+    cp_since, cp_field = _control_plane_since(live, digest, now_ms)
+    if cp_since is None:
+        return SoakClock(None, f"{cp_field}: the soak cannot be measured")
+    by_cluster = {o.cluster_id: o for o in observations}
+    stated: list[tuple[int, str]] = []
+    for cluster in expected:
+        observation = by_cluster.get(cluster)
+        said = observation.healthy_since if observation is not None else None
+        if said is None:
+            return SoakClock(None, (
+                f"cluster {safe(cluster, 100)} does not state runtime.healthySince (since "
+                "when it has run the digest with every replica healthy, without a gap): "
+                "the soak cannot be measured until it does"))
+        if said <= 0 or said > now_ms:
+            shown = str(said) if said <= 0 else f"{_stamp(said)}, in the future"
+            return SoakClock(None, (
+                f"cluster {safe(cluster, 100)} states runtime.healthySince {shown}: not a "
+                "time to count from; the soak cannot be measured until it states one"))
+        stated.append((said, cluster))
+    latest = max(stated, default=None)
+    if latest is None or latest[0] <= cp_since:
+        clusters = " (every cluster healthy since before)" if stated else ""
+        return SoakClock(cp_since, f"by the control plane's rollout success "
+                         f"({cp_field}){clusters}")
+    return SoakClock(latest[0], f"by every cluster's healthySince "
+                     f"({safe(latest[1], 100)} the latest)")
 
 
 def _upstream_proof(upstream: Upstream, service: str, digest: str,
@@ -150,6 +244,7 @@ def gate(service: str, digest: str, environment: Environment, upstream: Upstream
     blockers: list[Blocker] = []
     proof: ServiceProof | None = None
     since: int | None = None
+    source: str | None = None
     eligible: int | None = now_ms
     if upstream is not None:
         proof, unproven = _upstream_proof(upstream, service, digest)
@@ -157,29 +252,30 @@ def gate(service: str, digest: str, environment: Environment, upstream: Upstream
             blockers.append(unproven)
             eligible = None
         else:
-            since = proven_since(upstream.services[service].live, digest)
+            facts = upstream.services[service]
+            clock = soak_clock(facts.live, digest, facts.expected, facts.observations, now_ms)
+            since, source = clock.since, clock.source
             soak_ms = environment.soak_seconds * 1000
             if soak_ms and since is None:
                 blockers.append(Blocker(
                     code=BlockerCode.NOT_SOAKED, service=service,
-                    message=f"{service}: {upstream.name}'s control plane gives no time its "
-                    f"rollout to {short(digest)} succeeded (updatedAt, lastPromotedAt): the "
-                    f"soak of {environment.soak} cannot be measured"))
+                    message=f"{service}: {short(digest)} on {upstream.name}: {clock.source} "
+                    f"(soak {environment.soak})"))
                 eligible = None
             elif soak_ms and since is not None and now_ms - since < soak_ms:
                 ready = since + soak_ms
                 blockers.append(Blocker(
                     code=BlockerCode.NOT_SOAKED, service=service,
                     message=f"{service}: {short(digest)} proven on {upstream.name} "
-                    f"{show_duration((now_ms - since) / 1000)} of {environment.soak}; "
-                    f"eligible {_at(ready)}"))
+                    f"{show_duration((now_ms - since) / 1000)} of {environment.soak} "
+                    f"(since {_stamp(since)} {clock.source}); eligible {_at(ready)}"))
                 eligible = ready
     if with_holds:
         blockers.extend(b.model_copy(update={"service": service, "services": (service,)})
                         for b in environment_holds(environment, freezes, now_ms))
         eligible = _eligible_after_holds(environment, freezes, eligible)
     return Gate(service=service, digest=digest, proof=proof, since=since,
-                eligible_at=eligible, blockers=tuple(blockers))
+                eligible_at=eligible, blockers=tuple(blockers), source=source)
 
 
 def _eligible_after_holds(environment: Environment, freezes: Sequence[tuple[Freeze, str]],

@@ -3,7 +3,9 @@ per environment.
 
 Owns the rows the on-call view shows: per service and environment, the pinned digest and
 tag, how many expected clusters the judge proves it on (and whether it is converged),
-since when (the current rollout's success, ``core.promotion.proven_since``), and what the
+since when without a gap and on whose word (``core.promotion.soak_clock``, the clock a
+promotion from it is soaked by: the latest of the rollout's success and every cluster's
+``healthySince``), and what the
 next promotion into that environment waits for -- the digest the previous environment's
 current rollout is to, gated by ``core.promotion.gate`` (proof there, soak, windows,
 freezes) with the time it becomes eligible; per cluster: pinned, running, proven, why
@@ -40,6 +42,7 @@ class ClusterRow:
     why: str | None  # the judge's code when not proven
     detail: str
     last_error: str | None
+    healthy_since: int | None = None  # [ext] the cluster's own statement (ms)
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,7 @@ class ServiceRow:
     proof: Proof
     proven: int  # expected clusters that prove the pinned digest
     expected: int
-    since: int | None  # ms: when the current rollout to the pinned digest succeeded
+    since: int | None  # ms: since when it has proven the pinned digest without a gap
     reasons: tuple[str, ...]
     clusters: tuple[ClusterRow, ...]
     next: NextPromotion | None = None  # None: first environment, or nothing to promote
@@ -76,6 +79,8 @@ class ServiceRow:
     #: what refuses applying the pinned digest here although it is pinned (a policy of
     #: the environment denying its promotion: "code: message"), as the plan says it
     refused: tuple[str, ...] = ()
+    #: whose word ``since`` is, or why it is not known (``SoakClock.source``)
+    since_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,11 +111,14 @@ def _expected(snapshot: LiveSnapshot, live: object) -> tuple[str, ...]:
     return evidence.expected_clusters(snapshot.mesh.expected_clusters, targets)
 
 
-def _clusters(proof: ServiceProof, pinned: str) -> tuple[ClusterRow, ...]:
+def _clusters(proof: ServiceProof, pinned: str,
+              observations: Sequence[Observation]) -> tuple[ClusterRow, ...]:
+    said = {o.cluster_id: o.healthy_since for o in observations}
     return tuple(ClusterRow(service=proof.service, cluster=c.cluster, pinned=pinned,
                             running=c.running, proven=c.proof is Proof.CONVERGED,
                             why=c.why.value if c.why else None, detail=c.detail,
-                            last_error=c.last_error) for c in proof.clusters)
+                            last_error=c.last_error, healthy_since=said.get(c.cluster))
+                 for c in proof.clusters)
 
 
 def rows(name: str, desired: DesiredState, snapshot: LiveSnapshot, *,
@@ -127,14 +135,16 @@ def rows(name: str, desired: DesiredState, snapshot: LiveSnapshot, *,
         target = target_of(svc, live, desired, snapshot=snapshot, observations=observations)
         proof = evidence.judge(target, live, _expected(snapshot, live), observations)
         converged = proof.proof is Proof.CONVERGED
-        since = promotion.proven_since(live, svc.release.digest) if converged else None
+        clock = promotion.soak_clock(live, svc.release.digest, _expected(snapshot, live),
+                                     observations, now_ms) if converged else None
         hold = holds.held(desired, svc.name, svc.release.digest)
         out.append(ServiceRow(
             environment=name, service=svc.name, pinned=svc.release.digest,
             tag=svc.release.tag, proof=proof.proof,
             proven=sum(1 for c in proof.clusters if c.proof is Proof.CONVERGED),
-            expected=len(proof.clusters), since=since, reasons=tuple(proof.reasons()),
-            clusters=_clusters(proof, svc.release.digest),
+            expected=len(proof.clusters), since=clock.since if clock else None,
+            since_source=clock.source if clock else None, reasons=tuple(proof.reasons()),
+            clusters=_clusters(proof, svc.release.digest, observations),
             next=_next(svc.name, svc.release.digest, environment, upstream, freezes, now_ms,
                        desired),
             held=None if hold is None else f"since {hold.since}: {hold.reason}",

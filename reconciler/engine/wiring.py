@@ -354,12 +354,17 @@ def _candidate(stage: environments.Selected, upstream: promotion.Upstream, name:
 
 
 def _evidence_line(stage: environments.Selected, upstream: str, p: Promotion) -> str:
+    """The sentence a promotion's commit message and pull request carry: where the digest
+    is proven, and since when without a gap *on whose word* (``promotion.soak_clock``:
+    the clusters' healthySince or the control plane's rollout success). Without a known
+    time it says none, rather than one it cannot stand behind."""
     gate = p.gate
     if gate is None or gate.proof is None or p.digest is None:
         return ""
     clusters = ", ".join(c.cluster for c in gate.proof.clusters)
     since = "" if gate.since is None else \
-        f" since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(gate.since / 1000))}"
+        f" since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(gate.since / 1000))}" \
+        + (f" {gate.source}" if gate.source else "")
     soak = f" (soak {stage.environment.soak})" if stage.environment.soak else ""
     return (f"{p.service}: {p.digest} ({p.tag}) proven on {upstream} clusters {clusters}"
             f"{since}{soak}")

@@ -3,7 +3,8 @@
 Owns the three views of ``core.status.Status``: a service × environment table (pinned
 digest/tag, proven on N/M clusters, since, what the next promotion waits for and when it
 is eligible) and, with ``clusters``, a service × cluster table (pinned, running, proven,
-since, last error). The JSON is versioned (``format: reconcile.status``).
+since -- the cluster's own healthySince --, last error). The JSON is versioned
+(``format: reconcile.status``).
 
 Pure: builds strings; every value that came from the live side goes through ``safe``.
 """
@@ -70,6 +71,10 @@ def text(status: Status, *, clusters: bool = False) -> str:
     rows = [[safe(r.service), r.environment, _release(r.pinned, r.tag), _proven(r),
              _at(r.since), safe(_next(r), 300)] for r in status.rows]
     out += _table(["service", "env", "pinned", "proven", "since", "next promotion"], rows)
+    if any(r.since is not None for r in status.rows):
+        # One legend, not a source per row: the JSON carries each row's (since_source).
+        out.append("(since: proven without a gap -- the latest of the rollout's success "
+                   "and every cluster's healthySince; a promotion's soak counts from it)")
     for env, error in status.errors:
         out.append(f"! {env}: could not be read: {safe(error, 500)}")
     held = [r for r in status.rows if r.held]
@@ -92,7 +97,7 @@ def text(status: Status, *, clusters: bool = False) -> str:
              "last error"],
             [[safe(c.service), r.environment, safe(c.cluster), _short(c.pinned),
               _short(c.running), "yes" if c.proven else f"no ({c.why})",
-              _at(r.since) if c.proven else "-", safe(c.last_error or "-", 120)]
+              _at(c.healthy_since) if c.proven else "-", safe(c.last_error or "-", 120)]
              for r in status.rows for c in r.clusters])]
     return "\n".join(out) + "\n"
 
@@ -103,6 +108,7 @@ def document(status: Status) -> dict[str, Any]:
             "service": r.service, "environment": r.environment, "pinned": r.pinned,
             "tag": r.tag, "proof": r.proof.value, "proven_clusters": r.proven,
             "expected_clusters": r.expected, "since": r.since,
+            "since_source": None if r.since_source is None else safe(r.since_source, 600),
             "reasons": [safe(x, 600) for x in r.reasons],
             "held": None if r.held is None else safe(r.held, 600),
             "refused": [safe(b, 600) for b in r.refused],
@@ -114,6 +120,7 @@ def document(status: Status) -> dict[str, Any]:
             "clusters": [{"cluster": c.cluster, "pinned": c.pinned, "running": c.running,
                           "proven": c.proven, "why": c.why,
                           "since": r.since if c.proven else None,
+                          "healthy_since": c.healthy_since,
                           "last_error": safe(c.last_error, 600) if c.last_error else None}
                          for c in r.clusters],
         }

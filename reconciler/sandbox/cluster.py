@@ -15,6 +15,15 @@ gateway routes and swaps them in after the cluster's delay; each app's status ca
 [ext] ``routes``, the routes in effect here that the app owns (so the batch route carries
 them too), and the ``route-stuck`` fault keeps an old route table.
 
+[ext] ``runtime.healthySince`` (docs/extensions.md §6): since when (ms) this cluster has
+run the record's ``resolvedDigest`` with every replica healthy, without a gap. It starts
+when a rollout is applied here (a new rollout or digest; an egress change keeps it), and
+again after any stretch in which the cluster was not seen healthy: the ``down`` and
+``blackhole`` faults (an outage nobody observed), the ``failed`` fault (replicas
+unhealthy; no ``healthySince`` is said meanwhile), and this process's own start (whatever
+ran before it, nobody here watched). The end of such a stretch moves the runtime revision,
+so a conditional read never keeps the old statement.
+
 The deployer's work per tick is proportional to what changed, not to the fleet: a full
 pass over every app runs only when the desired state, the allow-list or a fault that
 changes the runtime view moved; otherwise only the apps due to converge are looked at, and
@@ -60,6 +69,9 @@ SYNC_INTERVAL_S = 0.1
 #: several ticks, so no call keeps the control plane busy for seconds.
 REPORTS_PER_SYNC = 500
 SYNC_TIMEOUT_S = 30.0
+#: Faults during which this cluster was not seen running healthily: when one lifts,
+#: ``healthySince`` restarts (see the module).
+GAP_FAULTS = ("down", "blackhole", "failed")
 ANSI_ERROR = ("\x1b[31;1mERROR\x1b[0m image pull failed\r\n\x1b[2K\x1b]0;owned\x07"
               "\x1b[?25l\x1b[1A\x1b[Hdeploy \x1b[32mOK\x1b[0m\x08\x08\x00\u202e\x9b31m done")
 
@@ -173,6 +185,10 @@ class Cluster:
         self.synced = threading.Event()
         self._cp_ctx = serving.client_context(self.state_dir / pki.CA_FILE)
         self._cp: http.client.HTTPSConnection | None = None
+        #: [ext] the end of the last stretch nobody saw healthy (``GAP_FAULTS``, or this
+        #: process's start): no app's ``healthySince`` is earlier.
+        self.recovered_at = store.now_ms()
+        self._in_gap = False
 
     # -- audit ----------------------------------------------------------------------
 
@@ -214,6 +230,19 @@ class Cluster:
                 if attempt == 2:
                     raise
         raise OSError("unreachable")
+
+    def note_gaps(self) -> None:
+        """Restart every ``healthySince`` when a ``GAP_FAULTS`` fault has just lifted
+        (called by the main loop, and before a status route answers)."""
+        gap = any(self.faults.get(k) is not None for k in GAP_FAULTS)
+        with self.lock:
+            if gap == self._in_gap:
+                return
+            self._in_gap = gap
+            if not gap:
+                self.recovered_at = store.now_ms()
+            self.revision += 1
+            self._encoded.clear()
 
     def view_faults(self) -> str:
         """The faults that change what the status routes show (and the reports say)."""
@@ -479,6 +508,9 @@ class Cluster:
                 " deployer refused the image (stale attestation)")
             new["_stuckOn"] = plan["rolloutId"]
         else:
+            same = record is not None and record.get("rolloutId") == plan["rolloutId"] \
+                and record.get("resolvedDigest") == plan["requestedDigest"] \
+                and not record.get("_stuckOn")
             new = {
                 "serviceId": want["serviceId"],
                 "image": plan["digestPinnedImageReference"],
@@ -490,6 +522,9 @@ class Cluster:
                 "rolloutGeneration": plan["rolloutGeneration"],
                 "replicaCounts": {"required": required, "observed": required,
                                   "healthy": required, "verified": required, "failed": 0},
+                # [ext] a new rollout starts the clock; an egress change keeps it
+                "_healthySince": record.get("_healthySince", store.now_ms())
+                if same and record is not None else store.now_ms(),
             }
         new["egress"] = egress
         new["egressDropped"] = dropped
@@ -515,6 +550,9 @@ class Cluster:
             view["lastError"] = ("container exited with code 137 (OOMKilled); "
                                  f"0/{required} replicas healthy, restarting in 30s")
             view["replicaCounts"].update(healthy=0, verified=0, failed=required)
+        else:
+            view["healthySince"] = max(int(record.get("_healthySince") or 0),
+                                       self.recovered_at)
         if self.faults.get("ansi") is not None:
             view["lastError"] = ANSI_ERROR
         view["rolloutId"] = record.get("rolloutId")
@@ -688,6 +726,7 @@ class Handler(serving.JsonHandler):
         if not self._prelude():
             return
         cluster = self.server.cluster
+        cluster.note_gaps()
         path, _, query = self.path.partition("?")
         if path == HEALTH_PATH:
             self._reply(200, cluster.health())
@@ -830,6 +869,7 @@ def main(argv: list[str] | None = None) -> int:
     serving.say_ready(f"{args.address}:{args.port}")
     listening = True
     while True:
+        cluster.note_gaps()
         down = cluster.faults.get("down") is not None
         if down and listening:
             server.shutdown()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -51,6 +52,19 @@ def eligible_at(message: str) -> float:
     assert found, message
     return datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S").replace(
         tzinfo=UTC).timestamp()
+
+
+def wait_until_soaked(repo: PipelineRepo, env: str = "prod") -> None:
+    """Wait on the clock the product reads: until the eligible time the plan's own
+    ``not_soaked`` blocker names (shown to the second, so one second more), then once
+    more while it still names one."""
+    for _ in range(3):
+        _, plan = plan_json(repo, env)
+        soaking = blockers(plan, "not_soaked")
+        if not soaking:
+            return
+        time.sleep(max(0.0, eligible_at(str(soaking[0]["message"])) + 1.0 - time.time()))
+    raise AssertionError(f"still not soaked: {soaking}")
 
 
 def test_prod_waits_for_the_soak_on_staging_then_goes(two: PipelineRepo) -> None:
@@ -115,6 +129,7 @@ def test_a_staging_cluster_on_the_old_digest_is_named_though_staging_says_succee
     two.write_pipeline(soak="1s")
     two.commit("soak 1s")
     apply(two, "staging")
+    wait_until_soaked(two)  # the second of soak is the product's clock, not assumed
     code, _ = plan_json(two, "prod")
     assert code == Exit.CHANGES  # proven and soaked: GO
     tamper_runtime(two.staging, "sn2", "checkout", resolvedDigest=OLD)
@@ -126,3 +141,57 @@ def test_a_staging_cluster_on_the_old_digest_is_named_though_staging_says_succee
     assert unproven["cluster"] == "sn2"
     assert f"sn2: runs {OLD}" in str(unproven["message"])
     assert not blockers(plan, "not_soaked")
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def test_a_staging_cluster_outage_mid_soak_restarts_the_clock_and_promote_refuses(
+        two: PipelineRepo) -> None:
+    """Issue 31: sn2 down for most of the soak. Once it is back, staging proves the digest
+    again -- but only since sn2 came back: ``promote --commit`` refuses (not soaked,
+    eligible a soak after sn2's return, naming sn2's healthySince) and writes nothing;
+    after that soak it commits, and the sentence in the commit says whose time it is."""
+    two.write_pipeline(soak="20s")
+    two.pin("prod", OLD, "v2.3.0")  # commits the pipeline too: prod pins what it runs
+    apply(two, "staging")
+    dry = ("promote", "checkout", "--to", "prod", "-C", str(two.path), "--dry-run")
+    soaking = two.run(*dry)
+    assert soaking.code == Exit.REFUSED_NO_GO, soaking.out + soaking.err
+    assert "not_soaked" in soaking.err and "control plane's rollout success" in soaking.err
+    first = eligible_at(soaking.err)
+
+    two.staging.fault("sn2", "down")
+    # Down past the end of the soak the control plane's success alone would give.
+    time.sleep(max(0.0, first + 1.5 - time.time()))
+    unproven = two.run(*dry)
+    assert unproven.code == Exit.REFUSED_NO_GO, unproven.out + unproven.err
+    assert "not_proven_upstream" in unproven.err and "sn2" in unproven.err, unproven.err
+    two.staging.fault("sn2", "down", on=False)
+    back = time.time()
+
+    before = two.service_file("prod").read_bytes()
+    head = git(two.path, "rev-parse", "HEAD")
+    refused = two.run("promote", "checkout", "--to", "prod", "-C", str(two.path), "--commit")
+    assert refused.code == Exit.REFUSED_NO_GO, refused.out + refused.err
+    assert "not_soaked" in refused.err and "sn2 the latest" in refused.err, refused.err
+    again = eligible_at(refused.err)
+    assert again >= first + 1  # not the old eligible time, which has passed
+    assert back - 2 <= again - 20 <= time.time()  # a soak after sn2 came back
+    assert two.service_file("prod").read_bytes() == before
+    assert git(two.path, "rev-parse", "HEAD") == head
+    assert git(two.path, "status", "--porcelain") == ""
+
+    time.sleep(max(0.0, again + 1.0 - time.time()))
+    done = two.run("promote", "checkout", "--to", "prod", "-C", str(two.path), "--commit")
+    assert done.code == Exit.OK, done.out + done.err
+    message = git(two.path, "log", "-1", "--format=%B")
+    found = re.search(r"proven on staging clusters sn1, sn2, sn3 since "
+                      r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)Z by every cluster's healthySince "
+                      r"\(sn2 the latest\) \(soak 20s\)", message)
+    assert found, message
+    since = datetime.strptime(found.group(1), "%Y-%m-%dT%H:%M:%S").replace(
+        tzinfo=UTC).timestamp()
+    assert back - 2 <= since <= back + 1  # true: sn2 has run it healthily since then

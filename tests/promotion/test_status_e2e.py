@@ -50,6 +50,11 @@ def test_status_shows_each_environment_the_next_promotion_and_each_cluster(
     assert nxt["digest"] == NEW and not nxt["ready"]
     assert nxt["blockers"][0].startswith("not_soaked: checkout:")
     assert nxt["eligible_at"] >= staging["since"] + 3_600_000 - 1000
+    # The since a promotion is soaked by, on whose word: the same clock as the gate's.
+    assert staging["since_source"].startswith("by ")
+    said = [c["healthy_since"] for c in staging["clusters"]]
+    assert all(isinstance(t, int) for t in said) and staging["since"] >= max(said)
+    assert "proven on staging" in nxt["blockers"][0] and "(since " in nxt["blockers"][0]
     sn3 = next(c for c in prod["clusters"] if c["cluster"] == "sn3")
     assert sn3["running"] == OLD and sn3["proven"] and sn3["last_error"] == "disk full"
 

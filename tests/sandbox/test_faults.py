@@ -218,3 +218,28 @@ def test_unknown_fault_is_refused(sandbox: Sandbox) -> None:
         sandbox.fault("sn1", "5xx")
     with pytest.raises(SandboxError):
         sandbox.fault("sn9", "down")
+
+
+def test_healthy_since_restarts_after_an_outage_and_while_unhealthy_is_not_said(
+        sandbox: Sandbox, mesh: MeshClient) -> None:
+    """[ext] runtime.healthySince (docs/extensions.md §6): an outage is a gap nobody
+    observed, so after ``down`` lifts the cluster is healthy since it came back; while
+    ``failed`` lasts it says no time, and after it, the time it recovered."""
+    before = mesh.status("sn2", "checkout").json()["runtime"]["healthySince"]
+    other = mesh.status("sn1", "checkout").json()["runtime"]["healthySince"]
+    assert isinstance(before, int) and 0 < before <= time.time() * 1000
+    sandbox.fault("sn2", "down")
+    time.sleep(0.3)
+    lifted = time.time() * 1000
+    sandbox.fault("sn2", "down", on=False)
+    fresh = MeshClient(sandbox)
+    wait_for(lambda: _answers(fresh, "sn2"))
+    back = fresh.status("sn2", "checkout").json()["runtime"]["healthySince"]
+    assert back >= lifted > before
+    assert fresh.status("sn1", "checkout").json()["runtime"]["healthySince"] == other
+    sandbox.fault("sn2", "failed")
+    assert "healthySince" not in fresh.status("sn2", "checkout").json()["runtime"]
+    healed = time.time() * 1000
+    sandbox.fault("sn2", "failed", on=False)
+    assert fresh.status("sn2", "checkout").json()["runtime"]["healthySince"] >= healed
+    fresh.close()

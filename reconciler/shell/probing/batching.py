@@ -46,7 +46,7 @@ from reconciler.shell.probing.parsing import (
     Malformed,
     Shared,
     parse_batch_page,
-    parse_status,
+    read_status,
 )
 
 #: Apps asked per page (a server may answer fewer: it follows with a cursor).
@@ -223,10 +223,11 @@ class BatchReader:
                     continue
                 listed.add(app)
                 try:
+                    runtime, since = read_status(app, status, shared)
                     observation = Observation(cluster_id=cluster, address=address,
                                               kind=ObservationKind.ANSWERED,
-                                              runtime=parse_status(app, status, shared),
-                                              observed_at=arrived)
+                                              runtime=runtime, observed_at=arrived,
+                                              healthy_since=since)
                 except Malformed as exc:
                     observation = self._silent(cluster, address,
                                                f"batch status entry: {exc.reason}", arrived)

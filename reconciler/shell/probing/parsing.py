@@ -21,12 +21,19 @@ decoding and the conversion happen once per distinct text), else the wire model 
 models); the conversion is a pure function of either, so a body seen before yields
 exactly what converting it again would.
 
+[ext] ``runtime.healthySince`` (docs/extensions.md §6) is the one field that differs from
+cluster to cluster where the rest of a status is the same (each cluster says since when
+*it* has run the digest healthily). It is returned beside the runtime, for the
+observation, not inside the shared value; and on the fast path the text is keyed without
+it (``_split_healthy``), so ten clusters' statuses still decode once.
+
 Pure: parses bytes and values handed to it; no I/O.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
@@ -79,6 +86,7 @@ class RuntimeWire(WireModel):
     resolved_digest: str | None = None
     rollout_id: str | None = None
     rollout_generation: int | None = None
+    healthy_since: int | None = None  # [ext] docs/extensions.md §6
     replica_counts: CountsWire | None = None
     egress: tuple[EgressWire, ...] | None = None
     egress_dropped: tuple[EgressWire, ...] | None = None
@@ -194,29 +202,105 @@ class Shared:
 # -- an app's status --------------------------------------------------------------------------
 
 
+#: A status as read: the (shared) runtime, and the cluster's own [ext] ``healthySince``.
+Parsed = tuple[ClusterRuntime, int | None]
+
+
 def parse_status(app_id: str, body: Any, shared: Shared | None = None) -> ClusterRuntime:
     """One app's status body (a decoded JSON value, a ``StatusWire`` already decoded, or
     its JSON text as ``bytes``); ``Malformed`` when it is not one, or is another app's.
     With ``shared``, an equal body converted before in this pass gives the same value."""
+    return read_status(app_id, body, shared)[0]
+
+
+def read_status(app_id: str, body: Any, shared: Shared | None = None) -> Parsed:
+    """``parse_status``, and the cluster's [ext] ``runtime.healthySince`` beside it."""
     if isinstance(body, bytes):
         return _runtime_of_text(app_id, body, shared)
     status = body if isinstance(body, StatusWire) else _status_wire(body)
-    return _runtime_of(app_id, status, shared)
+    return _runtime_of(app_id, status, shared), _since(status)
 
 
-def _runtime_of_text(app_id: str, content: bytes, shared: Shared | None) -> ClusterRuntime:
+class _HealthyRuntime(msgspec.Struct, gc=False, rename="camel"):
+    healthy_since: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _Healthy(msgspec.Struct, gc=False):
+    """Only ``runtime.healthySince``, as its JSON text; every other field skipped."""
+
+    runtime: _HealthyRuntime | None = None
+
+
+_HEALTHY = msgspec.json.Decoder(_Healthy)
+_HEALTHY_KEY = b'"healthySince":'
+
+
+_DIGITS = re.compile(rb"[0-9]{1,16}")
+
+
+def _split_healthy(content: bytes) -> tuple[bytes, int, int] | None:
+    """``content`` without its one ``"healthySince":<digits>`` member, that member's
+    value, and where it was: the text two clusters send alike when only their
+    ``healthySince`` differs. None when it cannot be cut out exactly -- named more than
+    once, not a plain run of digits, not written compactly -- and the whole text is
+    decoded instead (the wire models then read the field, and word what is wrong with
+    it). Whether the member cut is ``runtime``'s is asked apart (``_is_runtime_s``),
+    once per distinct remainder."""
+    at = content.find(_HEALTHY_KEY)
+    if at <= 0 or content.rfind(_HEALTHY_KEY) != at:
+        return None
+    digits = _DIGITS.match(content, at + len(_HEALTHY_KEY))
+    if digits is None:
+        return None
+    end = digits.end()
+    before, after = content[at - 1:at], content[end:end + 1]
+    if before == b"," and after in (b",", b"}"):
+        return content[:at - 1] + content[end:], int(digits.group()), at
+    if before == b"{" and after == b",":
+        return content[:at] + content[end + 1:], int(digits.group()), at
+    if before == b"{" and after == b"}":
+        return content[:at] + content[end:], int(digits.group()), at
+    return None
+
+
+def _is_runtime_s(content: bytes, since: int) -> bool:
+    """Whether the one ``healthySince`` member ``_split_healthy`` cut from ``content`` is
+    ``runtime.healthySince`` (not a key of another object). Texts with the same remainder
+    and the same cut position differ only in those digits, so share the answer."""
+    try:
+        found = _HEALTHY.decode(content).runtime
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
+    return found is not None and bytes(found.healthy_since) == str(since).encode()
+
+
+def _runtime_of_text(app_id: str, content: bytes, shared: Shared | None) -> Parsed:
     """A status body's JSON text: with ``shared``, decoded and converted once per distinct
     text in the pass (the text is the key: equal bytes decode to equal models, and a
     ``bytes`` key hashes once and compares with ``memcmp``, where a model compares field
-    by field). Which app it answers for is checked for every caller."""
+    by field), ``healthySince`` cut out first (``_split_healthy``). Which app it answers
+    for is checked for every caller."""
     if shared is None:
-        return parse_status_json(app_id, content)
-    status = shared.get("status-text", content, _status_or_error)
+        return read_status_json(app_id, content)
+    split = _split_healthy(content)
+    if split is not None:
+        cut, said, at = split
+        if not shared.get("healthy-at", (cut, at), lambda _: _is_runtime_s(content, said)):
+            split = None
+    # Not cut out: the whole text is the key, its healthySince read by the wire models.
+    key, since = (split[0], split[1]) if split is not None else (content, None)
+    status = shared.get("status-text", key, _status_or_error)
     if isinstance(status, Malformed):
         raise Malformed(status.reason)
     if status.app_id is not None and status.app_id != app_id:
         raise Malformed(f"answered for another app ({safe(status.app_id, 80)})")
-    return shared.get("runtime-text", content, lambda _: _convert(status, shared))
+    wire = status
+    runtime = shared.get("runtime-text", key, lambda _: _convert(wire, shared))
+    return runtime, since if split is not None else _since(status)
+
+
+def _since(status: StatusWire) -> int | None:
+    return status.runtime.healthy_since if status.runtime is not None else None
 
 
 def _status_or_error(content: bytes) -> StatusWire | Malformed:
@@ -229,11 +313,17 @@ def _status_or_error(content: bytes) -> StatusWire | Malformed:
 def parse_status_json(app_id: str, content: bytes, shared: Shared | None = None,
                       ) -> ClusterRuntime:
     """One app's status reply, decoded from its bytes straight into the wire model."""
+    return read_status_json(app_id, content, shared)[0]
+
+
+def read_status_json(app_id: str, content: bytes, shared: Shared | None = None,
+                     ) -> Parsed:
+    """``parse_status_json``, and the cluster's [ext] ``runtime.healthySince`` beside it."""
     try:
         status = decode(StatusWire, content)
     except ValidationError as exc:
         raise _malformed_status(exc, content) from exc
-    return _runtime_of(app_id, status, shared)
+    return _runtime_of(app_id, status, shared), _since(status)
 
 
 def _status_wire(body: Any) -> StatusWire:
@@ -262,6 +352,10 @@ def _runtime_of(app_id: str, status: StatusWire, shared: Shared | None) -> Clust
         raise Malformed(f"answered for another app ({safe(status.app_id, 80)})")
     if shared is None:
         return _convert(status, None)
+    if status.runtime is not None and status.runtime.healthy_since is not None:
+        # Keyed without it: the runtime value does not carry it (see the module).
+        status = status.model_copy(update={"runtime": status.runtime.model_copy(
+            update={"healthy_since": None})})
     return shared.get("status", status, lambda wire: _convert(wire, shared))
 
 

@@ -16,7 +16,7 @@ from urllib.parse import quote
 from reconciler.core.live import ClusterRuntime, Observation, ObservationKind
 from reconciler.shell.probing.authenticating import Authenticator
 from reconciler.shell.probing.dialing import Dialer, Silent, now_ms
-from reconciler.shell.probing.parsing import Malformed, Shared, parse_status_json
+from reconciler.shell.probing.parsing import Malformed, Shared, read_status_json
 
 STATUS_PATH: Final = "/host/api/v3/baas/deployment/apps/{app_id}/status"
 
@@ -33,16 +33,16 @@ class Reader:
         """One app on one cluster: what it said, or why it said nothing (``shared``: the
         pass's parsed values, see ``parsing.Shared``)."""
         try:
-            kind, runtime = await self._status(app_id, address, shared)
+            kind, runtime, since = await self._status(app_id, address, shared)
         except Silent as exc:
             return Observation(cluster_id=cluster, address=address,
                                kind=ObservationKind.SILENT, reason=exc.reason,
                                observed_at=now_ms())
         return Observation(cluster_id=cluster, address=address, kind=kind, runtime=runtime,
-                           observed_at=now_ms())
+                           observed_at=now_ms(), healthy_since=since)
 
     async def _status(self, app_id: str, address: str, shared: Shared | None,
-                      ) -> tuple[ObservationKind, ClusterRuntime | None]:
+                      ) -> tuple[ObservationKind, ClusterRuntime | None, int | None]:
         path = STATUS_PATH.format(app_id=quote(app_id, safe=""))
         token, reused = await self._auth.token(address)
         response = await self._dialer.request(address, "GET", path, bearer=token)
@@ -53,11 +53,11 @@ class Reader:
         if response.status_code == 401:
             raise Silent("auth: status read HTTP 401 with a freshly minted token")
         if response.status_code == 404:
-            return ObservationKind.NO_RECORD, None
+            return ObservationKind.NO_RECORD, None, None
         if response.status_code != 200:
             raise Silent(f"status read HTTP {response.status_code}")
         try:
-            return ObservationKind.ANSWERED, parse_status_json(app_id, response.content,
-                                                             shared)
+            runtime, since = read_status_json(app_id, response.content, shared)
+            return ObservationKind.ANSWERED, runtime, since
         except Malformed as exc:
             raise Silent(exc.reason) from exc
