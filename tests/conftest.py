@@ -7,7 +7,7 @@ starts sandboxes with custom options (``launcher.start`` keywords) and stops the
 A test that uses a fixture starting real processes (a sandbox, etcd, the Node server) is
 marked ``integration`` here, whatever its module says, so that ``make check``
 (``-m "not integration and not node"``) can never start one. Tests that start a
-``reconcile`` process themselves carry the mark in their module (``pytestmark``).
+``reconcile`` (or tool) process themselves carry the mark on the test or module.
 """
 
 from __future__ import annotations
