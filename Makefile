@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-environments demo-shards test lint bench clean schemas
+.PHONY: demo demo-environments demo-shards test check lint bench clean schemas
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,14 @@ demo-shards: $(STAMP)
 
 test: $(STAMP) node-deps
 	$(PY) -m pytest -q -n 2 --dist loadgroup
+
+# The fast lane, for every edit: lint, then the tests that start no process of their own
+# (no sandbox, etcd or Node server -- tests/conftest.py marks those `integration` -- and no
+# `reconcile` or tool process: those are marked `integration` where they are defined).
+# The two 10,000-service checks (`scale`) are left out too: together they took over four
+# minutes of one worker on a loaded machine. `make test` runs everything, these included.
+check: lint
+	$(PY) -m pytest -q -n 2 -m "not integration and not node and not scale"
 
 # Node.js side of the interop tests (tests/interop): the real @api.global/typedrequest, installed
 # exactly from the committed lock file; reinstalled when the lock file is newer than node_modules.

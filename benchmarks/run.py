@@ -25,6 +25,8 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("start: --version, plan --help, completion beside python -c pass, median of 10",
      ["benchmarks.start_bench"]),
     ("validate: 5,000 services + 500 grants vs check-jsonschema", ["benchmarks.validate_bench"]),
+    ("sandbox start and stop: control plane + 3 clusters, median of 10",
+     ["benchmarks.sandbox_start_bench"]),
     ("sandbox load floor: 50 clients", ["benchmarks.sandbox_load"]),
     ("live snapshot: 2,000 services × 3 clusters, 20 ms replies", ["benchmarks.snapshot_bench"]),
     ("plan: 2,000 services × 3 clusters, 20 ms replies", ["benchmarks.plan_bench"]),

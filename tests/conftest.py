@@ -3,6 +3,11 @@
 ``sandbox`` starts one with the default seed on free ports in ``tmp_path`` and a short
 convergence delay, and stops it at teardown even when the test fails. ``sandbox_factory``
 starts sandboxes with custom options (``launcher.start`` keywords) and stops them all.
+
+A test that uses a fixture starting real processes (a sandbox, etcd, the Node server) is
+marked ``integration`` here, whatever its module says, so that ``make check``
+(``-m "not integration and not node"``) can never start one. Tests that start a
+``reconcile`` (or tool) process themselves carry the mark on the test or module.
 """
 
 from __future__ import annotations
@@ -18,6 +23,17 @@ from reconciler.sandbox import launcher
 from reconciler.sandbox.launcher import Sandbox
 
 TEST_CONVERGE_DELAY_MS = 200
+
+#: Fixtures that start real processes: a test using any of them (directly or through
+#: another fixture) is an integration test.
+PROCESS_FIXTURES = frozenset({"sandbox", "sandbox_factory", "etcd", "node_server",
+                              "node_tls_server", "run_node_client"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture

@@ -161,6 +161,7 @@ def _apply_on_merge(fleet: Fleet, tmp: Path, merged: str) -> Runner:
     return runner
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_a_pull_request_ends_with_a_comment_and_an_uploaded_plan(
         fleet: Fleet, tmp_path: Path) -> None:
     base, head, preview = _open_pr(fleet)
@@ -178,6 +179,7 @@ def test_a_pull_request_ends_with_a_comment_and_an_uploaded_plan(
     assert "## reconcile plan" in runner.summary.read_text()
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_the_merge_applies_the_reviewed_plan_and_converges(fleet: Fleet, tmp_path: Path) -> None:
     """main moves to exactly the reviewed commit: the steps find, download and apply it."""
     base, head, preview = _open_pr(fleet)
@@ -189,6 +191,7 @@ def test_the_merge_applies_the_reviewed_plan_and_converges(fleet: Fleet, tmp_pat
     _assert_converged(fleet, runner)
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_a_real_merge_commit_applies_the_plan_reviewed_on_the_preview(
         fleet: Fleet, tmp_path: Path) -> None:
     base, head, preview = _open_pr(fleet)
@@ -200,6 +203,7 @@ def test_a_real_merge_commit_applies_the_plan_reviewed_on_the_preview(
     _assert_converged(fleet, runner)
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_a_merge_that_changes_the_desired_state_stops_for_review(
         fleet: Fleet, tmp_path: Path) -> None:
     base, head, preview = _open_pr(fleet)
@@ -217,6 +221,7 @@ def test_a_merge_that_changes_the_desired_state_stops_for_review(
     assert "## reconcile plan" in runner.summary.read_text()
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_a_push_without_a_reviewed_plan_applies_nothing(fleet: Fleet, tmp_path: Path) -> None:
     service = fleet.work / "desired-state" / "services" / "search.yaml"
     _add_egress(service)
@@ -249,6 +254,7 @@ def _assert_converged(fleet: Fleet, runner: Runner) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_a_read_only_token_puts_the_comment_in_the_job_summary(
         fleet: Fleet, tmp_path: Path) -> None:
     """A fork's pull request: GitHub hands the job a read-only token. The comment step

@@ -133,6 +133,7 @@ def test_an_unknown_shell_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
 
 # --- sandbox up --print-env -------------------------------------------------------------------
 
+@pytest.mark.integration  # starts a process of its own
 def test_sandbox_up_print_env_is_only_what_eval_takes(tmp_path: Path) -> None:
     bash = shutil.which("bash")
     if bash is None:

@@ -165,6 +165,7 @@ def run_in(repo: Repo, cwd: Path, *args: str) -> subprocess.CompletedProcess[str
                           stdin=subprocess.DEVNULL)
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_plan_from_three_depths(tmp_path: Path, sandbox: Sandbox) -> None:
     repo = make_repo(tmp_path, sandbox)
     (repo.path / "services" / "deep").mkdir()

@@ -108,11 +108,13 @@ def throwaway(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_the_copied_contracts_pass_on_a_clean_throwaway_package(throwaway: Path) -> None:
     result = lint_imports(throwaway)
     assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-4000:]
 
 
+@pytest.mark.integration  # starts a process of its own
 @pytest.mark.parametrize(
     ("module", "source", "broken"),
     [

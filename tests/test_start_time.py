@@ -39,6 +39,7 @@ def heavy_in(modules: list[str]) -> list[str]:
     return [m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY)]
 
 
+@pytest.mark.integration  # starts a process of its own
 @pytest.mark.parametrize("argv", [("--version",), ("--help",), ("plan", "--help"),
                                   ("completion", "bash"), ("sandbox", "up", "--help")])
 def test_building_the_parser_loads_nothing_a_command_needs_only_to_run(
@@ -48,6 +49,7 @@ def test_building_the_parser_loads_nothing_a_command_needs_only_to_run(
     assert heavy_in(modules) == []
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_the_probe_sees_what_a_command_loads_when_it_runs() -> None:
     # The same probe on a command that runs: the planner does load, so an empty list
     # above means the parser did not load it, not that the probe cannot see it.

@@ -216,6 +216,7 @@ def _history(repo: Repo) -> dict[str, Any]:
     return dict(json.loads(proc.stdout))
 
 
+@pytest.mark.integration  # starts a process of its own
 @pytest.mark.integration
 def test_history_after_a_refused_a_converged_and_a_failed_apply(
         repo_factory: Callable[..., Repo], sandbox: Sandbox) -> None:

@@ -84,6 +84,7 @@ def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
                           stdin=subprocess.DEVNULL)
 
 
+@pytest.mark.integration  # starts a process of its own
 @pytest.mark.parametrize("make", [_fifo, _zero])
 def test_history_names_the_file_and_exits_1(tmp_path: Path, make: object) -> None:
     path = make(tmp_path / "journal.jsonl")  # type: ignore[operator]

@@ -168,6 +168,7 @@ def test_a_failed_result_line_keeps_the_outcome_known_to_the_run(
     assert change.idempotency_key in line and change.service in line and "applied" in line
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_under_a_real_file_size_limit_the_kernel_tears_the_write(tmp_path: Path) -> None:
     """RLIMIT_FSIZE: the kernel writes what fits, then refuses (SIGXFSZ ignored, as a
     process that must report the failure would). The journal raises, and leaves the file

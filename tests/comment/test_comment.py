@@ -276,6 +276,7 @@ def test_token_in_no_exception(standin: StandIn) -> None:
     assert "cannot reach GitHub" in str(down.value)
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_token_in_no_output_of_the_real_process(standin: StandIn, planfile: Path,
                                                 tmp_path: Path) -> None:
     env = {**os.environ, "GITHUB_API_URL": standin.api_url, "GITHUB_REPOSITORY": "acme/fleet",

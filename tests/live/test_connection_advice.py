@@ -50,6 +50,7 @@ def test_http_against_the_https_control_plane_says_use_https_once(
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.integration  # starts a process of its own
 @pytest.mark.integration
 def test_a_certificate_that_does_not_verify_names_the_ca_and_where_it_was_set(
         repo: Repo, sandbox: Sandbox, tmp_path: Path) -> None:

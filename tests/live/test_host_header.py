@@ -85,8 +85,11 @@ def test_host_is_the_gateway_name_without_the_port(
     assert port != 443  # the case where a ":port" used to be added
 
     async def go() -> Any:
+        # A real TLS handshake with a server thread: the fakes' 1 s probe timeout ran out
+        # on a loaded machine; this test is about the Host header, not the timeout.
         conn = connection(gateway=gateway.lower(), mesh_port=port, mesh_ca=ca,
-                          static_addresses=("127.0.0.1",), settings_clusters=("sn1",))
+                          static_addresses=("127.0.0.1",), settings_clusters=("sn1",),
+                          probe_timeout=30.0)
         async with Prober(conn, signer_key=signer_pem()) as prober:
             return await prober.resolve()
 

@@ -113,6 +113,7 @@ def run(repo: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
                           stdin=subprocess.DEVNULL)
 
 
+@pytest.mark.integration  # starts a process of its own
 @pytest.mark.parametrize("via", ["flag", "env"])
 def test_plan_refuses_clear_text_beyond_loopback_and_sends_nothing(
         repo: Path, listener: Listener, via: str) -> None:
@@ -128,6 +129,7 @@ def test_plan_refuses_clear_text_beyond_loopback_and_sends_nothing(
     assert listener.received == []  # not one connection
 
 
+@pytest.mark.integration  # starts a process of its own
 @pytest.mark.parametrize("allow", [("--allow-insecure-http",), ()])
 def test_an_explicit_allow_lets_it_through(repo: Path, listener: Listener,
                                            allow: tuple[str, ...]) -> None:
@@ -138,6 +140,7 @@ def test_an_explicit_allow_lets_it_through(repo: Path, listener: Listener,
     assert any(TOKEN.encode() in chunk for chunk in listener.received), listener.received
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_config_names_the_refusal_and_the_allow(repo: Path, listener: Listener) -> None:
     done = run(repo, "config", RECONCILE_CONTROL_PLANE_URL=listener.url)
     assert done.returncode == Exit.ERROR

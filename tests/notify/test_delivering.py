@@ -157,7 +157,9 @@ def test_drain_is_bounded_whatever_the_receiver_does(tmp_path: Path) -> None:
     assert notifier is not None
     started = time.monotonic()
     run_notifier(notifier, (plan(changes=(change("checkout"),)), None))
-    assert time.monotonic() - started < 3
+    # Unbounded, ten attempts 5 s apart take 45 s; the drain is 0.5 s. 15 s tells the two
+    # apart on a loaded machine too.
+    assert time.monotonic() - started < 15
 
 
 def test_a_receiver_that_trickles_its_answer_is_cut_off_at_the_request_deadline(

@@ -278,6 +278,7 @@ def fleet() -> Plan:
     return fleet_plan(10_000)
 
 
+@pytest.mark.scale  # minutes of CPU: make test runs it, make check leaves it out
 def test_a_10000_service_plan_splits_into_sound_parts_dropping_nothing(fleet: Plan) -> None:
     parts = markdown.render_parts(fleet, content_digest="sha256:0")
     assert len(parts) > 1

@@ -187,6 +187,7 @@ def test_a_clean_plan_renders_as_before_through_the_safe_view() -> None:
 # --- the CLI, end to end ------------------------------------------------------------
 
 
+@pytest.mark.integration  # starts a process of its own
 @pytest.mark.parametrize("fmt", ["text", "markdown", "json"])
 def test_show_of_a_hostile_saved_plan_prints_no_control(tmp_path: Path, fmt: str) -> None:
     for index, hostile in enumerate(_plans()):

@@ -62,6 +62,7 @@ def _max_rss_kb(*args: str) -> tuple[int, str]:
     return int(done.stdout.strip()), done.stderr
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_plan_reads_no_more_of_a_huge_committed_file_than_validate(tmp_path: Path) -> None:
     assert loading.MAX_FILE_BYTES < 2 << 20
     root = _repo(tmp_path, 80 << 20)

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.e2e_repo import EXAMPLES, PROJECT, git
 
 PIPELINE_EXAMPLE = EXAMPLES.parent / "environments"
@@ -26,6 +28,7 @@ def config(repo: Path, env_name: str, **extra: str) -> dict[str, dict[str, objec
     return values
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_config_names_each_environments_own_journal(tmp_path: Path) -> None:
     repo = tmp_path / "config"
     shutil.copytree(PIPELINE_EXAMPLE, repo)

@@ -64,6 +64,7 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_a_valid_pipeline_validates_every_environment(repo: Path) -> None:
     code, out, err = run("validate", str(repo))
     assert code == Exit.OK, out + err
@@ -72,6 +73,7 @@ def test_a_valid_pipeline_validates_every_environment(repo: Path) -> None:
     assert code == Exit.OK and "valid: 1 environment (prod)" in out
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_a_rule_that_does_not_compile_is_a_problem_at_its_line(repo: Path) -> None:
     (repo / "policies").mkdir()
     (repo / "policies" / "prod.yaml").write_text(POLICY)
@@ -87,6 +89,7 @@ def test_a_rule_that_does_not_compile_is_a_problem_at_its_line(repo: Path) -> No
     assert code == Exit.ERROR and "policies/prod.yaml:11:17" in out + err
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_pipeline_mistakes_name_file_and_line(repo: Path) -> None:
     (repo / "pipeline.yaml").write_text(PIPELINE.replace(
         "    path: environments/staging\n", "    path: environments/staging\n    soak: 1h\n")
@@ -117,6 +120,7 @@ def test_pipeline_mistakes_name_file_and_line(repo: Path) -> None:
     assert ("pipeline.yaml", 6, "environments[0].soak") in found, found
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_the_environment_is_chosen_by_flag_by_place_or_alone(repo: Path) -> None:
     assert environments.select(repo, "prod") is not None
     inside = environments.select(repo / "environments" / "staging" / "services", None)
@@ -131,6 +135,7 @@ def test_the_environment_is_chosen_by_flag_by_place_or_alone(repo: Path) -> None
     assert code == Exit.USAGE and "the pipeline has: staging, prod" in err
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_a_repo_without_a_pipeline_needs_no_env(tmp_path: Path) -> None:
     root = tmp_path / "single"
     shutil.copytree(EXAMPLES, root)
@@ -163,6 +168,7 @@ def test_rules_see_the_promotion_context(expression: str, ok: bool) -> None:
 EXAMPLES_ROOT = PROJECT / "examples"
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_the_shipped_examples_validate(tmp_path: Path) -> None:
     root = tmp_path / "environments"
     shutil.copytree(EXAMPLES_ROOT / "environments", root)

@@ -108,6 +108,7 @@ rules:
 """
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_validate_names_each_bad_rule_at_its_line(repo: Path) -> None:  # noqa: F811
     (repo / "policies").mkdir()
     (repo / "policies" / "prod.yaml").write_text(BAD.format(runaway=json.dumps(nested(9, "all"))))

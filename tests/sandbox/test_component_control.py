@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from reconciler.sandbox import launcher
 
@@ -36,6 +37,7 @@ def serves(sb: launcher.Sandbox) -> bool:
     return True
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_a_pid_reused_by_another_process_is_never_signalled(tmp_path: Path) -> None:
     state = tmp_path / "sb"
     up = run(state, "up", "--detach", "--port", "0", "--mesh-port", "0", "--clusters", "1")
@@ -63,6 +65,7 @@ def test_a_pid_reused_by_another_process_is_never_signalled(tmp_path: Path) -> N
             os.kill(real_sn1, signal.SIGTERM)
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_stop_and_start_one_component_for_an_outage_rehearsal(tmp_path: Path) -> None:
     state = tmp_path / "sb"
     up = run(state, "up", "--detach", "--port", "0", "--mesh-port", "0", "--clusters", "1")

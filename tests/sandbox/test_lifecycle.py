@@ -80,11 +80,15 @@ def test_children_die_with_their_parent(tmp_path: Path) -> None:
     wait_for(lambda: not any(launcher.alive(p) for p in pids), timeout=5)
 
 
-def test_start_is_fast(sandbox_factory: Callable[..., Sandbox]) -> None:
+def test_start_finishes(sandbox_factory: Callable[..., Sandbox]) -> None:
+    """A start returns once every process answers, and never hangs. How fast it is
+    (about 0.3 s idle) is measured by benchmarks/sandbox_start_bench.py, beside the
+    load: a wall-clock bound here failed on a machine loaded by other work. This bound
+    only catches a start that waits for something that never comes."""
     started = time.monotonic()
-    sandbox_factory()
-    # Idle, a start takes ~0.3 s; the bound leaves room for a loaded CI machine.
-    assert time.monotonic() - started < 3.0
+    sb = sandbox_factory()
+    assert time.monotonic() - started < 120.0
+    assert all(launcher.alive(sb.pid(name)) for name in ("control-plane", *sb.clusters))
 
 
 def test_cli_up_status_fault_push_down(tmp_path: Path) -> None:

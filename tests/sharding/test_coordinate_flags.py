@@ -66,6 +66,7 @@ def test_targets_list_endpoints_in_order_and_an_optional_group() -> None:
     assert parse_target("etcd://h:1").group is None
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_the_cli_refuses_a_bad_coordination_address_with_64(tmp_path: object) -> None:
     import subprocess
     import sys

@@ -29,6 +29,7 @@ def _no_tracer() -> Iterator[None]:
     tracing.reset()
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_off_by_default_and_nothing_imported() -> None:
     code = ("import sys\nfrom reconciler import engine\n"
             "from reconciler.shell import tracing, notifying\n"

@@ -101,6 +101,7 @@ def test_the_lexical_rule() -> None:
     assert not state_dir_is_inside("/abs")
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_reconcile_validate_refuses_it_naming_file_line_and_field(repo: Path) -> None:
     line = set_state_dir(repo, "state")
 
@@ -110,12 +111,14 @@ def test_reconcile_validate_refuses_it_naming_file_line_and_field(repo: Path) ->
     assert f"settings.yaml:{line}:11: stateDir: 'state' is inside the config repo" in run.stdout
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_reconcile_validate_accepts_a_state_dir_outside(repo: Path) -> None:
     set_state_dir(repo, "../reconcile-state")
     run = cli_validate(repo)
     assert run.returncode == 0, run.stdout + run.stderr
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_a_control_plane_url_with_credentials_is_refused_without_echoing_them(
         tmp_path: Path) -> None:
     # Scenario 20 at validation time: the pattern's message used to echo the URL.

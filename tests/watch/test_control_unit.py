@@ -77,6 +77,7 @@ def test_wrong_or_missing_token_is_401_and_says_nothing_else(tmp_path: Path) -> 
     assert not c.suspended
 
 
+@pytest.mark.integration  # starts a process of its own
 @pytest.mark.parametrize("url, code", [("http://192.0.2.7:9108", Exit.USAGE),
                                        ("ftp://127.0.0.1:1", Exit.USAGE)])
 def test_watch_ctl_refuses_clear_text_beyond_loopback(tmp_path: Path, url: str,

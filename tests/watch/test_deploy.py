@@ -107,6 +107,7 @@ def _unit_with_real_binary(tmp_path: Path) -> Path:
     return copy
 
 
+@pytest.mark.integration  # starts a process of its own
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None,
                     reason="systemd-analyze is not installed on this machine; the unit's "
                     "keys are still checked by parsing it")
@@ -117,6 +118,7 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
     assert proc.returncode == 0 and not proc.stderr.strip(), proc.stdout + proc.stderr
 
 
+@pytest.mark.integration  # starts a process of its own
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None,
                     reason="systemd-analyze is not installed on this machine")
 def test_systemd_security_exposure_is_low(tmp_path: Path) -> None:
@@ -215,6 +217,7 @@ def _cmdline(tmp_path: Path, *argv: str) -> Path:
     return path
 
 
+@pytest.mark.integration  # starts a process of its own
 def test_dockerfile_healthcheck_asks_the_port_the_watcher_was_started_with(
         tmp_path: Path) -> None:
     [check] = instruction(parse_dockerfile(DOCKERFILE), "HEALTHCHECK")

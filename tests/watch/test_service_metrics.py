@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import time
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -77,6 +78,7 @@ def test_one_info_series_per_service_with_its_pin_and_the_judges_verdict() -> No
                          got["reconcile_service_last_transition_timestamp_seconds"])
 
 
+@pytest.mark.scale  # make test runs it, make check leaves it out
 def test_ten_thousand_services_are_forty_thousand_series_and_a_cheap_scrape() -> None:
     made = fleet_plan(10_000)
     metrics = ServiceMetrics()
