@@ -15,7 +15,7 @@ from reconciler import demo_environments
 
 pytestmark = pytest.mark.integration
 
-ELIGIBLE = re.compile(r"not_soaked\b.*proven on staging \d+s of 60s; eligible "
+ELIGIBLE = re.compile(r"not_soaked\b.*proven on staging \d+s of 60s\b.*?; eligible "
                       r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ)")
 
 
