@@ -51,7 +51,7 @@ from reconciler.core.desired import DesiredState, EvidenceKind
 from reconciler.core.kinds.release import PromoteChange, RollbackChange
 from reconciler.core.pipeline import Policy, zone
 from reconciler.core.plans import Blocker, Plan
-from reconciler.core.promotion import PROMOTING, Upstream, proven_since
+from reconciler.core.promotion import PROMOTING, Upstream, soak_clock
 from reconciler.core.sanitize import safe
 
 
@@ -128,7 +128,11 @@ def context(plan: Plan, desired: DesiredState, environment: str, service: str,
         change, PromoteChange | RollbackChange) else None
     proven = -1
     if upstream is not None and digest and service in upstream.services:
-        since = proven_since(upstream.services[service].live, digest)
+        # The soak's own clock (continuous proof, sources checked), so a rule reading
+        # provenSeconds never counts time the soak would not.
+        facts = upstream.services[service]
+        since = soak_clock(facts.live, digest, facts.expected, facts.observations,
+                           now_ms).since
         proven = -1 if since is None else max(0, (now_ms - since) // 1000)
     now = datetime.fromtimestamp(now_ms / 1000, UTC)
     return {
