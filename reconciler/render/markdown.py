@@ -395,12 +395,14 @@ def _title_words(plan: Plan) -> str:
 
 
 def _risk_words(plan: Plan) -> str:
-    """The first risk of a GO plan (its values as code spans) and how many more."""
-    if not plan.risks or plan.verdict is not Verdict.GO:
+    """The first cause of risk of a GO plan (``Plan.risk_groups``: the PR's services
+    first; its values as code spans) and how many more."""
+    groups = plan.risk_groups()
+    if not groups or plan.verdict is not Verdict.GO:
         return ""
-    rest = len(plan.risks) - 1
+    rest = len(groups) - 1
     more = f" (+{_n(rest, 'more risk')})" if rest else ""
-    return f"⚠️ {plan.risks[0].sentence(lambda v: code(v, 200), brief=True)}{more} · "
+    return f"⚠️ {groups[0].sentence(lambda v: code(v, 200), brief=True)}{more} · "
 
 
 def _title(plan: Plan, part: str = "") -> str:
@@ -416,9 +418,10 @@ def _title(plan: Plan, part: str = "") -> str:
 def _risks_section(plan: Plan) -> list[_Section]:
     if not plan.risks:
         return []
-    lines = [f"- ⚠️ {risk.sentence(lambda v: code(v, 200))}  \n"
-             f"  {code(risk.code)} · it said: {code(risk.reason, 1000)}\n"
-             for risk in plan.risks]
+    # One bullet per cause, what the cluster said once (the sentence is brief).
+    lines = [f"- ⚠️ {group.sentence(lambda v: code(v, 200), brief=True)}  \n"
+             f"  {code(group.first.code)} · it said: {code(group.first.reason, 1000)}\n"
+             for group in plan.risk_groups()]
     title = ("The writes are allowed, but apply's convergence gate will fail (exit 15) on "
              "these until the cluster recovers; the gate stops at once when the control "
              "plane reports the rollout failed or mismatched.\n\n")
