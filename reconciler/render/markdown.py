@@ -798,10 +798,12 @@ def _delivered(plan: Plan, delivery: Delivery, digest: str | None) -> list[str]:
         lines.append("- Nothing to apply.\n")
         return lines
     download = delivery.download_command()
+    # Runnable as printed: apply binds a saved plan to the checkout it runs in.
     lines.append("- After the merge, the apply-on-merge workflow applies exactly this plan"
-                 + (f"; by hand: {code(download)}, then "
+                 + (f"; by hand, in a checkout of the merged commit: {code(download)}, then "
                     f"{code('reconcile apply ' + name)}" if download else
-                    f"; by hand, download it and run {code('reconcile apply ' + name)}")
+                    "; by hand, download it into a checkout of the merged commit and run "
+                    f"{code('reconcile apply ' + name)}")
                  + ".\n")
     lines.append("- Apply refuses a plan whose desired state is not the one merged (or a file "
                  "edited after it was saved): then plan again and review that plan.\n")
