@@ -405,12 +405,14 @@ def _risk_words(plan: Plan) -> str:
     return f"⚠️ {groups[0].sentence(lambda v: code(v, 200), brief=True)}{more} · "
 
 
-def _title(plan: Plan, part: str = "") -> str:
+def _title(plan: Plan, part: str = "", approval: str | None = None) -> str:
     verdict = common.VERDICT_LINE[plan.verdict]
     # Where the desired state came from goes first when it is not a clean commit: a
     # preview, or edits the plan left out (never "no changes" beside an edited file).
     source = common.source_headline(plan)
     prefix = f"⚠️ {esc(source)} · " if source else ""
+    if approval:  # a plan nobody reviewed yet says so before anything else
+        prefix = f"⚠️ needs approval: {esc(approval, 200)} · " + prefix
     return (f"## {prefix}reconcile plan: **{verdict}** — {_risk_words(plan)}"
             f"{_title_words(plan)}{part}\n\n")
 
@@ -797,6 +799,20 @@ def _delivered(plan: Plan, delivery: Delivery, digest: str | None) -> list[str]:
     if plan.verdict is Verdict.NO_CHANGES:
         lines.append("- Nothing to apply.\n")
         return lines
+    if plan.worktree:  # apply refuses a preview: no workflow will apply it
+        lines.append("- ⛔ A preview of uncommitted changes (`plan --worktree`): it is never "
+                     "applied. Commit and push; the plan of that commit is the one applied "
+                     "after the merge.\n")
+        return lines
+    if delivery.approval:
+        # Never applied silently: the one action that applies exactly this saved plan.
+        lines.append(f"- ⚠️ **Needs approval:** {esc(delivery.approval, 300)}. Nothing was "
+                     "applied; this is the plan of the merged commit.\n")
+        lines.append("- To apply exactly this plan, approve it with "
+                     + (f"{code(delivery.approve, 600)}" if delivery.approve else
+                        "the apply workflow's manual run for this commit")
+                     + "; apply refuses it if the desired state moved since.\n")
+        return lines
     download = delivery.download_command()
     # Runnable as printed: apply binds a saved plan to the checkout it runs in.
     lines.append("- After the merge, the apply-on-merge workflow applies exactly this plan"
@@ -824,6 +840,9 @@ def _apply_section(plan: Plan, plan_file: str | None, digest: str | None,
                      "causes above and plan again.\n")
     elif plan.verdict is Verdict.NO_CHANGES:
         lines.append("- Nothing to apply.\n")
+    elif plan.worktree:
+        lines.append("- ⛔ A preview of uncommitted changes (`plan --worktree`): `reconcile "
+                     "apply` refuses it. Commit, then plan again and apply that plan.\n")
     elif command:
         lines.append(f"- Apply exactly this plan: {code(command, 600)}\n")
     else:
@@ -941,7 +960,9 @@ def _layout(plan: Plan, plan_file: str | None, content_digest: str | None,
                 *_this_pr(index),
                 *_destructive_section(index),
                 _apply_section(safe_plan, plan_file, content_digest, delivery), *_services(index)]
-    return _Layout(_title(safe_plan).removesuffix("\n\n"), _environment(safe_plan), sections,
+    approval = delivery.approval if delivery is not None else None
+    return _Layout(_title(safe_plan, approval=approval).removesuffix("\n\n"),
+                   _environment(safe_plan), sections,
                    _footer(safe_plan), safe_plan.services(),
                    common.VERDICT_LINE[safe_plan.verdict])
 
