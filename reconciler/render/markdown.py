@@ -437,7 +437,13 @@ def _environment(plan: Plan) -> str:
     review = plan.review
     if review is not None:
         base, head = (review.base_commit or "?")[:12], (review.head_commit or "?")[:12]
-        bits.append(f"commits {code(base)}..{code(head)} (base {code(review.base_ref, 80)})")
+        # A base given as the commit itself (CI passes the PR's base SHA) is that commit,
+        # already shown short: never 40 hex digits again.
+        named = review.base_ref
+        same = bool(re.fullmatch(r"[0-9a-fA-F]{7,64}", named)) and \
+            (review.base_commit or "").lower().startswith(named.lower())
+        bits.append(f"commits {code(base)}..{code(head)}"
+                    + ("" if same else f" (base {code(named, 80)})"))
     else:
         bits.append(f"commit {code(plan.commit[:12])}" if plan.commit else "no commit")
     line = "**Where:** " + " · ".join(bits) + (" (dirty)" if plan.dirty else "") + "  \n"
