@@ -197,8 +197,9 @@ class _Planner:
         #: clusters not converged only (``judge(pending_only=True)``), or the plan's own
         #: proof of the service when the control plane intends what the repo pins
         self.intended: dict[str, evidence.ServiceProof] = {}
-        #: service -> the risks of ``intended`` this plan's head would meet (``head_risks``)
-        self.risks: dict[str, tuple[Risk, ...]] = {}
+        #: service -> what the head pins (its target), the egress in effect, and whether
+        #: the control plane already intends exactly that: what ``head_risks`` compares
+        self.asks: dict[str, tuple[evidence.Target, tuple[EgressRule, ...] | None, bool]] = {}
         #: expected clusters no address answered as: cluster -> why (said once, mesh-wide)
         self.unreachable: dict[str, str] = {}
         #: every blocker that stands for the whole cluster (its per-service silence folds in)
@@ -356,7 +357,8 @@ class _Planner:
         now = proof if same else evidence.judge(intended, live, expected, rows,
                                                 pending_only=True)
         self.intended[svc.name] = now
-        self.risks[svc.name] = risks_of(now) if same else head_risks(now, target, live.egress)
+        # What the head asks for, kept to read risks on the services apply gates only.
+        self.asks[svc.name] = (target, None if same else live.egress, same)
         status = live.rollout_status
         in_progress = status is not None and status.status in IN_PROGRESS_STATUSES
         for finding in now.pending():
@@ -377,6 +379,11 @@ class _Planner:
                 message=f"cluster {safe(cluster)} gave no evidence: {why}; what it runs is "
                 f"unknown for {len(blocked)} service(s)"
                 + (f" ({', '.join(blocked)})" if blocked else "")))
+
+    def _risks(self, name: str) -> tuple[Risk, ...]:
+        target, egress, same = self.asks[name]
+        now = self.intended[name]
+        return risks_of(now) if same else head_risks(now, target, egress)
 
     # -- kinds planned from the whole desired state (grants) -------------------------
     def plan_wide(self) -> None:
@@ -406,7 +413,8 @@ class _Planner:
         changed = sorted({c.service for c in changes})
         gated = changed + sorted({p.service for p in self.proofs if not p.converged}
                                  - set(changed))
-        risks = tuple(r for name in gated for r in self.risks.get(name, ()))
+        risks = tuple(r for name in gated if name in self.intended
+                      for r in self._risks(name))
         fingerprint = hashlib.sha256(json.dumps(
             self.preconditions, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
         return Plan(
