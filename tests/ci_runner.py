@@ -1,7 +1,8 @@
 """Run a GitHub Actions job's steps here, as a runner would, against local stand-ins.
 
 What it does like GitHub: ``${{ }}`` expressions (contexts ``github``, ``inputs``,
-``steps``, ``secrets``, ``vars``, ``env``, ``runner``; ``&&``, ``||``, ``!``, ``==``,
+``steps``, ``secrets``, ``vars``, ``env``, ``runner``; a ``workflow_dispatch`` run's
+``inputs``; ``&&``, ``||``, ``!``, ``==``,
 ``!=``; ``always()``, ``success()``, ``failure()``, ``cancelled()``) in ``if:``, ``env:``
 and ``with:``; a step's ``if:`` defaulting to ``success()``; ``run:`` scripts through
 ``bash --noprofile --norc -eo pipefail`` (or ``python`` for ``shell: python``) with
@@ -115,6 +116,8 @@ class Runner:
     vars: dict[str, str] = field(default_factory=dict)
     artifacts: dict[tuple[str, str], dict[str, bytes]] = field(default_factory=dict)
     env_file_values: dict[str, str] = field(default_factory=dict)
+    #: a ``workflow_dispatch`` run's inputs (the ``inputs`` context of the job's steps)
+    inputs: dict[str, str] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)
     failed: bool = False
 
@@ -150,11 +153,11 @@ class Runner:
 
     def run_job(self, workflow: dict[str, Any], job: str) -> dict[str, Any]:
         spec = workflow["jobs"][job]
-        scope = self._scope({}, {})
+        scope = self._scope({}, {}, dict(self.inputs))
         job_env = {k: interpolate(v, scope) for k, v in (workflow.get("env") or {}).items()}
         job_env.update({k: interpolate(v, self._scope(job_env, {}))
                         for k, v in (spec.get("env") or {}).items()})
-        return self.run_steps(spec["steps"], job_env, None)
+        return self.run_steps(spec["steps"], job_env, dict(self.inputs))
 
     def run_steps(self, steps: list[dict[str, Any]], env: dict[str, str],
                   inputs: dict[str, str] | None) -> dict[str, Any]:

@@ -38,8 +38,11 @@ class Cli:
     def env(self, **extra: str) -> dict[str, str]:
         raise NotImplementedError
 
-    def run(self, *args: str, timeout: float = 120, **extra: str) -> Result:
-        proc = subprocess.run([sys.executable, "-m", "reconciler", *args], cwd=PROJECT,
+    def run(self, *args: str, timeout: float = 120, cwd: Path | None = None,
+            **extra: str) -> Result:
+        """``cwd``: where it runs (default: this project, outside the config repo; a saved
+        plan is applied to the checkout it runs in, so its tests run it in one)."""
+        proc = subprocess.run([sys.executable, "-m", "reconciler", *args], cwd=cwd or PROJECT,
                               env=self.env(**extra), capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
         return Result(proc.returncode, proc.stdout, proc.stderr)

@@ -15,6 +15,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 import tomllib
 from importlib.resources import files
 from pathlib import Path
@@ -147,13 +148,15 @@ exit "${FAKE_EXIT:-0}"
 """
 
 
-def _run_step(step: dict[str, Any], tmp_path: Path, env: dict[str, str]) -> tuple[
-        int, dict[str, str], str]:
+def _run_step(step: dict[str, Any], tmp_path: Path, env: dict[str, str], *,
+              real: bool = False) -> tuple[int, dict[str, str], str]:
+    """Run one step's script; ``real``: with this project's CLI as ``reconcile``."""
     assert BASH is not None
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
     fake = bindir / "reconcile"
-    fake.write_text(FAKE_RECONCILE)
+    fake.write_text(f"#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} -m reconciler "
+                    '"$@"\n' if real else FAKE_RECONCILE)
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     output = tmp_path / "github_output"
     output.write_text("")
@@ -210,6 +213,29 @@ def test_the_plan_step_records_the_exit_code_and_never_fails_itself(
         "--", "desired state"]
     assert outputs.get("result-path") == result_path
     assert "## plan" in stdout and (tmp_path / "summary.md").read_text() == "## plan\n"
+
+
+@needs_bash
+def test_a_typo_in_args_still_leaves_a_result_for_the_comment(
+        action: dict[str, Any], tmp_path: Path) -> None:
+    """``args: --gatewya x`` is a usage error (64) before ``plan`` writes its result: the
+    step writes an error result itself, so the comment step (which needs one) runs and
+    replaces the previous GO instead of leaving it beside a red check."""
+    from reconciler.commands import output
+    from reconciler.core.results import ResultKind
+    from reconciler.render import markdown_results
+
+    code, outputs, _ = _run_step(_step(action, "plan"), tmp_path, {
+        "RECONCILE_PATH": ".", "RECONCILE_BASE": "", "RECONCILE_ARGS": "--gatewya gw",
+        "PLAN_DIR": str(tmp_path / "out")}, real=True)
+    assert code == 0 and outputs["exit-code"] == "64"
+    result_path = outputs.get("result-path")
+    assert result_path == str(tmp_path / "out" / "result.json"), outputs
+    result = output.load_result(Path(result_path))
+    assert result.outcome is ResultKind.ERROR and result.exit_code == 64
+    assert "--gatewya" in result.error and "args" in result.error
+    body = markdown_results.render_error(result)
+    assert body.startswith("## reconcile: ⚠️ **could not plan") and "--gatewya" in body
 
 
 @needs_bash

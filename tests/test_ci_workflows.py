@@ -203,22 +203,83 @@ def test_a_real_merge_commit_applies_the_plan_reviewed_on_the_preview(
     _assert_converged(fleet, runner)
 
 
-@pytest.mark.integration  # starts a process of its own
-def test_a_merge_that_changes_the_desired_state_stops_for_review(
-        fleet: Fleet, tmp_path: Path) -> None:
+def _merge_that_changed_what_was_reviewed(fleet: Fleet, tmp: Path) -> tuple[str, Runner]:
     base, head, preview = _open_pr(fleet)
-    _plan_on_pr(fleet, tmp_path, base, head, preview)
+    _plan_on_pr(fleet, tmp, base, head, preview)
     # Another PR lands on main first, touching a service file.
     fleet.sh("checkout", "-q", "main")
     service = fleet.work / "desired-state" / "services" / "checkout.yaml"
     service.write_text(service.read_text() + "# reviewed elsewhere\n")
     fleet.sh("commit", "-qam", "checkout: a comment")
     merged = _merge(fleet, head, preview=None)
-    runner = _apply_on_merge(fleet, tmp_path, merged)
-    assert runner.failed
+    return merged, _apply_on_merge(fleet, tmp, merged)
+
+
+def test_a_merge_that_changes_the_desired_state_is_posted_for_approval(
+        fleet: Fleet, tmp_path: Path) -> None:
+    merged, runner = _merge_that_changed_what_was_reviewed(fleet, tmp_path)
+    assert runner.failed  # red: nothing was applied
     text = "\n".join(runner.log)
-    assert "(exit 18)" in text and "services/checkout.yaml" in text
+    assert "services/checkout.yaml" in text  # apply's exit 18 names the file
+    assert "needs approval: the merge changed what was reviewed" in text
     assert "## reconcile plan" in runner.summary.read_text()
+    # The merged commit's plan, saved in this run for its approval.
+    saved = runner.artifacts[("102", "reconcile-plan-production")]
+    assert json.loads(saved["plan.json"])["commit"] == merged
+    # The merged PR's living comment now shows that plan, marked, with the one action.
+    [comment] = fleet.github.comments_on(PR)
+    body = str(comment["body"])
+    assert body.startswith("<!-- reconcile:plan path=production part=1/1 -->\n"
+                           f"<!-- reconcile:result outcome=plan commit={merged} -->\n"), body
+    assert "## ⚠️ needs approval: the merge changed what was reviewed · reconcile plan: " \
+        "**GO**" in body, body
+    approve = (f"gh workflow run reconcile-apply.yml --ref main -f commit={merged} "
+               "-f plan-run=102")
+    assert f"`{approve}`" in body, body
+    assert "the apply-on-merge workflow applies exactly this plan" not in body
+    _assert_not_applied(fleet, runner)
+
+
+def test_the_approval_applies_exactly_the_plan_posted_and_converges(
+        fleet: Fleet, tmp_path: Path) -> None:
+    merged, _ = _merge_that_changed_what_was_reviewed(fleet, tmp_path)
+    body = str(fleet.github.comments_on(PR)[0]["body"])
+    printed = body.split("approve it with `")[1].split("`")[0]
+    # As printed: gh workflow run WORKFLOW --ref BRANCH -f commit=SHA -f plan-run=ID
+    argv = printed.split()
+    assert argv[:4] == ["gh", "workflow", "run", "reconcile-apply.yml"], printed
+    inputs = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "-f")
+    assert inputs == {"commit": merged, "plan-run": "102"}
+    runner = fleet.runner(tmp_path, "approve", sha=fleet.sh("rev-parse", "main"),
+                          run_id="103", event_name="workflow_dispatch", ref="refs/heads/main",
+                          event={"inputs": inputs})
+    runner.inputs = inputs
+    runner.run_job(load(APPLY_WORKFLOW), "apply")
+    assert not runner.failed, "\n".join(runner.log)
+    assert any(f"applied the plan approved for {merged}" in line for line in runner.log)
+    _assert_converged(fleet, runner)
+
+
+def test_an_approval_of_a_plan_that_is_not_the_commits_is_refused(
+        fleet: Fleet, tmp_path: Path) -> None:
+    merged, _ = _merge_that_changed_what_was_reviewed(fleet, tmp_path)
+    # The plan run 101 saved is the PR's (the reviewed tree), not the merged commit's.
+    runner = fleet.runner(tmp_path, "approve", sha=merged, run_id="104",
+                          event_name="workflow_dispatch", ref="refs/heads/main")
+    runner.inputs = {"commit": merged, "plan-run": "101"}
+    runner.run_job(load(APPLY_WORKFLOW), "apply")
+    assert runner.failed
+    assert "needs approval: the merge changed what was reviewed" in "\n".join(runner.log)
+    _assert_not_applied(fleet, runner)
+
+
+def _assert_not_applied(fleet: Fleet, runner: Runner) -> None:
+    done = subprocess.run([sys.executable, "-m", "reconciler", "plan", "--detailed-exitcode",
+                           str(fleet.work / "desired-state")], cwd=ROOT,
+                          env=runner.process_env(fleet_env(fleet)), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "api.sendgrid.com" in done.stdout
 
 
 @pytest.mark.integration  # starts a process of its own

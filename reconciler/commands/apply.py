@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the planner and its views load when the command runs (start
     from reconciler.core.outcomes import ApplyReport
     from reconciler.core.plans import Plan
     from reconciler.engine import ApplyRun
+    from reconciler.shell.environments import Selected
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,7 +51,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "sent, exit 15. Default: no bound beyond the gate's own polls")
     add_gate_failure_flags(parser)
     parser.add_argument("--repo", metavar="PATH",
-                        help="the config repo of a saved plan (default: where it was made)")
+                        help="a saved plan is applied to the checkout of this directory "
+                        "(default: the current directory's), at the desired-state path the "
+                        "plan names inside its repository; never to the path recorded when "
+                        "it was planned")
     stages.add_env_flag(parser, override=True)
     options.add_connection_flags(parser)
     options.add_tracing_flag(parser)
@@ -134,10 +138,7 @@ def run(args: argparse.Namespace) -> int:
         stage = None
         if target.is_file():
             saved = output.load_plan(target)
-            root = Path(args.repo or saved.repo_path or ".")
-            if root.is_dir():  # a saved plan of an environment keeps its rules
-                found, stage = stages.select(args, str(root), command="apply")
-                root = found if stage is not None else root
+            root, stage = saved_root(args, saved)
         else:
             root, stage = stages.select(args, args.target, command="apply")
         confirm = _confirm_on_terminal
@@ -152,6 +153,44 @@ def run(args: argparse.Namespace) -> int:
     except EngineError as exc:
         return output.report_error(exc)
     return _report(result, args.format)
+
+
+def saved_root(args: argparse.Namespace, saved: Plan) -> tuple[Path, Selected | None]:
+    """Where a saved plan is applied: the checkout of the current directory (or
+    ``--repo``), at the desired-state path the plan names inside its repository
+    (``core.binding.desired_path``). The path recorded when planning is information only:
+    the merged checkout on a runner, or a downloaded artifact whose planning checkout is
+    gone, is bound to what *it* holds -- and apply then refuses a plan whose tree is not
+    that checkout's, naming the files (``core.binding.source``)."""
+    from reconciler.core import binding
+    from reconciler.shell import discovery, gitrepo
+    from reconciler.shell.gitrepo import GitError
+
+    start = Path(args.repo or ".")
+    problem = discovery.unusable(start, want="directory")
+    if problem is not None:
+        raise EngineError(problem, Exit.ERROR)
+    inside = binding.desired_path(saved)
+    try:
+        top = gitrepo.toplevel(start)
+    except GitError as exc:
+        raise EngineError(str(exc), Exit.ERROR) from exc
+    where = "--repo " + str(start) if args.repo else "the current directory"
+    if top is None and inside is not None:
+        raise EngineError(
+            f"{where} is not in a git checkout: a saved plan is applied to the checkout it "
+            f"is run in (the plan's desired state is {inside!r} inside its repository; it "
+            f"was made in {saved.repo_root}); run apply in a checkout of that repository, "
+            "or pass --repo PATH", Exit.ERROR)
+    root = start if top is None or inside is None else top / inside
+    if not root.is_dir():
+        raise EngineError(
+            f"{root}: not a directory: the plan's desired state is {inside!r} inside its "
+            f"repository (made in {saved.repo_root}), and the checkout of {where} ({top}) "
+            "has no such directory; run apply in a checkout of the repository the plan was "
+            "made for, or pass --repo PATH", Exit.ERROR)
+    found, stage = stages.select(args, str(root), command="apply")
+    return found, stage
 
 
 def _report(run_: ApplyRun, fmt: str) -> int:

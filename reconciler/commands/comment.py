@@ -249,6 +249,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--plan-name", metavar="FILE", default="plan.json",
                         help="the saved plan's file name inside the artifact (default "
                         "plan.json)")
+    parser.add_argument("--needs-approval", metavar="REASON",
+                        help="mark the plan as not applied until approved, and why (e.g. "
+                        "\"the merge changed what was reviewed\"): the headline says so and "
+                        "\"what next\" gives --approve-command instead of the apply-on-merge "
+                        "loop")
+    parser.add_argument("--approve-command", metavar="COMMAND",
+                        help="with --needs-approval: the one action that applies exactly this "
+                        "saved plan (e.g. gh workflow run reconcile-apply.yml -f commit=SHA "
+                        "-f plan-run=ID)")
     parser.add_argument("--author", metavar="LOGIN",
                         help="only comments by this account are ours (default: the token's)")
     parser.add_argument("--token-env", metavar="NAME", default="GITHUB_TOKEN",
@@ -307,7 +316,8 @@ def _run(args: argparse.Namespace) -> int:
     target = resolve_target(args, os.environ)
     token = options.read_token(args.token_env)
     delivery = deliveries.from_env(os.environ, artifact=args.artifact,
-                                   artifact_url=args.artifact_url, plan_name=args.plan_name)
+                                   artifact_url=args.artifact_url, plan_name=args.plan_name,
+                                   approval=args.needs_approval, approve=args.approve_command)
 
     def bodies(existing: Sequence[Owned], limit: int = BODY_LIMIT) -> list[str]:
         return result_bodies(result, key, existing, limit, plan_file=args.file,

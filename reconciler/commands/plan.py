@@ -75,6 +75,27 @@ def detailed_exit(plan_value: Plan) -> Exit:
     return Exit.CHANGES if verdict is Verdict.GO else Exit.OK
 
 
+def apply_command(out: str, saved: Plan) -> str:
+    """The command that applies the plan saved to ``out``, runnable as printed from here:
+    apply binds a saved plan to the checkout it runs in, so ``--repo`` names the plan's
+    checkout when this directory is in another (or in none)."""
+    import shlex
+
+    from reconciler.shell import gitrepo
+    from reconciler.shell.gitrepo import GitError
+
+    command = f"reconcile apply {shlex.quote(out)}"
+    if saved.repo_root is None:
+        return command
+    try:
+        here = gitrepo.toplevel(Path("."))
+    except GitError:
+        here = None
+    if here is not None and here.resolve() == Path(saved.repo_root).resolve():
+        return command
+    return f"{command} --repo {shlex.quote(saved.repo_path or saved.repo_root)}"
+
+
 def run(args: argparse.Namespace) -> int:
     from reconciler.core.plans import restrict
     from reconciler.engine import failed_result, plan_result  # HTTP loads only when needed
@@ -120,6 +141,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"saved the preview to {args.out}; it can be shown and commented, never "
               "applied: commit, then plan again", file=sys.stderr)
     elif args.out:
-        print(f"saved plan to {args.out}; apply it with: reconcile apply {args.out}",
+        print(f"saved plan to {args.out}; apply it with: {apply_command(args.out, result)}",
               file=sys.stderr)
     return int(detailed_exit(result)) if args.detailed_exitcode else int(Exit.OK)

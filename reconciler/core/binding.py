@@ -138,6 +138,16 @@ def environment(saved: Plan, now: Where) -> list[str]:
     return diffs
 
 
+def desired_path(saved: Plan) -> str | None:
+    """Where the plan's desired state is inside its repository ("." for its top; None for
+    a plan made outside git): what a checkout elsewhere -- the merged one on a CI runner,
+    a downloaded artifact's -- holds at the same place. The recorded absolute path is
+    where it was made, information only."""
+    if saved.repo_root is None:
+        return None
+    return _rel(saved.repo_root, saved.repo_path)
+
+
 def _rel(root: str | None, path: str | None) -> str | None:
     """The desired-state path inside its repo: a clone elsewhere is the same repo path."""
     if root is None or path is None:

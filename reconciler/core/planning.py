@@ -15,8 +15,12 @@ are re-exported here for the engine).
 
 Risks (``risks_of``) come from the judge's findings against what the control plane
 intends now, for every service apply will gate: a cluster that *states* why it does not
-converge (``ClusterProof.stated``) or a rollout the control plane reports failed. They
-never change the verdict, and never come from silence (that is a blocker).
+converge (``ClusterProof.stated``) or a rollout the control plane reports failed. A risk
+belongs to the plan: it is kept only when the head asks the clusters for what the finding
+is about (``head_risks``: the digest this plan pins, the egress it declares); a refusal
+of the digest the plan replaces is drift, never "the gate will fail". They never change
+the verdict, and never come from silence (that is a blocker). The plan lists them with
+the services it changes first.
 
 Must not: read files, talk to the network, look at the clock (time comes from the
 snapshot), or render anything.
@@ -48,6 +52,7 @@ from reconciler.core.kinds.create import (
 from reconciler.core.live import (
     FAILED_STATUSES,
     IN_PROGRESS_STATUSES,
+    EgressRule,
     LiveService,
     LiveSnapshot,
     Observation,
@@ -60,7 +65,8 @@ from reconciler.core.sanitize import safe
 
 __all__ = [
     "Bound", "PreflightAsk", "Provenance", "absent", "app_id_owner", "bind", "bound_requests",
-    "creation_requests", "idempotency_key", "plan", "preflight_request_id", "risks_of",
+    "creation_requests", "head_risks", "idempotency_key", "plan", "preflight_request_id",
+    "risks_of",
     "target_of",
 ]
 
@@ -148,6 +154,21 @@ def risks_of(finding: evidence.ServiceProof) -> tuple[Risk, ...]:
     return tuple(out)
 
 
+def head_risks(finding: evidence.ServiceProof, head: evidence.Target,
+               egress: tuple[EgressRule, ...] | None) -> tuple[Risk, ...]:
+    """``risks_of(finding)`` that are about what the head would make the clusters run:
+    ``finding`` is the judge's word against what the control plane intends now (its
+    ``digest``, its ``egress``), ``head`` what this plan pins. A cluster refusing, or a
+    rollout failed for, a digest the plan replaces says nothing about the pinned one
+    (drift context, not a risk); an operator's dropped egress is a risk only while the
+    head declares the same egress."""
+    same_digest = finding.digest == head.digest
+    same_egress = (egress is None) == (head.egress is None) and \
+        evidence.egress_key(egress or ()) == evidence.egress_key(head.egress or ())
+    return tuple(r for r in risks_of(finding)
+                 if (same_egress if r.code is RiskCode.CLUSTER_DROPPED_EGRESS else same_digest))
+
+
 def _risk(code: RiskCode, finding: evidence.ServiceProof, cluster: str | None,
           running: str | None, said: str) -> Risk:
     risk = Risk(code=code, service=safe(finding.service), digest=finding.digest,
@@ -176,6 +197,9 @@ class _Planner:
         #: clusters not converged only (``judge(pending_only=True)``), or the plan's own
         #: proof of the service when the control plane intends what the repo pins
         self.intended: dict[str, evidence.ServiceProof] = {}
+        #: service -> what the head pins (its target), the egress in effect, and whether
+        #: the control plane already intends exactly that: what ``head_risks`` compares
+        self.asks: dict[str, tuple[evidence.Target, tuple[EgressRule, ...] | None, bool]] = {}
         #: expected clusters no address answered as: cluster -> why (said once, mesh-wide)
         self.unreachable: dict[str, str] = {}
         #: every blocker that stands for the whole cluster (its per-service silence folds in)
@@ -333,6 +357,8 @@ class _Planner:
         now = proof if same else evidence.judge(intended, live, expected, rows,
                                                 pending_only=True)
         self.intended[svc.name] = now
+        # What the head asks for, kept to read risks on the services apply gates only.
+        self.asks[svc.name] = (target, None if same else live.egress, same)
         status = live.rollout_status
         in_progress = status is not None and status.status in IN_PROGRESS_STATUSES
         for finding in now.pending():
@@ -353,6 +379,11 @@ class _Planner:
                 message=f"cluster {safe(cluster)} gave no evidence: {why}; what it runs is "
                 f"unknown for {len(blocked)} service(s)"
                 + (f" ({', '.join(blocked)})" if blocked else "")))
+
+    def _risks(self, name: str) -> tuple[Risk, ...]:
+        target, egress, same = self.asks[name]
+        now = self.intended[name]
+        return risks_of(now) if same else head_risks(now, target, egress)
 
     # -- kinds planned from the whole desired state (grants) -------------------------
     def plan_wide(self) -> None:
@@ -377,11 +408,13 @@ class _Planner:
         changes = sorted(self.changes, key=lambda c: (
             ACTION_ORDER[c.action], c.service, c.user_id or "", kind_of(c).sort_key(c)))
         # Risks on every service apply will gate (each change's, and each one the judge
-        # does not prove converged -- engine.gate_targets), in the plan's service order.
-        gated = {c.service for c in changes} | {p.service for p in self.proofs
-                                                 if not p.converged}
-        risks = tuple(r for name in sorted(gated) if name in self.intended
-                      for r in risks_of(self.intended[name]))
+        # does not prove converged -- engine.gate_targets): the services the plan changes
+        # first (what the reader came for), then those it only gates.
+        changed = sorted({c.service for c in changes})
+        gated = changed + sorted({p.service for p in self.proofs if not p.converged}
+                                 - set(changed))
+        risks = tuple(r for name in gated if name in self.intended
+                      for r in self._risks(name))
         fingerprint = hashlib.sha256(json.dumps(
             self.preconditions, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
         return Plan(

@@ -23,7 +23,9 @@ Invariants (each one is relied on elsewhere):
 - ``Plan.risks`` never changes the verdict: a risk is a cluster that has *said* why it
   will not converge (the judge's ``stated`` findings) on a service apply will gate; the
   writes are still allowed, and every view names the first risk in its first line.
-  Silence is never a risk (it is unknown: a blocker).
+  Silence is never a risk (it is unknown: a blocker). Views show risks by cause
+  (``Plan.risk_groups``: one cluster, one code, one thing said, every service it
+  affects), each said once, the services the pull request touches first.
 - Order of ``changes`` is the safe execution order: grants, egress, then releases and
   creations.
 - A ``create`` change carries everything apply sends (``Creation``): the preflight
@@ -62,7 +64,8 @@ from reconciler.core.review import Review
 
 __all__ = [
     "ACTION_ORDER", "SAID_LIMIT", "VERBS", "Action", "Blocker", "Change", "ChangeBase",
-    "Drift", "Plan", "Preconditions", "ReleaseRef", "Risk", "ServiceEvidence", "Verdict",
+    "Drift", "Plan", "Preconditions", "ReleaseRef", "Risk", "RiskGroup", "ServiceEvidence",
+    "Verdict",
     "kind_of", "restrict",
 ]
 
@@ -128,6 +131,52 @@ class Risk(_Model):
                     + f"); apply will not prove it until {cluster} recovers")
         return (f"{cluster} fails to run {service} at {digest}" + (f" ({said})" if said else "")
                 + f"; apply will not prove it until {cluster} recovers")
+
+
+def _listed(names: list[str], limit: int = 3) -> str:
+    if len(names) <= limit:
+        return ", ".join(names)
+    return f"{', '.join(names[:limit])} and {len(names) - limit} more"
+
+
+class RiskGroup(_Model):
+    """Risks with one cause: the same ``code`` on the same ``cluster`` with the same
+    words (``reason``), over every service it affects (``risks``, one each). Derived
+    (``Plan.risk_groups``), never saved."""
+
+    risks: tuple[Risk, ...]
+
+    @property
+    def first(self) -> Risk:
+        return self.risks[0]
+
+    @property
+    def services(self) -> tuple[str, ...]:
+        return tuple(r.service for r in self.risks)
+
+    def sentence(self, quote: Callable[[str], str] = _plain, *, brief: bool = False) -> str:
+        """One sentence for the cause: a single risk's own sentence; for several, the
+        cluster and what it said once, with every service (and its digest) it affects."""
+        first = self.first
+        if len(self.risks) == 1:
+            return first.sentence(quote, brief=brief)
+        cluster = quote(first.cluster or "?")
+        said = "" if brief else quote(first.said())
+        services = _listed([f"{quote(r.service)} ({quote(r.digest[:19] if r.digest else '<none>')})"
+                            for r in self.risks])
+        if first.code is RiskCode.CLUSTER_DROPPED_EGRESS:
+            names = _listed([quote(s) for s in self.services])
+            return (f"{cluster} does not allow the egress of {names}"
+                    + (f" ({said})" if said else "")
+                    + f"; apply will not prove them until {cluster} allows it")
+        if first.code is RiskCode.CLUSTER_REFUSED_RELEASE:
+            what = f"{cluster} refused the last digest for {services}"
+        elif first.code is RiskCode.ROLLOUT_FAILED:
+            what = f"the control plane reports the rollouts of {services} failed"
+        else:
+            what = f"{cluster} fails to run {services}"
+        return what + (f" ({said})" if said else "") + \
+            f"; apply will not prove them until {cluster} recovers"
 
 
 class ServiceEvidence(_Model):
@@ -219,13 +268,36 @@ class Plan(_Model):
         """Services the judge does not prove converged (with or without a change)."""
         return sorted(p.service for p in self.proofs if p.proof is not Proof.CONVERGED)
 
+    def risk_groups(self) -> tuple[RiskGroup, ...]:
+        """The risks by cause (``RiskGroup``): one per cluster, code and thing said,
+        listing every service it affects. Ordered by what the pull request changes:
+        causes touching a service the PR edits first (``review.touched``), then a service
+        the plan changes, then those apply only gates; ties keep the plan's order."""
+        groups: dict[tuple[str, str | None, str], list[Risk]] = {}
+        for risk in self.risks:
+            # A rollout's failure is its own service's (its words name the rollout).
+            key = (risk.code.value, risk.cluster if risk.cluster is not None
+                   else f"service:{risk.service}", risk.reason)
+            groups.setdefault(key, []).append(risk)
+        touched = set(self.review.touched) if self.review is not None else set()
+        changed = {c.service for c in self.changes}
+
+        def rank(risks: list[Risk]) -> int:
+            names = {r.service for r in risks}
+            return 0 if names & touched else 1 if names & changed else 2
+
+        ordered = sorted(groups.values(), key=rank)  # stable: the plan's order within a rank
+        return tuple(RiskGroup(risks=tuple(sorted(g, key=lambda r: (
+            r.service not in touched, r.service not in changed)))) for g in ordered)
+
     def risk_line(self) -> str | None:
-        """The first risk's sentence and how many more: what the first line of every view
-        of a GO plan says (None without risks)."""
-        if not self.risks:
+        """The first cause's sentence and how many more: what the first line of every
+        view of a GO plan says (None without risks)."""
+        groups = self.risk_groups()
+        if not groups:
             return None
-        rest = len(self.risks) - 1
-        return self.risks[0].sentence() + (
+        rest = len(groups) - 1
+        return groups[0].sentence() + (
             f" (+{rest} more risk{'s' if rest > 1 else ''})" if rest else "")
 
     def silent_clusters(self) -> frozenset[str]:

@@ -10,6 +10,9 @@ the newest commit, never keep showing an older plan:
 - ``error``: something could not be read (the control plane, a cluster, git, a file);
   ``error`` says what, in the engine's sentence; no plan exists for the commit.
 
+Also owns how an error's advice reads on a pull request (``for_pull_request``: a CI
+runner has no local sandbox to start).
+
 Pure: a value and its predicates. The engine makes it (``engine.plan_result``), the
 result file (``render.resultfile``) carries it to ``reconcile comment``, and the
 renderers say it. Nothing here decides a verdict: a plan's verdict is the plan's
@@ -23,6 +26,22 @@ from enum import StrEnum
 
 from reconciler.core.diagnostics import Diagnostic
 from reconciler.core.plans import Plan
+
+#: What an unreachable control plane at a loopback address is told on a terminal
+#: (``shell.connectadvice``): start the local sandbox.
+LOCAL_SANDBOX_ADVICE = ("; is it running? start a local one with `reconcile sandbox up "
+                        "--print-env`, or pass --control-plane URL")
+#: The same failure told on a pull request: a CI runner has no sandbox to start; the
+#: workflow reached for the loopback default because nothing set the real URL.
+CI_LOOPBACK_ADVICE = ("; the control plane URL is a loopback address on the CI runner: set "
+                      "the workflow's RECONCILE_CONTROL_PLANE_URL (or settings "
+                      "controlPlane.url) to this environment's control plane")
+
+
+def for_pull_request(error: str) -> str:
+    """``error`` as a pull request's comment says it: advice meant for a terminal (start
+    a local sandbox) becomes the advice for a CI run."""
+    return error.replace(LOCAL_SANDBOX_ADVICE, CI_LOOPBACK_ADVICE)
 
 
 class ResultKind(StrEnum):

@@ -3,7 +3,9 @@
 Owns ``Delivery``, the facts the comment's "what next" states so that it is true on the
 PR page rather than on the runner: a link to the workflow run that made the plan, the
 artifact that holds the saved plan (and a link to it, once uploaded), the file's name
-inside the artifact, and the command that applies it after the merge.
+inside the artifact, and the command that applies it after the merge -- or, for a plan
+that needs approval (the merge changed what was reviewed), why, and the one action that
+applies exactly it.
 
 The values come from the CI environment (``GITHUB_SERVER_URL``, ``GITHUB_REPOSITORY``,
 ``GITHUB_RUN_ID``) and flags; ``from_env`` builds one. They are not trusted to be
@@ -46,6 +48,12 @@ class Delivery:
     artifact: str | None = None
     artifact_url: str | None = None
     plan_name: str = "plan.json"
+    #: why this plan is not applied until someone approves it (the apply-on-merge
+    #: workflow's plan of a merge that changed what was reviewed), None: the usual loop
+    approval: str | None = None
+    #: the one action that applies exactly this saved plan once approved (a command, e.g.
+    #: ``gh workflow run … -f commit=… -f plan-run=…``)
+    approve: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "run_url", link(self.run_url))
@@ -67,7 +75,8 @@ class Delivery:
 
 
 def from_env(env: Mapping[str, str], *, artifact: str | None = None,
-             artifact_url: str | None = None, plan_name: str | None = None) -> Delivery:
+             artifact_url: str | None = None, plan_name: str | None = None,
+             approval: str | None = None, approve: str | None = None) -> Delivery:
     """The run from GitHub Actions' variables (``GITHUB_SERVER_URL``/``GITHUB_REPOSITORY``/
     ``GITHUB_RUN_ID``, and ``GITHUB_RUN_ATTEMPT`` past the first); nothing outside CI."""
     server = (env.get("GITHUB_SERVER_URL") or "").rstrip("/")
@@ -80,4 +89,5 @@ def from_env(env: Mapping[str, str], *, artifact: str | None = None,
         if attempt.isdigit() and attempt != "1":
             run_url += f"/attempts/{attempt}"
     return Delivery(run_url=run_url, run_id=run_id or None, artifact=artifact,
-                    artifact_url=artifact_url, plan_name=plan_name or "plan.json")
+                    artifact_url=artifact_url, plan_name=plan_name or "plan.json",
+                    approval=approval or None, approve=approve or None)

@@ -327,20 +327,24 @@ def _title_words(plan: Plan) -> str:
 
 
 def _risk_words(plan: Plan) -> str:
-    """The first risk of a GO plan (its values as code spans) and how many more."""
-    if not plan.risks or plan.verdict is not Verdict.GO:
+    """The first cause of risk of a GO plan (``Plan.risk_groups``: the PR's services
+    first; its values as code spans) and how many more."""
+    groups = plan.risk_groups()
+    if not groups or plan.verdict is not Verdict.GO:
         return ""
-    rest = len(plan.risks) - 1
+    rest = len(groups) - 1
     more = f" (+{_n(rest, 'more risk')})" if rest else ""
-    return f"⚠️ {plan.risks[0].sentence(lambda v: code(v, 200), brief=True)}{more} · "
+    return f"⚠️ {groups[0].sentence(lambda v: code(v, 200), brief=True)}{more} · "
 
 
-def _title(plan: Plan, part: str = "") -> str:
+def _title(plan: Plan, part: str = "", approval: str | None = None) -> str:
     verdict = common.VERDICT_LINE[plan.verdict]
     # Where the desired state came from goes first when it is not a clean commit: a
     # preview, or edits the plan left out (never "no changes" beside an edited file).
     source = common.source_headline(plan)
     prefix = f"⚠️ {esc(source)} · " if source else ""
+    if approval:  # a plan nobody reviewed yet says so before anything else
+        prefix = f"⚠️ needs approval: {esc(approval, 200)} · " + prefix
     return (f"## {prefix}reconcile plan: **{verdict}** — {_risk_words(plan)}"
             f"{_title_words(plan)}{part}\n\n")
 
@@ -348,9 +352,10 @@ def _title(plan: Plan, part: str = "") -> str:
 def _risks_section(plan: Plan) -> list[_Section]:
     if not plan.risks:
         return []
-    lines = [f"- ⚠️ {risk.sentence(lambda v: code(v, 200))}  \n"
-             f"  {code(risk.code)} · it said: {code(risk.reason, 1000)}\n"
-             for risk in plan.risks]
+    # One bullet per cause, what the cluster said once (the sentence is brief).
+    lines = [f"- ⚠️ {group.sentence(lambda v: code(v, 200), brief=True)}  \n"
+             f"  {code(group.first.code)} · it said: {code(group.first.reason, 1000)}\n"
+             for group in plan.risk_groups()]
     title = ("The writes are allowed, but apply's convergence gate will fail (exit 15) on "
              "these until the cluster recovers; the gate stops at once when the control "
              "plane reports the rollout failed or mismatched.\n\n")
@@ -364,7 +369,13 @@ def _environment(plan: Plan) -> str:
     review = plan.review
     if review is not None:
         base, head = (review.base_commit or "?")[:12], (review.head_commit or "?")[:12]
-        bits.append(f"commits {code(base)}..{code(head)} (base {code(review.base_ref, 80)})")
+        # A base given as the commit itself (CI passes the PR's base SHA) is that commit,
+        # already shown short: never 40 hex digits again.
+        named = review.base_ref
+        same = bool(re.fullmatch(r"[0-9a-fA-F]{7,64}", named)) and \
+            (review.base_commit or "").lower().startswith(named.lower())
+        bits.append(f"commits {code(base)}..{code(head)}"
+                    + ("" if same else f" (base {code(named, 80)})"))
     else:
         bits.append(f"commit {code(plan.commit[:12])}" if plan.commit else "no commit")
     line = "**Where:** " + " · ".join(bits) + (" (dirty)" if plan.dirty else "") + "  \n"
@@ -723,11 +734,27 @@ def _delivered(plan: Plan, delivery: Delivery, digest: str | None) -> list[str]:
     if plan.verdict is Verdict.NO_CHANGES:
         lines.append("- Nothing to apply.\n")
         return lines
+    if plan.worktree:  # apply refuses a preview: no workflow will apply it
+        lines.append("- ⛔ A preview of uncommitted changes (`plan --worktree`): it is never "
+                     "applied. Commit and push; the plan of that commit is the one applied "
+                     "after the merge.\n")
+        return lines
+    if delivery.approval:
+        # Never applied silently: the one action that applies exactly this saved plan.
+        lines.append(f"- ⚠️ **Needs approval:** {esc(delivery.approval, 300)}. Nothing was "
+                     "applied; this is the plan of the merged commit.\n")
+        lines.append("- To apply exactly this plan, approve it with "
+                     + (f"{code(delivery.approve, 600)}" if delivery.approve else
+                        "the apply workflow's manual run for this commit")
+                     + "; apply refuses it if the desired state moved since.\n")
+        return lines
     download = delivery.download_command()
+    # Runnable as printed: apply binds a saved plan to the checkout it runs in.
     lines.append("- After the merge, the apply-on-merge workflow applies exactly this plan"
-                 + (f"; by hand: {code(download)}, then "
+                 + (f"; by hand, in a checkout of the merged commit: {code(download)}, then "
                     f"{code('reconcile apply ' + name)}" if download else
-                    f"; by hand, download it and run {code('reconcile apply ' + name)}")
+                    "; by hand, download it into a checkout of the merged commit and run "
+                    f"{code('reconcile apply ' + name)}")
                  + ".\n")
     lines.append("- Apply refuses a plan whose desired state is not the one merged (or a file "
                  "edited after it was saved): then plan again and review that plan.\n")
@@ -748,6 +775,9 @@ def _apply_section(plan: Plan, plan_file: str | None, digest: str | None,
                      "causes above and plan again.\n")
     elif plan.verdict is Verdict.NO_CHANGES:
         lines.append("- Nothing to apply.\n")
+    elif plan.worktree:
+        lines.append("- ⛔ A preview of uncommitted changes (`plan --worktree`): `reconcile "
+                     "apply` refuses it. Commit, then plan again and apply that plan.\n")
     elif command:
         lines.append(f"- Apply exactly this plan: {code(command, 600)}\n")
     else:
@@ -865,7 +895,9 @@ def _layout(plan: Plan, plan_file: str | None, content_digest: str | None,
                 *_this_pr(index),
                 *_destructive_section(index),
                 _apply_section(safe_plan, plan_file, content_digest, delivery), *_services(index)]
-    return _Layout(_title(safe_plan).removesuffix("\n\n"), _environment(safe_plan), sections,
+    approval = delivery.approval if delivery is not None else None
+    return _Layout(_title(safe_plan, approval=approval).removesuffix("\n\n"),
+                   _environment(safe_plan), sections,
                    _footer(safe_plan), safe_plan.services(),
                    common.VERDICT_LINE[safe_plan.verdict])
 

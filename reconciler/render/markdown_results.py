@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import posixpath
 import re
+import textwrap
 
 from reconciler.core.diagnostics import NO_POSITION, Diagnostic
-from reconciler.core.results import PlanResult, ResultKind
+from reconciler.core.results import PlanResult, ResultKind, for_pull_request
 from reconciler.core.sanitize import safe
 from reconciler.render.delivery import Delivery
 from reconciler.render.markdown import code, esc
@@ -135,8 +136,22 @@ def _subject(message: str) -> str:
     return safe(head if sep and 3 <= len(head) <= 120 else first, 200)
 
 
+#: The widest line of a fenced block: GitHub's conversation column (about 880 px) shows
+#: about this many monospace characters; a code block never wraps, it cuts off.
+FENCE_WIDTH = 96
+
+
+def _wrapped(line: str) -> list[str]:
+    """``line`` in pieces of at most ``FENCE_WIDTH`` characters, broken at spaces where
+    it can be (a long token is broken anyway); continuation lines indented."""
+    if len(line) <= FENCE_WIDTH:
+        return [line]
+    return textwrap.wrap(line, FENCE_WIDTH, subsequent_indent="  ", break_on_hyphens=False,
+                         drop_whitespace=True) or [line[:FENCE_WIDTH]]
+
+
 def _fenced(text: str) -> str:
-    lines = [safe(line, 2000) for line in text.split("\n")[:60]]
+    lines = [piece for line in text.split("\n")[:60] for piece in _wrapped(safe(line, 2000))]
     body = "\n".join(lines)
     longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
     fence = "`" * max(3, longest + 1)
@@ -149,14 +164,15 @@ def render_error(result: PlanResult, *, delivery: Delivery | None = None,
     assert result.outcome is ResultKind.ERROR
     short = short_commit(result.commit)
     commit = f"commit {code(short)}" if short else "this commit"
-    subject = _subject(result.error)
+    error = for_pull_request(result.error)  # advice meant for a terminal, not a CI run
+    subject = _subject(error)
     text = (f"## reconcile: ⚠️ **could not plan {commit}** — {code(subject, 300)} could not "
             "be read\n\n" if subject else
             f"## reconcile: ⚠️ **could not plan {commit}** — reconcile plan failed\n\n")
     text += _where(result, delivery)
     text += ("**No plan exists for this commit**: there is nothing to review and nothing "
              "that can be applied from it.\n\n")
-    text += "**What could not be read:**\n\n" + _fenced(result.error or "(no message)")
+    text += "**What could not be read:**\n\n" + _fenced(error or "(no message)")
     rerun = (f"re-run [the workflow run]({delivery.run_url})" if delivery is not None
              and delivery.run_url else "re-run the check")
     text += (f"**What next:** when it can be read again, {rerun} or push; this comment then "

@@ -194,9 +194,10 @@ def _pieces(plan: Plan, color: bool) -> Iterator[str]:
     if plan.risks:
         out.append(style("Risks (GO: the writes are allowed, but apply's gate will fail, exit "
                          "15, until the cluster recovers):", "yellow", "bold"))
-        for risk in plan.risks:
-            out.append("  " + style(f"⚠ {risk.code}", "yellow") + f"  {risk.sentence()}")
-            out.append(f"      it said: {safe(risk.reason, 400)}")
+        for group in plan.risk_groups():  # one per cause, what it said once
+            out.append("  " + style(f"⚠ {group.first.code}", "yellow")
+                       + f"  {group.sentence(brief=True)}")
+            out.append(f"      it said: {safe(group.first.reason, 400)}")
         out.append("")
     general = [b for b in plan.blockers if b.service is None]
     if general:

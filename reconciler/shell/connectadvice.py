@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from reconciler.core.results import LOCAL_SANDBOX_ADVICE
 from reconciler.shell.controlplane import ControlPlaneError
 from reconciler.shell.controlplane.errors import SchemeMismatch, TlsVerificationFailed
 from reconciler.shell.endpoints import Connection, Effective, is_loopback_host, url_host
@@ -55,8 +56,7 @@ def next_step(exc: ControlPlaneError, connection: Connection,
                 "the CA that signed it; retrying cannot help")
     if "unreachable" in text:
         if is_loopback_host(host):
-            return ("; is it running? start a local one with `reconcile sandbox up "
-                    "--print-env`, or pass --control-plane URL")
+            return LOCAL_SANDBOX_ADVICE  # a pull request's comment says another thing
         return (f"; is it running and reachable from here? check the control plane URL "
                 f"{connection.control_plane_url}{url_source}")
     if "TLS:" in text:

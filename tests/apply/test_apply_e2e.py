@@ -167,7 +167,7 @@ def test_a_stale_saved_plan_is_refused_before_any_write(repo: Repo, sandbox: San
                       RECONCILE_STATE_DIR=str(repo.path.parent / "someone-else"))
     assert theirs.code == Exit.OK, theirs.out + theirs.err
     before = len(writes(sandbox))
-    result = repo.run("apply", str(plan_file))
+    result = repo.run("apply", str(plan_file), cwd=repo.path)
     assert result.code == Exit.REFUSED_STALE, result.out + result.err
     assert "checkout: egress revision 1 → 2" in result.err and "nothing was sent" in result.err
     assert len(writes(sandbox)) == before
@@ -180,7 +180,7 @@ def test_a_saved_plan_whose_change_someone_else_already_made_reports_it_already_
     theirs = repo.run("apply", str(repo.path), "--auto-approve", "--only", "catalog",
                       RECONCILE_STATE_DIR=str(repo.path.parent / "someone-else"))
     assert theirs.code == Exit.OK, theirs.out + theirs.err
-    ours = repo.run("apply", str(plan_file))
+    ours = repo.run("apply", str(plan_file), cwd=repo.path)
     assert ours.code == Exit.OK, ours.out + ours.err
     assert "rollback catalog: already live" in ours.out
     assert generations(sandbox)["svc-catalog"] == GENERATIONS["svc-catalog"] + 1
@@ -192,11 +192,11 @@ def test_a_saved_plan_over_another_desired_state_is_refused(repo: Repo,
     assert repo.run("plan", str(repo.path), "--out", str(plan_file)).code == Exit.OK
     (repo.path / "services" / "search.yaml").write_text(
         (repo.path / "services" / "search.yaml").read_text().replace("egress: []", ""))
-    dirty = repo.run("apply", str(plan_file))
+    dirty = repo.run("apply", str(plan_file), cwd=repo.path)
     assert dirty.code == Exit.REFUSED_COMMIT and "uncommitted" in dirty.err
     repo.commit("another change")
     # Bound to the desired-state tree (not the commit): the edited file is named.
-    moved = repo.run("apply", str(plan_file))
+    moved = repo.run("apply", str(plan_file), cwd=repo.path)
     assert moved.code == Exit.REFUSED_MISMATCH, moved.out + moved.err
     assert "1 file(s) differ: services/search.yaml (modified)" in moved.err
     assert "plan again" in moved.err
@@ -217,7 +217,7 @@ def test_a_plan_saved_before_format_2_3_stays_bound_to_its_commit(
     plan_file.write_text(json.dumps(document))
     git(repo.path, "-c", "user.email=ci@example.net", "-c", "user.name=ci", "commit", "-q",
         "--allow-empty", "-m", "same tree, another commit")
-    moved = repo.run("apply", str(plan_file))
+    moved = repo.run("apply", str(plan_file), cwd=repo.path)
     assert moved.code == Exit.REFUSED_COMMIT, moved.out + moved.err
     assert f"made from commit {document['commit']}" in moved.err
     assert "bound to its commit" in moved.err and "plan again" in moved.err
@@ -245,7 +245,7 @@ def test_a_worktree_preview_is_shown_but_never_applied(repo: Repo, sandbox: Sand
     assert document["source_note"].startswith("preview of uncommitted changes")
     assert "never applied" in preview.err
     repo.commit("the edit, committed")
-    applied = repo.run("apply", str(plan_file))
+    applied = repo.run("apply", str(plan_file), cwd=repo.path)
     assert applied.code == Exit.REFUSED_COMMIT, applied.out + applied.err
     assert "preview of uncommitted changes" in applied.err and "never applied" in applied.err
     assert writes(sandbox) == []
@@ -275,7 +275,7 @@ def test_a_saved_plan_applies_exactly_and_non_interactive_apply_needs_approval(
     assert writes(sandbox) == []
     plan_file = repo.path.parent / "plan.json"
     assert repo.run("plan", str(repo.path), "--out", str(plan_file)).code == Exit.OK
-    applied = repo.run("apply", str(plan_file))
+    applied = repo.run("apply", str(plan_file), cwd=repo.path)
     assert applied.code == Exit.OK, applied.out + applied.err
     keys = {c["idempotency_key"] for c in json.loads(plan_file.read_text())["changes"]}
     sent = {w.get("idempotencyKey") for w in writes(sandbox)} - {None}

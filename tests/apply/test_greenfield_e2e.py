@@ -136,11 +136,11 @@ def test_a_saved_plan_with_a_create_applies_what_was_reviewed(
     saved = tmp_path / "plan.json"
     made = repo.run("plan", str(repo.path), "--out", str(saved))
     assert made.code == Exit.OK, made.out + made.err
-    applied = repo.run("apply", str(saved), "--auto-approve")
+    applied = repo.run("apply", str(saved), "--auto-approve", cwd=repo.path)
     assert applied.code == Exit.OK, applied.out + applied.err
     assert len(creations(sandbox)) == 1
     # The same saved plan, applied again: its create is settled (the service runs it).
-    again = repo.run("apply", str(saved), "--auto-approve")
+    again = repo.run("apply", str(saved), "--auto-approve", cwd=repo.path)
     assert again.code == Exit.OK, again.out + again.err
     assert len(creations(sandbox)) == 1
 
@@ -413,7 +413,7 @@ def test_a_saved_plan_whose_fresh_preflight_reports_another_configuration_digest
                     if p["service"] == "ledger")["configuration_digest"]
     # Something the control plane folds into the configuration changed since the review.
     sandbox.fault("control-plane", "config-salt", salt="changed-after-review")
-    applied = repo.run("apply", str(saved), "--auto-approve")
+    applied = repo.run("apply", str(saved), "--auto-approve", cwd=repo.path)
     assert applied.code == Exit.REFUSED_MISMATCH, applied.out + applied.err
     line = next(x for x in applied.err.splitlines() if "configuration_digest" in x)
     assert reviewed in line and "→ sha256:" in line

@@ -113,7 +113,7 @@ def test_a_plan_reviewed_on_the_merge_preview_applies_after_a_merge_with_the_sam
     assert out(repo.path, "rev-parse", f"{merged}:./") == \
         json.loads(plan_file.read_text())["desired_tree"]
 
-    applied = repo.run("apply", str(plan_file))
+    applied = repo.run("apply", str(plan_file), cwd=repo.path)
     assert applied.code == Exit.OK, applied.out + applied.err
     assert "Converged" in applied.out and "Apply complete" in applied.out
     assert "made from commit" not in applied.err
@@ -148,7 +148,7 @@ def test_a_merge_that_changes_the_desired_tree_is_refused_naming_the_file(
     merge(repo, "catalog-pr")
     merge(repo, "pr")
 
-    applied = repo.run("apply", str(plan_file))
+    applied = repo.run("apply", str(plan_file), cwd=repo.path)
     assert applied.code == Exit.REFUSED_MISMATCH, applied.out + applied.err
     assert "services/catalog.yaml (modified)" in applied.err
     # Only the files that differ inside the desired-state directory are named.
@@ -166,7 +166,79 @@ def test_any_file_added_to_the_desired_state_directory_is_another_tree(
     branch(repo, "notes-pr", {"deploy/NOTES.md": "who owns what\n"})
     merge(repo, "notes-pr")
     merge(repo, "pr")
-    applied = repo.run("apply", str(plan_file))
+    applied = repo.run("apply", str(plan_file), cwd=repo.path)
     assert applied.code == Exit.REFUSED_MISMATCH, applied.out + applied.err
     assert "1 file(s) differ: NOTES.md (added)" in applied.err
+    assert writes(sandbox) == []
+
+
+# -- a saved plan is checked where it is applied (issue 32) ---------------------------
+
+
+def clone(repo: Repo, tmp: Path, name: str) -> Path:
+    """Another checkout of the repo's main (a CI runner's): its own path."""
+    top = tmp / name
+    git(tmp, "clone", "-q", "--branch", "main", str(repo.path.parent), str(top))
+    return top
+
+
+def test_a_saved_plan_is_checked_against_the_checkout_it_is_applied_in(
+        tmp_path: Path, sandbox: Sandbox) -> None:
+    repo = mono(tmp_path, sandbox)
+    plan_file, preview = review_on_preview(repo, tmp_path)
+    branch(repo, "catalog-pr", {"deploy/services/catalog.yaml": "# someone else's edit\n"})
+    merge(repo, "catalog-pr")
+    merge(repo, "pr")
+    merged = clone(repo, tmp_path, "runner")
+    # The checkout the plan was made in still holds the reviewed tree: it is not where
+    # apply runs, and says nothing about the merged desired state.
+    git(repo.path.parent, "checkout", "-q", "--detach", preview)
+
+    applied = repo.run("apply", str(plan_file), cwd=merged)
+    assert applied.code == Exit.REFUSED_MISMATCH, applied.out + applied.err
+    assert "services/catalog.yaml (modified)" in applied.err
+    assert writes(sandbox) == []
+    # --repo names the checkout the same way, from anywhere.
+    again = repo.run("apply", str(plan_file), "--repo", str(merged / "deploy"), cwd=tmp_path)
+    assert again.code == Exit.REFUSED_MISMATCH, again.out + again.err
+    assert "services/catalog.yaml (modified)" in again.err
+    assert writes(sandbox) == []
+
+
+def test_a_downloaded_plan_applies_in_the_merged_checkout_when_its_maker_is_gone(
+        tmp_path: Path, sandbox: Sandbox) -> None:
+    repo = mono(tmp_path, sandbox)
+    plan_file, _ = review_on_preview(repo, tmp_path)
+    merge(repo, "pr")
+    runner = clone(repo, tmp_path, "runner")
+    shutil.rmtree(repo.path.parent)  # the planning checkout is gone: an artifact is all
+    artifact = tmp_path / "artifact"
+    artifact.mkdir()
+    downloaded = artifact / "plan.json"
+    downloaded.write_bytes(plan_file.read_bytes())
+
+    outside = repo.run("apply", str(downloaded), cwd=artifact)
+    assert outside.code == Exit.ERROR, outside.out + outside.err
+    assert "not in a git checkout" in outside.err and "--repo" in outside.err
+    assert "Traceback" not in outside.err and writes(sandbox) == []
+
+    applied = repo.run("apply", str(downloaded), cwd=runner)
+    assert applied.code == Exit.OK, applied.out + applied.err
+    assert "not a directory" not in applied.err
+    assert len(writes(sandbox)) == 6
+
+
+def test_a_saved_plan_applied_in_a_checkout_of_another_repository_is_refused(
+        tmp_path: Path, sandbox: Sandbox) -> None:
+    repo = mono(tmp_path, sandbox)
+    plan_file, _ = review_on_preview(repo, tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "README.md").write_text("# not the fleet\n")
+    git(other, "init", "-q", "-b", "main")
+    git(other, "add", "-A")
+    git(other, "-c", "user.email=ci@example.net", "-c", "user.name=ci", "commit", "-qm", "x")
+    applied = repo.run("apply", str(plan_file), cwd=other)
+    assert applied.code == Exit.ERROR, applied.out + applied.err
+    assert "deploy" in applied.err and "not a directory" in applied.err
     assert writes(sandbox) == []

@@ -167,7 +167,7 @@ def test_a_saved_plan_reviewed_for_three_clusters_is_refused_when_a_fourth_answe
     wait_for("sn4 to run checkout's old digest", lambda: sandbox.cluster_status()["sn4"]
              .get("checkout", {}).get("resolvedDigest") == OLD_CHECKOUT)
     sandbox.fault("sn4", "dns-missing", on=False)
-    result = repo.run("apply", str(plan_file))
+    result = repo.run("apply", str(plan_file), cwd=repo.path)
     assert result.code == Exit.REFUSED_MISMATCH, result.out + result.err
     assert "sn4" in result.err
     assert "Converged" not in result.out
@@ -187,7 +187,7 @@ def test_a_saved_no_change_plan_gates_after_a_cluster_fell_back(
 
     old_image = f"registry.sandbox.test/shop/checkout@{OLD_CHECKOUT}"
     tamper_runtime(sandbox, "sn1", "checkout", resolvedDigest=OLD_CHECKOUT, image=old_image)
-    result = repo.run("apply", str(plan_file))
+    result = repo.run("apply", str(plan_file), cwd=repo.path)
     assert result.code == Exit.NOT_CONVERGED, result.out + result.err
     assert "No changes" not in result.out and "Converged" not in result.out
     line = gate_failure_line(result.err, "checkout", "sn1")
@@ -208,7 +208,7 @@ def test_a_plan_made_against_another_control_plane_is_refused(
     assert saved.code == Exit.OK, saved.out + saved.err
     assert json.loads(plan_file.read_text())["control_plane_url"] == other.control_plane_url
 
-    result = repo.run("apply", str(plan_file))
+    result = repo.run("apply", str(plan_file), cwd=repo.path)
     assert result.code == Exit.REFUSED_MISMATCH, result.out + result.err
     assert other.control_plane_url in result.err and mine.control_plane_url in result.err
     assert writes(mine) == [] and writes(other) == []
@@ -255,7 +255,7 @@ def test_a_hand_edited_saved_plan_is_refused_before_any_write(
         data["content_digest"] = content_digest(data)
     plan_file.write_text(json.dumps(data, indent=2))
 
-    result = repo.run("apply", str(plan_file))
+    result = repo.run("apply", str(plan_file), cwd=repo.path)
     assert result.code == Exit.REFUSED_MISMATCH, result.out + result.err
     if recompute:
         assert named in result.err, result.err  # the fresh re-plan names the change
@@ -495,7 +495,7 @@ def test_a_forged_change_keyed_like_an_in_doubt_journal_entry_is_still_refused(
     journal.intent(forged)  # as if an earlier run had sent this key and crashed
     assert journal.in_doubt(forged.idempotency_key)
 
-    result = repo.run("apply", str(plan_file))
+    result = repo.run("apply", str(plan_file), cwd=repo.path)
     assert result.code == Exit.REFUSED_MISMATCH, result.out + result.err
     assert "mallory" in result.err
     assert writes(sandbox) == []

@@ -1,4 +1,7 @@
-"""GO while apply is bound to fail (issue 18, item 3), end to end against the sandbox.
+"""GO while apply is bound to fail (issue 18, item 3; issue 32), end to end against the sandbox.
+
+A risk belongs to the plan: a cluster refusing the digest a PR *replaces* is drift, and
+that PR, applied, converges; a cluster refusing the digest the repo pins is a risk.
 
 With ``sn3`` refusing new digests (the sandbox's ``stuck`` fault: it keeps the previous
 digest, says ``lastError: … deployer refused the image``, and its report makes the
@@ -54,39 +57,60 @@ def _stuck_sn3_refused_the_last_digest(repo: Repo, sandbox: Sandbox) -> None:
         sandbox.cluster_status()["sn3"]["checkout"]["lastError"]
 
 
-def test_a_pr_promoting_over_a_refusing_cluster_is_go_with_the_risk_in_every_first_line(
+def test_a_pr_moving_past_the_refused_digest_is_go_without_a_risk_and_converges(
         repo_factory: Callable[..., Repo], sandbox: Sandbox) -> None:
+    """Issue 32: sn3 refuses only checkout's v2.4.0 (the control plane's current rollout,
+    mismatched); a PR moves checkout on to v2.5.0. That refusal is about the digest the
+    PR replaces: drift context, never "apply will not prove it" -- and merged and applied,
+    the PR converges."""
     repo = repo_factory(sandbox, attempts=40, interval_seconds=0.5)
-    _stuck_sn3_refused_the_last_digest(repo, sandbox)
+    sandbox.fault("sn3", "refuse-digest", digest=LAST)
+    first = repo.run("apply", str(repo.path), "--auto-approve", "--only", "checkout")
+    assert first.code == Exit.NOT_CONVERGED, first.out + first.err
+    status = sandbox.rollout_statuses()["svc-checkout"]
+    assert status["status"] == "mismatched" and status["expectedDigest"] == LAST, status
     base = _head(repo)
     new = sandbox.push("checkout", "v2.5.0")
     _pin(repo, new, "v2.5.0")
 
     text = repo.run("plan", str(repo.path), "--base", base, "--detailed-exitcode")
     assert text.code == Exit.CHANGES, text.out + text.err  # GO: the writes are allowed
+    first_line = text.out.splitlines()[0]
+    assert "will not prove" not in text.out and "Risks" not in text.out, text.out
+    assert "deployer refused the image" in text.out  # the refusal is told, as drift
+    md = repo.run("plan", str(repo.path), "--base", base, "--format", "markdown")
+    assert md.code == Exit.OK, md.err
+    assert "exit 15" not in md.out and "will not prove" not in md.out, md.out
+    assert "⚠️" not in md.out.splitlines()[0].split("**GO** —")[1].split("·")[0], first_line
+    data = json.loads(repo.run("plan", str(repo.path), "--base", base, "--format",
+                               "json").out)
+    assert data["verdict"] == "go" and data["risks"] == []
+    assert any(c["service"] == "checkout" and c["actions"] == ["promote"]
+               and c["release_after"]["digest"] == new for c in data["changes"])
+
+    applied = repo.run("apply", str(repo.path), "--auto-approve", "--only", "checkout")
+    assert applied.code == Exit.OK, applied.out + applied.err  # the fix converged
+
+
+def test_a_cluster_refusing_the_pinned_digest_is_a_risk_in_every_first_line(
+        repo_factory: Callable[..., Repo], sandbox: Sandbox) -> None:
+    repo = repo_factory(sandbox, attempts=40, interval_seconds=0.5)
+    _stuck_sn3_refused_the_last_digest(repo, sandbox)  # the repo pins LAST, sn3 refused it
+    text = repo.run("plan", str(repo.path), "--detailed-exitcode")
+    assert text.code == Exit.CHANGES, text.out + text.err
     first = text.out.splitlines()[0]
     assert first.startswith("GO — sn3 refused the last digest for checkout "), first
     assert LAST[:19] in first and "deployer refused the image" in first
     assert "apply will not prove it until sn3 recovers" in first
-
-    md = repo.run("plan", str(repo.path), "--base", base, "--format", "markdown")
-    assert md.code == Exit.OK, md.err
+    md = repo.run("plan", str(repo.path), "--format", "markdown")
     head = md.out.splitlines()[0]
     assert head.startswith("## reconcile plan: **GO** — ⚠️ `sn3` refused the last digest "
                            "for `checkout`"), head
-    assert f"`{LAST[:19]}`" in head and "`sn3` recovers" in head
-
-    raw = repo.run("plan", str(repo.path), "--base", base, "--format", "json")
-    data = json.loads(raw.out)
-    assert data["verdict"] == "go" and data["format_version"] >= "2.3"
+    data = json.loads(repo.run("plan", str(repo.path), "--format", "json").out)
     (risk,) = data["risks"]
     assert (risk["code"], risk["service"], risk["cluster"], risk["digest"], risk["running"]) \
         == ("cluster_refused_release", "checkout", "sn3", LAST, OLD)
-    assert "deployer refused the image" in risk["reason"]
     assert risk["message"] in first  # the same sentence in every view
-    # The PR's change itself is still planned (a risk never removes a write).
-    assert any(c["service"] == "checkout" and c["actions"] == ["promote"]
-               and c["release_after"]["digest"] == new for c in data["changes"])
 
 
 def test_apply_over_a_refusing_cluster_stops_within_two_polls_of_the_mismatch(

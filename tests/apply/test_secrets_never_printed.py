@@ -56,7 +56,7 @@ def test_an_echoed_token_and_jwt_are_redacted_from_every_output(
     assert document["content_digest"] == jsonplan.content_digest(document)
     assert KEPT in saved.read_text()
 
-    applied = repo.run("apply", str(saved), "--auto-approve")
+    applied = repo.run("apply", str(saved), "--auto-approve", cwd=repo.path)
     # Every rollout status says failed: the gate cannot prove checkout, by name.
     assert applied.code == Exit.NOT_CONVERGED, applied.out + applied.err
     assert_no_secret(sandbox, "apply", applied.out + applied.err)
