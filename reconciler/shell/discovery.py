@@ -156,35 +156,13 @@ def _named(nested: list[Path], command: str) -> str:
 def _nested_repos(root: Path) -> list[Path]:
     """The git repositories below ``root`` that hold a Settings file at their top; no
     other file is read (directories only, hidden entries and links skipped)."""
-    nested: list[Path] = []
-    pending: list[Path] = [root]
-    while pending:
-        directory = pending.pop()
-        try:
-            with os.scandir(directory) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            try:
-                if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
-                    continue
-            except OSError:
-                continue
-            sub = Path(entry.path)
-            if os.path.lexists(sub / ".git"):
-                if holds_settings(sub):
-                    nested.append(sub)
-                continue
-            pending.append(sub)
-    return sorted(nested)
+    return _search_below(root, documents=False)[1]
 
 
-def _search_below(root: Path) -> tuple[bool, list[Path]]:
+def _search_below(root: Path, *, documents: bool = True) -> tuple[bool, list[Path]]:
     """Whether a desired-state document lies below ``root`` (own tree only), and the
-    nested git repositories that hold a Settings file at their top."""
+    nested git repositories that hold a Settings file at their top. ``documents=False``
+    reads no file (outside a repository nothing below is read: only directories)."""
     nested: list[Path] = []
     pending: list[Path] = [root]
     while pending:
@@ -209,6 +187,8 @@ def _search_below(root: Path) -> tuple[bool, list[Path]]:
                     pending.append(sub)
                     continue
             except OSError:
+                continue
+            if not documents:
                 continue
             data = _small_yaml(entry)
             if data is None:
