@@ -97,7 +97,8 @@ VARIABLES: dict[str, T] = {
     "service": STRING,
     "change": _record(action=STRING, digest=STRING, registryHost=STRING, repository=STRING,
                       reference=STRING, tag=STRING),
-    "release": _record(evidence=T("list", size=MAX_EVIDENCE, elem=STRING),
+    "release": _record(evidence=T("list", size=MAX_EVIDENCE, elem=T(
+        "string", size=max(len(k.value) for k in EvidenceKind))),
                        evidenceComplete=BOOL, version=STRING),
     "upstream": _record(name=STRING, proven=BOOL, provenSeconds=INT),
     "soak": _record(requiredSeconds=INT),
@@ -605,7 +606,9 @@ class _Checker:
             if a != b and "null" not in kinds and not (a in NUMERIC and b in NUMERIC) \
                     and {a, b} != {"map", "record"}:
                 raise nope()
-            return BOOL, args[0].size + args[1].size
+            # Equality stops at the shorter side's end (a 4096-long variable against a
+            # short literal costs the literal), as the ordering comparisons below.
+            return BOOL, min(args[0].size, args[1].size)
         if name in ("_<_", "_<=_", "_>_", "_>=_"):
             a, b = kinds
             if not (a == b and a in ("int", "uint", "double", "string", "bytes", "bool",
@@ -616,14 +619,16 @@ class _Checker:
         if name == "_in_":
             container = args[1]
             if container.kind == "list":
-                return BOOL, _cap(container.size * (1 + args[0].size))
+                # Each item is one equality: the shorter of the needle and the item.
+                item = container.elem.size if container.elem is not None else args[0].size
+                return BOOL, _cap(container.size * (1 + min(args[0].size, item)))
             if container.kind in ("map", "record"):
                 return BOOL, 1
             raise nope()
         if name in ("_+_", "_-_", "_*_", "_/_", "_%_"):
             return self.arithmetic(name, args, nope)
         if name == "size" and len(args) == 1 and kinds[0] in ("string", "bytes", "list",
-                                                              "map", "record"):
+                                                              "map", "record", "dyn"):
             return INT, 1
         if name in _CONVERSIONS and len(args) == 1:
             result = _CONVERSIONS[name]
@@ -691,4 +696,5 @@ def problem(expression: str) -> str | None:
 def over_budget(cost: int) -> str:
     shown = f"more than {_CAP:,}" if cost >= _CAP else f"{cost:,}"
     return (f"budget exceeded: it may take {shown} evaluation steps, the budget is "
-            f"{BUDGET:,} (nested comprehensions multiply their lists' sizes)")
+            f"{BUDGET:,} (each comprehension multiplies by its list's size, each comparison "
+            "by its strings' length)")
