@@ -29,6 +29,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -68,18 +69,25 @@ _WHEN = {
 }
 
 
+#: A time as the soak, window and freeze messages write it, after the word that says
+#: what it is. Only a time is taken: a reason written by a person ("until the audit
+#: ends") is never read as one.
+_TIMED = re.compile(r"\b(?:eligible|until|opens) (?:[A-Z][a-z]{2} )?"
+                    r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d)?(?:Z| [A-Za-z_]+/[A-Za-z_/+-]+)?)")
+
+
 def eligible(blocker: Blocker) -> str:
-    """When the write ``blocker`` refuses may go, as far as the rules can say: the time
-    its own message names (a soak's ``eligible``, a freeze's or a window's ``until`` or
-    ``opens``), else what would lift it."""
-    message = blocker.message
-    for word in (" eligible ", " until ", " opens "):
-        if word in message:
-            said = message.rsplit(word, 1)[1].split(" (", 1)[0].split(";", 1)[0].strip()
-            if blocker.code is BlockerCode.FROZEN:
-                return f"{said} (or when reconcile unfreeze lifts it)"
-            return said
-    return _WHEN.get(blocker.code, "unknown")
+    """When the write ``blocker`` refuses may go, as far as the rules can say: for a
+    hold, a policy or an unproven upstream what would lift it; else the last time its
+    own message names (a soak's ``eligible``, a freeze's or a window's ``until`` or
+    ``opens``)."""
+    if blocker.code in _WHEN:
+        return _WHEN[blocker.code]
+    times = _TIMED.findall(blocker.message)
+    if blocker.code is BlockerCode.FROZEN:
+        said = times[-1] if times else "no end"
+        return f"{said} (or when reconcile unfreeze lifts it)"
+    return times[-1] if times else "unknown"
 
 
 @dataclass(frozen=True)

@@ -77,3 +77,19 @@ def test_each_refusal_says_when_it_may_go() -> None:
     assert eligible(FROZEN).startswith("2026-12-05 00:00:00Z (or when reconcile unfreeze")
     assert "release-hold" in eligible(HELD)
     assert "names no time" in eligible(DENIED)
+
+
+def test_a_reason_written_by_a_person_is_never_read_as_a_time() -> None:
+    held = Blocker(code=BlockerCode.HELD, service="checkout",
+                   message="checkout: sha256:ab is held: do not use until v2 ships")
+    denied = Blocker(code=BlockerCode.POLICY_DENIED, service="checkout",
+                     message="policy x: no prod deploys until the audit ends")
+    frozen = Blocker(code=BlockerCode.FROZEN, message='prod is frozen: "wait until the '
+                     'audit ends" until it is lifted (freezes/f.yaml; `reconcile unfreeze` '
+                     "ends it)")
+    window = Blocker(code=BlockerCode.WINDOW_CLOSED, message='prod: deny "weekend" until '
+                     "Mon 2026-12-07 07:00 Europe/Berlin (06:00Z)")
+    assert "release-hold" in eligible(held)
+    assert "names no time" in eligible(denied)
+    assert eligible(frozen) == "no end (or when reconcile unfreeze lifts it)"
+    assert eligible(window) == "2026-12-07 07:00 Europe/Berlin"
