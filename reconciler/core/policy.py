@@ -48,6 +48,7 @@ from typing import Any
 from reconciler.core import celcheck
 from reconciler.core.codes import BlockerCode
 from reconciler.core.desired import DesiredState, EvidenceKind
+from reconciler.core.evidence import Proof, Target, judge
 from reconciler.core.kinds.release import PromoteChange, RollbackChange
 from reconciler.core.pipeline import Policy, zone
 from reconciler.core.plans import Blocker, Plan
@@ -128,11 +129,14 @@ def context(plan: Plan, desired: DesiredState, environment: str, service: str,
         change, PromoteChange | RollbackChange) else None
     proven = -1
     if upstream is not None and digest and service in upstream.services:
-        # The soak's own clock (continuous proof, sources checked), so a rule reading
-        # provenSeconds never counts time the soak would not.
+        # The judge first, then the soak's own clock (continuous proof, sources checked):
+        # a rule reading proven/provenSeconds never counts time the soak would not.
         facts = upstream.services[service]
+        proof = judge(Target(service=service, app_id=facts.app_id, digest=digest,
+                             egress=facts.egress), facts.live, facts.expected,
+                      facts.observations)
         since = soak_clock(facts.live, digest, facts.expected, facts.observations,
-                           now_ms).since
+                           now_ms).since if proof.proof is Proof.CONVERGED else None
         proven = -1 if since is None else max(0, (now_ms - since) // 1000)
     now = datetime.fromtimestamp(now_ms / 1000, UTC)
     return {
