@@ -10,7 +10,8 @@ exceptions, in one place:
 - ``Write.ROLLBACK`` -- ``revert`` (by hand, and ``--on-gate-failure revert``): a
   rollback goes back to a release this environment proved and accepted, so it goes
   through a freeze and a closed window, and the upstream's proof and soak are no rule of
-  it (``THROUGH``); a hold or a policy still refuses it.
+  it (``THROUGH``). Policies are rules of promotions (``core.promotion.PROMOTING``) and
+  are not evaluated for a rollback; a hold on the digest it goes back to refuses it.
 - ``Write.RELEASE_HOLD`` -- ``release-hold``: judged as a promotion of the digest it
   frees, when the environment pins it (else it changes nothing the plan sends).
 

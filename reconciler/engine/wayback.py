@@ -244,9 +244,11 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
         if problems:
             raise EngineError(f"{name}: the reverted {rel} would not validate: "
                               f"{problems[0]}; nothing written", Exit.ERROR)
+        if model is None:  # nothing to judge is nothing the gate could let through
+            raise EngineError(f"{name}: the reverted {rel} does not load as the service; "
+                              "nothing written", Exit.ERROR)
         files[rel] = after
-        if model is not None:
-            reverted[name] = model
+        reverted[name] = model
         if holds.held(desired, name, failed) is None:
             first = data.split(b"\n", 1)[0].decode("utf-8", "replace")
             schema = first.split("$schema=", 1)[1].strip() \
@@ -259,8 +261,9 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
         return RevertRun(key="", items=(), commit=already[0][1] if already else None,
                          already=True, why_pr=f"already reverted: {names}")
     # The one gate, before anything is written: the plan of the reverted services (this
-    # snapshot, the environment's rules) judged as a rollback (core.writegate: it goes
-    # through freezes and windows; a hold or a policy refuses it).
+    # snapshot, the environment's rules) judged as a rollback (core.writegate). A
+    # rollback is no promotion, so soak, windows, freezes and policies hold none of it
+    # (core.promotion.PROMOTING); a hold on the digest it goes back to refuses it.
     scoped = desired.model_copy(update={"services": tuple(
         reverted[s.name] for s in desired.services if s.name in reverted)})
     judged = await reconciler.with_rules(make_plan(scoped, snapshot, provenance, None), scoped)
@@ -269,7 +272,7 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
                              if reconciler.stage is not None else None)
     refuse_write(gate, "revert")
     key = reverts.key(items)
-    # What the rollback went through (a freeze) is recorded in its commit.
+    # What the gate let through (its notes; none for a plain rollback) is in the commit.
     message = reverts.message(items, key, newer=newer, through=gate.notes())
     done = revert_git.find_keyed(root, key)
     if done is not None:
