@@ -171,6 +171,12 @@ def saved_root(args: argparse.Namespace, saved: Plan) -> tuple[Path, Selected | 
     if problem is not None:
         raise EngineError(problem, Exit.ERROR)
     inside = binding.desired_path(saved)
+    if inside is not None and (Path(inside).is_absolute() or ".." in Path(inside).parts):
+        # A path outside the repository would bind to the machine it was made on.
+        raise EngineError(
+            f"{args.target}: the plan's desired state {inside!r} is not a path inside its "
+            "repository (its repo_path lies outside repo_root); make the plan again inside "
+            "the checkout; nothing applied", Exit.ERROR)
     try:
         top = gitrepo.toplevel(start)
     except GitError as exc:
