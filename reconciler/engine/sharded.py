@@ -439,7 +439,7 @@ class ShardedWatchSteps(WatchSteps):
                 self.recorded[(commit, shard)] = wanted[shard][1]
         elif not outcomes:
             return Word(None)
-        read = await commits.outcomes(commit)
+        read, revisions = await commits.read(commit)
         recorded: dict[int, ShardOutcome] = {}
         for shard, raw in read.items():
             parsed = groupoutcome.ShardOutcome.from_json(raw)
@@ -448,7 +448,9 @@ class ShardedWatchSteps(WatchSteps):
         verdict = groupoutcome.aggregate(commit, self.count, recorded, applying=self.applying)
         what = verdict.claim()
         if what is not None:
-            return Word(verdict, "final" if await commits.claim(commit, what) else None)
+            won = await commits.claim(commit, what, seen=revisions, count=self.count,
+                                      others=groupoutcome.FINAL_WORDS)
+            return Word(verdict, "final" if won else None)
         won = await commits.claim_pending(commit, lease, list(groupoutcome.FINAL_WORDS))
         return Word(verdict, "pending" if won else None)
 

@@ -20,7 +20,10 @@ Keys (``<p>`` = ``/reconcile/groups/<group>``):
 - ``<p>/commits/<commit>/shards/<n>``: the shard's outcome at that commit
   (``core.groupoutcome``), written by its owner only while it still owns the shard;
 - ``<p>/commits/<commit>/sent/<what>``: created once (create-if-absent) by the member
-  that sends the group's word on the commit, so two members never both send it;
+  that sends the group's word on the commit, so two members never both send it, and only
+  while every shard's outcome is still as that member read it (a member that read the
+  set before a shard changed it says nothing); claiming one final word clears the other
+  final words, so a commit told success can be told failure when a shard fails again;
 - ``<p>/commits/<commit>/inflight``: attached to the lease of the member delivering the
   "k of N shards reported" word, deleted when it is delivered; the final word waits for
   it, so a late pending never lands over it.
@@ -338,24 +341,50 @@ class GroupCommits:
         return await etcd._call(f"record the shards' outcome at {commit[:12]}", run)
 
     async def outcomes(self, commit: str) -> dict[int, dict[str, Any]]:
+        return (await self.read(commit))[0]
+
+    async def read(self, commit: str) -> tuple[dict[int, dict[str, Any]], dict[int, int]]:
+        """Each shard's recorded outcome at ``commit``, and the revision it was read at
+        (what ``claim`` checks is still so)."""
         prefix = self._key(commit, "shards", "")
 
-        async def run(c: aetcd.Client) -> dict[int, dict[str, Any]]:
+        async def run(c: aetcd.Client) -> tuple[dict[int, dict[str, Any]], dict[int, int]]:
             got = await c.get_prefix(prefix)
-            return {int(kv.key[len(prefix):]): _json(kv.value) for kv in got
-                    if kv.key[len(prefix):].isdigit()}
+            outcomes: dict[int, dict[str, Any]] = {}
+            revisions: dict[int, int] = {}
+            for kv in got:
+                tail = kv.key[len(prefix):]
+                if tail.isdigit():
+                    outcomes[int(tail)] = _json(kv.value)
+                    revisions[int(tail)] = int(kv.mod_revision)
+            return outcomes, revisions
 
         return await self.etcd._call(f"read the shards' outcome at {commit[:12]}", run)
 
-    async def claim(self, commit: str, what: str) -> bool:
+    async def claim(self, commit: str, what: str, *, seen: dict[int, int] | None = None,
+                    count: int = 0, others: tuple[str, ...] = ()) -> bool:
         """Whether this member is the one to send ``what`` about ``commit``: creates the
-        ``sent`` key if absent, in one transaction (two members never both win)."""
+        ``sent`` key if absent, in one transaction (two members never both win). With
+        ``seen`` (the revisions ``read`` gave for shards ``0 .. count-1``), only while
+        every shard's outcome is still what was read: a member that read the set before
+        another shard changed it says nothing, the one that read the change decides.
+        Claiming ``what`` clears the ``others`` claimed before, so a commit that went
+        failure, then success, can be told failure again."""
         key = self._key(commit, "sent", what)
         value = json.dumps({"member": self.etcd.member}).encode()
 
         async def run(c: aetcd.Client) -> bool:
-            ok, _ = await c.transaction(compare=[c.transactions.create(key) == 0],
-                                        success=[c.transactions.put(key, value)], failure=[])
+            unchanged = []
+            if seen is not None:
+                for shard in range(count):
+                    at = self._key(commit, "shards", shard)
+                    unchanged.append(c.transactions.mod(at) == seen[shard] if shard in seen
+                                     else c.transactions.create(at) == 0)
+            ok, _ = await c.transaction(
+                compare=[c.transactions.create(key) == 0, *unchanged],
+                success=[c.transactions.put(key, value),
+                         *(c.transactions.delete(self._key(commit, "sent", o))
+                           for o in others if o != what)], failure=[])
             return bool(ok)
 
         return await self.etcd._call(f"claim the word on {commit[:12]}", run)
