@@ -124,21 +124,6 @@ def short(digest: str) -> str:
     return digest[:19] + "…" if len(digest) > 20 else digest
 
 
-def proven_since(live: LiveService | ReadFailure | None, digest: str) -> int | None:
-    """When the current rollout to ``digest`` succeeded (ms), or None: its status's
-    ``updatedAt`` when that status is the current rollout's, else the release's
-    ``lastPromotedAt``. Only meaningful once the judge proves ``digest``. The control
-    plane's word alone, unchecked: a soak counts from ``soak_clock``, never from this."""
-    if not isinstance(live, LiveService) or live.current_digest != digest:
-        return None
-    status = live.rollout_status
-    rollout = live.deployment.rollout_id if live.deployment else None
-    if status is not None and status.rollout_id == rollout and status.updated_at:
-        return status.updated_at
-    release = live.release_by_digest(digest)
-    return release.last_promoted_at if release is not None else None
-
-
 def _stamp(ms: int) -> str:
     return f"{datetime.fromtimestamp(ms / 1000, UTC):%Y-%m-%dT%H:%M:%S}Z"
 
