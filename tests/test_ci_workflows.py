@@ -288,9 +288,10 @@ def test_a_push_without_a_reviewed_plan_applies_nothing(fleet: Fleet, tmp_path: 
     _add_egress(service)
     fleet.sh("commit", "-qam", "pushed straight to main")
     runner = _apply_on_merge(fleet, tmp_path, fleet.sh("rev-parse", "HEAD"))
-    assert runner.failed
     text = "\n".join(runner.log)
-    assert "no merged pull request has" in text and "nothing was applied" in text
+    assert runner.failed, text
+    # Every step's own output is in the message: a step that failed is seen, not guessed.
+    assert "no merged pull request has" in text and "nothing was applied" in text, text
     assert "## reconcile plan: **GO**" in runner.summary.read_text()
     # Nothing was sent: the same changes are still to be made.
     done = subprocess.run([sys.executable, "-m", "reconciler", "plan", "--detailed-exitcode",
