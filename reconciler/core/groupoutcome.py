@@ -290,5 +290,6 @@ def pending(verdict: GroupVerdict, plan: Plan, *, environment: str,
         kind=Kind.PLANNED, environment=environment, commit=verdict.commit,
         summary=(f"{environment}: commit {verdict.commit[:12]}: {k} of {verdict.count} "
                  f"shards reported (group {group})"),
-        key=key_of(Kind.PLANNED, environment, verdict.commit, f"group:{group}:pending"),
+        # One key per count: "2 of 3" is news after "1 of 3", never a repeat of it.
+        key=key_of(Kind.PLANNED, environment, verdict.commit, f"group:{group}:pending:{k}"),
         control_plane_url=plan.control_plane_url, created_at=plan.created_at)

@@ -451,7 +451,8 @@ class ShardedWatchSteps(WatchSteps):
             won = await commits.claim(commit, what, seen=revisions, count=self.count,
                                       others=groupoutcome.FINAL_WORDS)
             return Word(verdict, "final" if won else None)
-        won = await commits.claim_pending(commit, lease, list(groupoutcome.FINAL_WORDS))
+        won = await commits.claim_pending(commit, lease, list(groupoutcome.FINAL_WORDS),
+                                          len(verdict.reported))
         return Word(verdict, "pending" if won else None)
 
     async def pending_in_flight(self, commit: str) -> bool:
@@ -461,10 +462,10 @@ class ShardedWatchSteps(WatchSteps):
             return bool(await self.coordination.GroupCommits(self.etcd).in_flight(commit))
         return await self._on_loop(read())
 
-    async def pending_delivered(self, commit: str) -> None:
+    async def pending_delivered(self, commit: str, reported: int) -> None:
         async def clear() -> None:
             if self.etcd is not None:
-                await self.coordination.GroupCommits(self.etcd).delivered(commit)
+                await self.coordination.GroupCommits(self.etcd).delivered(commit, reported)
         await self._on_loop(clear())
 
     async def close(self) -> None:

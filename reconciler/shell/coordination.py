@@ -20,13 +20,20 @@ Keys (``<p>`` = ``/reconcile/groups/<group>``):
 - ``<p>/commits/<commit>/shards/<n>``: the shard's outcome at that commit
   (``core.groupoutcome``), written by its owner only while it still owns the shard;
 - ``<p>/commits/<commit>/sent/<what>``: created once (create-if-absent) by the member
-  that sends the group's word on the commit, so two members never both send it, and only
+  that sends the group's word on the commit (a final word, or ``pending-<k>``: each
+  count of shards reported is told once), so two members never both send it, and only
   while every shard's outcome is still as that member read it (a member that read the
   set before a shard changed it says nothing); claiming one final word clears the other
   final words, so a commit told success can be told failure when a shard fails again;
-- ``<p>/commits/<commit>/inflight``: attached to the lease of the member delivering the
-  "k of N shards reported" word, deleted when it is delivered; the final word waits for
+- ``<p>/commits/<commit>/inflight/<k>``: attached to the lease of the member delivering
+  the "k of N shards reported" word, deleted when it is delivered; the final word waits for
   it, so a late pending never lands over it.
+
+The outcome and ``sent`` keys of a commit are attached to a retention lease
+(``COMMIT_RETENTION_SECONDS``, granted with each write): etcd deletes them when it
+expires, so a long-lived group does not keep every commit it ever saw. Nothing is
+deleted by a member's clock or by guessing which commit is old: a member still working
+on a commit re-attaches its keys to a fresh lease when it writes.
 
 Must not decide anything: which shards to take or release is ``core.sharding``; when to
 call is ``shell.sharded`` and the engine. Every failure to reach etcd is a
@@ -39,6 +46,7 @@ import asyncio
 import contextlib
 import json
 import re
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -112,6 +120,8 @@ class Etcd:
         self.timeout = timeout
         self._at = 0
         self._client: aetcd.Client | None = None
+        #: The lease commit keys are kept under, and when it was granted (``GroupCommits``).
+        self.retention: tuple[int, float] | None = None
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -307,6 +317,16 @@ class Etcd:
         return await self._call("read the shards' status", run)
 
 
+#: How long a commit's recorded outcomes and claims are kept (a week: longer than any
+#: watcher works on one commit, short enough that etcd's keyspace stays small).
+COMMIT_RETENTION_SECONDS = 7 * 24 * 3600
+
+
+#: A member grants a new retention lease once its current one is this old, so each key
+#: lives between six and seven days after its last write, at one lease per member per day.
+RETENTION_RENEW_SECONDS = 24 * 3600
+
+
 class GroupCommits:
     """The group's outcomes per commit (issue 32): each shard's recorded by its owner,
     the once-only claims of what is sent, and the pending word in flight. Methods of
@@ -318,6 +338,16 @@ class GroupCommits:
     def _key(self, commit: str, *parts: object) -> bytes:
         return self.etcd._key("commits", commit, *parts)
 
+    async def _retention(self, c: aetcd.Client) -> int:
+        """The lease the commit keys written now are attached to (kept on the member's
+        ``Etcd``: one per member, renewed daily, never a lease per write)."""
+        held = self.etcd.retention
+        now = time.monotonic()
+        if held is None or now - held[1] >= RETENTION_RENEW_SECONDS:
+            held = (int((await c.lease(COMMIT_RETENTION_SECONDS)).id), now)
+            self.etcd.retention = held
+        return held[0]
+
     async def record(self, commit: str, outcomes: dict[int, tuple[int, dict[str, Any]]],
                      ) -> list[int]:
         """Each shard's outcome at ``commit``, only for shards this member still owns at
@@ -326,13 +356,15 @@ class GroupCommits:
 
         async def run(c: aetcd.Client) -> list[int]:
             done = []
+            kept = await self._retention(c)
             for shard, (revision, outcome) in sorted(outcomes.items()):
                 owner = etcd._key("shards", shard, "owner")
                 ok, _ = await c.transaction(
                     compare=[c.transactions.mod(owner) == revision,
                              c.transactions.value(owner) == etcd.member.encode()],
                     success=[c.transactions.put(self._key(commit, "shards", shard),
-                                                json.dumps(outcome, sort_keys=True).encode())],
+                                                json.dumps(outcome, sort_keys=True).encode(),
+                                                lease=kept)],
                     failure=[])
                 if ok:
                     done.append(shard)
@@ -380,36 +412,40 @@ class GroupCommits:
                     at = self._key(commit, "shards", shard)
                     unchanged.append(c.transactions.mod(at) == seen[shard] if shard in seen
                                      else c.transactions.create(at) == 0)
+            kept = await self._retention(c)
             ok, _ = await c.transaction(
                 compare=[c.transactions.create(key) == 0, *unchanged],
-                success=[c.transactions.put(key, value),
+                success=[c.transactions.put(key, value, lease=kept),
                          *(c.transactions.delete(self._key(commit, "sent", o))
                            for o in others if o != what)], failure=[])
             return bool(ok)
 
         return await self.etcd._call(f"claim the word on {commit[:12]}", run)
 
-    async def claim_pending(self, commit: str, lease: int, finals: list[str]) -> bool:
-        """Whether this member sends the pending word about ``commit``: only once, only
-        while no final word was claimed, and marked in flight (on this member's lease)
-        until ``delivered``."""
-        said = self._key(commit, "sent", "pending")
-        inflight = self._key(commit, "inflight")
+    async def claim_pending(self, commit: str, lease: int, finals: list[str],
+                            reported: int) -> bool:
+        """Whether this member sends the pending word "``reported`` of N" about
+        ``commit``: once per count (the status moves as shards report), only while no
+        final word was claimed, and marked in flight (on this member's lease) until
+        ``delivered``."""
+        said = self._key(commit, "sent", f"pending-{reported}")
+        inflight = self._key(commit, "inflight", reported)
         value = json.dumps({"member": self.etcd.member}).encode()
 
         async def run(c: aetcd.Client) -> bool:
+            kept = await self._retention(c)
             ok, _ = await c.transaction(
                 compare=[c.transactions.create(said) == 0,
                          *(c.transactions.create(self._key(commit, "sent", f)) == 0
                            for f in finals)],
-                success=[c.transactions.put(said, value),
+                success=[c.transactions.put(said, value, lease=kept),
                          c.transactions.put(inflight, value, lease=lease)], failure=[])
             return bool(ok)
 
         return await self.etcd._call(f"claim the pending word on {commit[:12]}", run)
 
-    async def delivered(self, commit: str) -> None:
-        key = self._key(commit, "inflight")
+    async def delivered(self, commit: str, reported: int) -> None:
+        key = self._key(commit, "inflight", reported)
 
         async def run(c: aetcd.Client) -> None:
             await c.delete(key)
@@ -417,10 +453,11 @@ class GroupCommits:
         await self.etcd._call(f"clear the pending word on {commit[:12]}", run)
 
     async def in_flight(self, commit: str) -> bool:
-        key = self._key(commit, "inflight")
+        """Whether any pending word (of any count) is still being delivered."""
+        prefix = self._key(commit, "inflight", "")
 
         async def run(c: aetcd.Client) -> bool:
-            return await c.get(key) is not None
+            return len(await c.get_prefix(prefix)) > 0
 
         return await self.etcd._call(f"read the pending word on {commit[:12]}", run)
 

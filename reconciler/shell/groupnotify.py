@@ -12,8 +12,9 @@ won the claim:
 - the final word (one success, one failure, one NO-GO per commit), after any pending
   word still being delivered by another member (its in-flight key), so a late pending
   never lands over it;
-- until the set is complete, one pending commit status "k of N shards reported" (to
-  GitHub only: chat and webhooks hear the outcome, not the count).
+- until the set is complete, a pending commit status "k of N shards reported", told
+  again each time k moves (to GitHub only: chat and webhooks hear the outcome, not the
+  count).
 
 A member that owns no shard records nothing and says nothing; a member that cannot reach
 etcd records nothing, says so (logged) and sends nothing -- the group's status stays
@@ -72,7 +73,7 @@ class GroupShards(Protocol):
 
     async def pending_in_flight(self, commit: str) -> bool: ...
 
-    async def pending_delivered(self, commit: str) -> None: ...
+    async def pending_delivered(self, commit: str, reported: int) -> None: ...
 
 
 class GroupNotifier(Notifier):
@@ -132,7 +133,7 @@ class GroupNotifier(Notifier):
             finally:
                 # Unreachable: the in-flight key goes with this member's lease.
                 with contextlib.suppress(self.unreachable):
-                    await self.shards.pending_delivered(commit)
+                    await self.shards.pending_delivered(commit, len(verdict.reported))
             return
         final = groupoutcome.notification(verdict, plan, environment=self.environment,
                                           group=group)

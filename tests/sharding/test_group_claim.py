@@ -59,3 +59,73 @@ async def _walk(url: str) -> list[bool]:
 def test_a_stale_read_never_claims_and_a_final_word_can_be_told_again(
         etcd: etcd_server.Etcd) -> None:
     assert asyncio.run(_walk(etcd.url)) == [False, True, True, False, True]
+
+
+async def _kept(url: str) -> list[int]:
+    """The lease each written commit key is attached to, and its granted TTL."""
+    target = coordination.parse_target(url)
+    a = coordination.Etcd(target, "g", "member-a")
+    try:
+        commits = coordination.GroupCommits(a)
+        owner = a._key("shards", 0, "owner")
+
+        async def own(c: object) -> int:
+            await c.put(owner, b"member-a")  # type: ignore[attr-defined]
+            return int((await c.get(owner)).mod_revision)  # type: ignore[attr-defined]
+
+        revision = await a._call("own shard 0", own)
+        assert await commits.record(COMMIT, {0: (revision, {"shard": 0, "state": "proven"})}) \
+            == [0]
+        assert await commits.claim(COMMIT, "success", others=FINALS)
+
+        async def leases(c: object) -> list[int]:
+            ttls = []
+            for key in (a._key("commits", COMMIT, "shards", 0),
+                        a._key("commits", COMMIT, "sent", "success")):
+                kv = await c.get(key)  # type: ignore[attr-defined]
+                assert kv is not None and kv.lease != 0, key
+                info = await c.get_lease_info(kv.lease)  # type: ignore[attr-defined]
+                ttls.append(int(info.grantedTTL))
+            return ttls
+
+        return await a._call("read the leases", leases)
+    finally:
+        await a.close()
+
+
+@pytest.mark.integration
+def test_a_commits_keys_expire_with_a_retention_lease(etcd: etcd_server.Etcd) -> None:
+    """A long-lived group does not keep every commit it saw: etcd drops them."""
+    assert asyncio.run(_kept(etcd.url)) == [coordination.COMMIT_RETENTION_SECONDS] * 2
+
+
+async def _pendings(url: str) -> tuple[list[bool], list[bool]]:
+    target = coordination.parse_target(url)
+    a = coordination.Etcd(target, "g", "member-a")
+    b = coordination.Etcd(target, "g", "member-b")
+    try:
+        ga, gb = coordination.GroupCommits(a), coordination.GroupCommits(b)
+        lease_a, lease_b = await a.grant(30), await b.grant(30)
+        said = [await ga.claim_pending(COMMIT, lease_a, list(FINALS), 1),
+                await gb.claim_pending(COMMIT, lease_b, list(FINALS), 1),  # told already
+                await gb.claim_pending(COMMIT, lease_b, list(FINALS), 2)]  # news
+        flight = [await ga.in_flight(COMMIT)]
+        await ga.delivered(COMMIT, 1)
+        flight.append(await ga.in_flight(COMMIT))  # 2 of N is still being delivered
+        await gb.delivered(COMMIT, 2)
+        flight.append(await ga.in_flight(COMMIT))
+        await _put(a, 0, "proven")
+        assert await ga.claim(COMMIT, "success", others=FINALS)
+        said.append(await ga.claim_pending(COMMIT, lease_a, list(FINALS), 2 + 1))
+        return said, flight
+    finally:
+        await a.close()
+        await b.close()
+
+
+@pytest.mark.integration
+def test_each_count_of_shards_reported_is_told_once_and_never_after_the_final_word(
+        etcd: etcd_server.Etcd) -> None:
+    said, flight = asyncio.run(_pendings(etcd.url))
+    assert said == [True, False, True, False]
+    assert flight == [True, True, False]

@@ -59,7 +59,7 @@ class Shards:
     async def pending_in_flight(self, commit: str) -> bool:
         return False
 
-    async def pending_delivered(self, commit: str) -> None:
+    async def pending_delivered(self, commit: str, reported: int) -> None:
         self.cleared.append(commit)
 
 
