@@ -70,7 +70,9 @@ class Prometheus:
     url: str
     directory: Path
     process: subprocess.Popen[bytes]
-    #: seconds from the start of the process until every target was up
+    #: seconds from the start of the process until it answered ``/-/ready``, and until
+    #: every target was up (Prometheus applies its targets on a 5 s tick, hence ~6 s)
+    ready_seconds: float = 0.0
     startup_seconds: float = 0.0
     _http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=10.0))
 
@@ -130,6 +132,10 @@ def _wait_ready(prom: Prometheus, began: float, expected: int) -> None:
         if prom.process.poll() is not None:
             raise RuntimeError(f"prometheus exited with {prom.process.returncode}:\n{prom.log}")
         with contextlib.suppress(httpx.HTTPError, ValueError, AssertionError):
+            if not prom.ready_seconds:
+                if prom._http.get(f"{prom.url}/-/ready").status_code != 200:
+                    raise ValueError("not ready")
+                prom.ready_seconds = time.monotonic() - began
             targets = prom.targets()
             last = json.dumps([(t["labels"].get("cluster"), t["health"], t["lastError"])
                                for t in targets])
