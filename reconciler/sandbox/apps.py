@@ -89,7 +89,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -264,12 +264,14 @@ class Traffic:
     (``cluster.Cluster.app_views``): ``(appId, resolvedDigest, runtimeState, since_ms)``.
     """
 
-    def __init__(self, cluster_id: str, fault_view: faults_mod.FaultView) -> None:
+    def __init__(self, cluster_id: str, fault_view: faults_mod.FaultView, *,
+                 clock: Callable[[], int] = store.now_ms) -> None:
         self.cluster_id = cluster_id
         self.faults = fault_view
+        self.clock = clock
         self.lock = threading.Lock()
         self.series: dict[tuple[str, str], _Series] = {}
-        self.started_ms = store.now_ms()
+        self.started_ms = clock()
         #: the synthetic load is counted up to here (None: never scraped, nothing counted)
         self.counted_ms: int | None = None
         self.carry: dict[tuple[str, str], float] = {}
@@ -338,7 +340,7 @@ class Traffic:
         in effect meanwhile, then take the current faults. Before the first scrape
         nothing is counted (no series exist for nobody); the first scrape counts from
         this cluster's start."""
-        now = store.now_ms()
+        now = self.clock()
         current = dict(self.faults.current())
         with self.lock:
             if self.counted_ms is None:
