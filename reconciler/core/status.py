@@ -43,6 +43,12 @@ class ClusterRow:
     detail: str
     last_error: str | None
     healthy_since: int | None = None  # [ext] the cluster's own statement (ms)
+    #: what the cluster says it runs beside the digest (the web view's service page):
+    #: "healthy/required" replicas, the egress in effect, the routes it owns; None: the
+    #: cluster did not say (silent, no record, or the field left out)
+    replicas: str | None = None
+    egress: tuple[str, ...] | None = None
+    routes: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -113,12 +119,26 @@ def _expected(snapshot: LiveSnapshot, live: object) -> tuple[str, ...]:
 
 def _clusters(proof: ServiceProof, pinned: str,
               observations: Sequence[Observation]) -> tuple[ClusterRow, ...]:
-    said = {o.cluster_id: o.healthy_since for o in observations}
-    return tuple(ClusterRow(service=proof.service, cluster=c.cluster, pinned=pinned,
-                            running=c.running, proven=c.proof is Proof.CONVERGED,
-                            why=c.why.value if c.why else None, detail=c.detail,
-                            last_error=c.last_error, healthy_since=said.get(c.cluster))
-                 for c in proof.clusters)
+    said = {o.cluster_id: o for o in observations}
+    out: list[ClusterRow] = []
+    for c in proof.clusters:
+        obs = said.get(c.cluster)
+        runtime = obs.runtime if obs is not None else None
+        counts = runtime.replica_counts if runtime is not None else None
+        replicas = f"{counts.healthy}/{counts.required} healthy" if counts is not None \
+            else (f"{runtime.replicas}" if runtime is not None and runtime.replicas is not None
+                  else None)
+        out.append(ClusterRow(
+            service=proof.service, cluster=c.cluster, pinned=pinned, running=c.running,
+            proven=c.proof is Proof.CONVERGED, why=c.why.value if c.why else None,
+            detail=c.detail, last_error=c.last_error,
+            healthy_since=obs.healthy_since if obs is not None else None,
+            replicas=replicas,
+            egress=None if runtime is None or runtime.egress is None else tuple(
+                f"{e.host}:{e.port}" for e in runtime.egress),
+            routes=None if runtime is None or runtime.routes is None else tuple(
+                f"{r.name} {','.join(r.domains) or '*'}{r.path}" for r in runtime.routes)))
+    return tuple(out)
 
 
 def rows(name: str, desired: DesiredState, snapshot: LiveSnapshot, *,
