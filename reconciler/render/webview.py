@@ -25,7 +25,6 @@ import hashlib
 import html
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from urllib.parse import quote
 
 from reconciler.core.pipeline import LAST_INSTANT_MS
 from reconciler.core.sanitize import safe
@@ -237,6 +236,14 @@ def _age(ms: int | None, now_ms: int) -> str:
     return f'<span data-age="{int(ms)}">{said} ago</span>'
 
 
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def quote(text: str) -> str:
+    """``text`` percent-encoded as one URL path segment (RFC 3986 unreserved kept)."""
+    return "".join(chr(b) if b in _UNRESERVED else f"%{b:02X}" for b in text.encode())
+
+
 def _short(digest: str | None) -> str:
     return "-" if not digest else digest[:19]
 
@@ -262,7 +269,7 @@ class _Links:
         self.served = served
 
     def service(self, name: str) -> str:
-        return f"/service/{quote(name, safe='')}" if self.served else f"#{_slug(name)}"
+        return f"/service/{quote(name)}" if self.served else f"#{_slug(name)}"
 
     def fleet(self) -> str:
         return "/" if self.served else "#fleet"
