@@ -510,7 +510,7 @@ def _history(items: Iterable[HistoryItem], view: View) -> str:
         commit = ""
         if item.commit:
             short = f"<code>{_e(item.commit[:12], 40)}</code>"
-            commit = f' <a href="{_e(view.commit_url.format(commit=quote(item.commit)), 800)}"' \
+            commit = f' <a href="{_e(view.commit_url.replace("{commit}", quote(item.commit)), 800)}"' \
                 f">{short}</a>" if view.commit_url and _web(view.commit_url) else " " + short
         link = f' <a href="{_e(item.link, 800)}" rel="noreferrer">pull request</a>' \
             if item.link and _web(item.link) else ""
