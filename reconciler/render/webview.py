@@ -74,6 +74,9 @@ form.filters label{display:flex;flex-direction:column;font-size:12px;color:var(-
 form.filters input,form.filters select{font:inherit;padding:.2rem .3rem;min-width:9rem}
 .tablewrap{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;width:100%}
+table#grid{width:auto;min-width:min(100%,40rem)}
+caption{text-align:left;caption-side:bottom;padding:.3rem 0}
+#grid th[scope=row]{min-width:10rem}
 th,td{border:1px solid var(--line);padding:.3rem .45rem;text-align:left;vertical-align:top}
 th{background:var(--head);position:sticky;top:0}
 tbody tr{content-visibility:auto;contain-intrinsic-size:auto 3.2em}
@@ -322,7 +325,8 @@ def _fleet_cell(row: ServiceRow | None, env: str, view: View, links: _Links,
                     '<small>environment could not be read</small></td>')
         return f'<td class="cell" data-env="{_e(env, 100)}"><small>not here</small></td>'
     state = cell_state(row, view.live)
-    detail = f"{row.proven}/{row.expected} clusters"
+    detail = f"{row.proven}/{row.expected} clusters" if view.live.ok else \
+        f"at the last read: {row.proven}/{row.expected} clusters"
     if state is CellState.PROVEN and row.since is not None:
         detail += f" · since {_age(row.since, view.now_ms)}"
     elif state is CellState.FAILING:
@@ -510,8 +514,9 @@ def _history(items: Iterable[HistoryItem], view: View) -> str:
         commit = ""
         if item.commit:
             short = f"<code>{_e(item.commit[:12], 40)}</code>"
-            commit = f' <a href="{_e(view.commit_url.replace("{commit}", quote(item.commit)), 800)}"' \
-                f">{short}</a>" if view.commit_url and _web(view.commit_url) else " " + short
+            target = (view.commit_url or "").replace("{commit}", quote(item.commit))
+            commit = f' <a href="{_e(target, 800)}">{short}</a>' \
+                if view.commit_url and _web(view.commit_url) else " " + short
         link = f' <a href="{_e(item.link, 800)}" rel="noreferrer">pull request</a>' \
             if item.link and _web(item.link) else ""
         out.append(f"<li>{_time(item.at_ms)} <strong>{_e(item.kind, 40)}</strong> "
@@ -547,8 +552,10 @@ def service(view: View, name: str, links: _Links, *, anchor: bool = False) -> st
         envs.append(
             f'<section class="env s-{state.value}" data-env="{_e(row.environment, 100)}">'
             f'<h3>{_e(row.environment, 100)} {_word(state)}</h3>'
-            f"<p>pinned {_release(row.pinned, row.tag)} · {row.proven}/{row.expected} "
-            f"clusters prove it {since}</p>"
+            f"<p>pinned {_release(row.pinned, row.tag)} · "
+            + ("" if view.live.ok else "at the last read, ")
+            + f"{row.proven}/{row.expected} clusters prove it{'; ' + since if since else ''}"
+            "</p>"
             + (f"<p><strong>HELD</strong> {_e(row.held, 600)}</p>" if row.held else "")
             + "".join(f"<p><strong>REFUSED</strong> {_e(b, 600)}</p>" for b in row.refused)
             + (f"<ul>{reasons}</ul>" if reasons else "")

@@ -25,11 +25,11 @@ from tests.webview.builders import NOW, fleet
 pytestmark = pytest.mark.integration
 
 SERVICES = 5  # examples/desired-state/services
-ALL_STATES = "() => [...document.querySelectorAll('#grid td[data-state]')]"
+ALL_STATES = "[...document.querySelectorAll('#grid td[data-state]')]"
 
 
 def states(page: Any) -> list[str]:
-    return list(page.evaluate(f"{ALL_STATES}.map(c => c.dataset.state)"))
+    return list(page.evaluate(f"() => {ALL_STATES}.map(c => c.dataset.state)"))
 
 
 def visible_rows(page: Any) -> int:
@@ -151,7 +151,7 @@ def test_the_watchers_view_follows_the_fleet_in_a_real_browser(
             assert set(states(page)) == {"proven"}
             page.fill("#f-name", "ledger")
             assert visible_rows(page) == 1
-            page.click("#grid a[href^='#svc-']")
+            page.click("#grid tr:not([hidden]) th a")
             assert "clusters prove it" in page.inner_text("article:target")
             assert not dialogs
 
