@@ -32,7 +32,7 @@ from reconciler.core.planning import target_of
 from reconciler.core.plans import Blocker
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ClusterRow:
     service: str
     cluster: str
@@ -51,7 +51,7 @@ class ClusterRow:
     routes: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NextPromotion:
     """What promoting the previous environment's current digest here waits for."""
 
@@ -67,7 +67,7 @@ class NextPromotion:
         return not self.blockers and self.unknown is None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ServiceRow:
     environment: str
     service: str
@@ -89,7 +89,7 @@ class ServiceRow:
     since_source: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Status:
     taken_at: int
     environments: tuple[str, ...]

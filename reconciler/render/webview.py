@@ -23,7 +23,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from reconciler.core.pipeline import LAST_INSTANT_MS
@@ -120,7 +122,7 @@ SCRIPT = """
     return h < 48 ? h + " h" : Math.round(h / 24) + " d";
   }
   function ages() {
-    var list = document.querySelectorAll("[data-age]");
+    var list = document.querySelectorAll("[data-age].tick");
     for (var i = 0; i < list.length; i++) {
       list[i].textContent = fmtAge(+list[i].getAttribute("data-age")) + " ago";
     }
@@ -130,7 +132,8 @@ SCRIPT = """
     var name = val("f-name").toLowerCase(), env = val("f-env"), st = val("f-state");
     var cells = document.querySelectorAll("#grid [data-env]");
     for (var i = 0; i < cells.length; i++) {
-      cells[i].hidden = !!env && cells[i].getAttribute("data-env") !== env;
+      var hide = !!env && cells[i].getAttribute("data-env") !== env;
+      if (cells[i].hidden !== hide) cells[i].hidden = hide;
     }
     var rows = document.querySelectorAll("#grid tr[data-name]"), shown = 0;
     for (var j = 0; j < rows.length; j++) {
@@ -142,7 +145,7 @@ SCRIPT = """
           if (!cs[k].hidden && cs[k].getAttribute("data-state") === st) { ok = true; break; }
         }
       }
-      r.hidden = !ok;
+      if (r.hidden !== !ok) r.hidden = !ok;
       if (ok) shown++;
     }
     var c = document.getElementById("shown");
@@ -163,18 +166,21 @@ SCRIPT = """
       b.querySelector("time").textContent = new Date(since).toISOString();
     }
   }
-  var form = document.getElementById("filters");
-  if (form) {
-    form.addEventListener("input", filter);
-    form.addEventListener("submit", function (e) { e.preventDefault(); });
+  var live = body.getAttribute("data-live") === "1", down = null, wait = null;
+  function query(part) {
+    // a served page filters and pages on the watcher: the fleet may be 10,000 rows
+    var q = new URLSearchParams(location.search);
+    if (document.getElementById("filters")) {
+      q.set("name", val("f-name")); q.set("env", val("f-env")); q.set("state", val("f-state"));
+    }
+    var keys = ["name", "env", "state", "page"];
+    for (var i = 0; i < keys.length; i++) { if (!q.get(keys[i])) q.delete(keys[i]); }
+    if (part) q.set("part", "main");
+    var s = q.toString();
+    return location.pathname + (s ? "?" + s : "");
   }
-  filter();
-  ages();
-  setInterval(ages, 1000);
-  if (body.getAttribute("data-live") !== "1") return;
-  var down = null;
-  setInterval(function () {
-    fetch(location.pathname + "?part=main", {cache: "no-store", credentials: "same-origin"})
+  function fetchMain(force) {
+    return fetch(query(true), {cache: "no-store", credentials: "same-origin"})
       .then(function (r) {
         if (!r.ok) throw new Error(String(r.status));
         var g = r.headers.get("X-Reconcile-Generation");
@@ -182,7 +188,7 @@ SCRIPT = """
           down = null;
           var b = document.getElementById("conn");
           if (b) b.hidden = true;
-          if (g !== body.getAttribute("data-gen")) {
+          if (force || g !== body.getAttribute("data-gen")) {
             body.setAttribute("data-gen", g);
             document.querySelector("main").innerHTML = t;
             filter();
@@ -195,6 +201,28 @@ SCRIPT = """
         body.setAttribute("data-gen", "down");  // what comes back is shown, whatever it is
         unknownAll(down);
       });
+  }
+  var form = document.getElementById("filters");
+  if (form) {
+    form.addEventListener("input", function () {
+      if (!live) { filter(); return; }
+      filter();  // at once on the rows shown, then the watcher's answer for them all
+      clearTimeout(wait);
+      wait = setTimeout(function () {
+        var u = new URL(query(false), location.href);
+        u.searchParams.delete("page");  // a new filter starts at its first page
+        history.replaceState(null, "", u.pathname + u.search);
+        fetchMain(true);
+      }, 250);
+    });
+    form.addEventListener("submit", function (e) { e.preventDefault(); });
+  }
+  filter();
+  ages();
+  setInterval(ages, 1000);
+  if (!live) return;
+  setInterval(function () {
+    fetchMain(false);
   }, POLL);
 })();
 """.replace("POLL", str(POLL_MS))
@@ -211,9 +239,22 @@ CSP = (f"default-src 'none'; style-src '{_hash(CSS)}'; script-src '{_hash(SCRIPT
        "frame-ancestors 'none'")
 
 
+#: ``_e``'s answers by (text, limit): a fleet repeats its environments, tags and words,
+#: and a page is rendered again at each poll. Bounded, then started afresh.
+_ESCAPED: dict[tuple[str, int], str] = {}
+_ESCAPED_MAX = 200_000
+
+
 def _e(value: object, limit: int = 600) -> str:
     """The one way a value enters the markup: redacted, controls shown, bounded, escaped."""
-    return html.escape(safe("" if value is None else value, limit), quote=True)
+    text = "" if value is None else value if type(value) is str else str(value)
+    key = (text, limit)
+    made = _ESCAPED.get(key)
+    if made is None:
+        if len(_ESCAPED) >= _ESCAPED_MAX:
+            _ESCAPED.clear()
+        made = _ESCAPED[key] = html.escape(safe(text, limit), quote=True)
+    return made
 
 
 def _at(ms: int | None) -> str:
@@ -229,21 +270,25 @@ def _time(ms: int | None) -> str:
     return f'<time datetime="{_at(ms).replace(" ", "T")}">{_at(ms)}</time>'
 
 
-def _age(ms: int | None, now_ms: int) -> str:
-    """``N s ago`` as of ``now_ms``; the script keeps it current on a live page."""
+def _age(ms: int | None, now_ms: int, *, tick: bool = True) -> str:
+    """``N s ago`` as of ``now_ms``; the script keeps it current (``tick``; a grid's
+    ages are not ticked one by one: the poll brings them new)."""
     if ms is None:
         return "never"
     seconds = max(0, (now_ms - ms) // 1000)
     said = f"{seconds} s" if seconds < 90 else f"{round(seconds / 60)} min" \
         if seconds < 5400 else f"{round(seconds / 3600)} h"
-    return f'<span data-age="{int(ms)}">{said} ago</span>'
+    return f'<span data-age="{int(ms)}"{" class=tick" if tick else ""}>{said} ago</span>'
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9._~-]*")
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
 
 def quote(text: str) -> str:
     """``text`` percent-encoded as one URL path segment (RFC 3986 unreserved kept)."""
+    if _PLAIN.fullmatch(text):
+        return text  # the common case: a DNS-label-like name
     return "".join(chr(b) if b in _UNRESERVED else f"%{b:02X}" for b in text.encode())
 
 
@@ -279,6 +324,28 @@ class _Links:
 
     def pipeline(self) -> str:
         return "/pipeline" if self.served else "#pipeline"
+
+
+@dataclass(frozen=True)
+class Window:
+    """What a served fleet page shows of a large fleet: the filters, applied by the
+    watcher, and one page of ``PAGE_ROWS`` services (a file shows every row and filters
+    in the browser)."""
+
+    name: str = ""
+    env: str = ""
+    state: str = ""
+    page: int = 0
+
+    def query(self, **change: object) -> str:
+        values = {"name": self.name, "env": self.env, "state": self.state,
+                  "page": str(self.page)} | {k: str(v) for k, v in change.items()}
+        return "?" + "&".join(f"{k}={quote(v)}" for k, v in values.items()
+                              if v and v != "0")
+
+
+#: Services per page of a served fleet grid: a 10,000-service fleet paints at once.
+PAGE_ROWS = 500
 
 
 # -- pieces ----------------------------------------------------------------------------------
@@ -328,7 +395,7 @@ def _fleet_cell(row: ServiceRow | None, env: str, view: View, links: _Links,
     detail = f"{row.proven}/{row.expected} clusters" if view.live.ok else \
         f"at the last read: {row.proven}/{row.expected} clusters"
     if state is CellState.PROVEN and row.since is not None:
-        detail += f" · since {_age(row.since, view.now_ms)}"
+        detail += f" · since {_age(row.since, view.now_ms, tick=False)}"
     elif state is CellState.FAILING:
         stated = next((c for c in row.clusters if c.last_error and not c.proven), None)
         if stated is not None:
@@ -358,14 +425,17 @@ def _next_short(row: ServiceRow, view: View) -> str:
     return f"{_release(nxt.digest, nxt.tag)} {_e(codes, 200)}; {when}"
 
 
-def _filters(view: View) -> str:
-    envs = "".join(f'<option value="{_e(e, 100)}">{_e(e, 100)}</option>'
+def _filters(view: View, window: Window | None) -> str:
+    chosen = window or Window()
+    envs = "".join(f'<option value="{_e(e, 100)}"'
+                   f'{" selected" if e == chosen.env else ""}>{_e(e, 100)}</option>'
                    for e in view.status.environments)
-    states = "".join(f'<option value="{s.value}">{SIGNS[s]} {WORDS[s]}</option>'
-                     for s in CellState)
+    states = "".join(f'<option value="{s.value}"{" selected" if s.value == chosen.state else ""}'
+                     f">{SIGNS[s]} {WORDS[s]}</option>" for s in CellState)
     return ('<form class="filters" id="filters" role="search" aria-label="Filter the fleet">'
             '<label for="f-name">name<input id="f-name" type="search" '
-            'placeholder="service name" autocomplete="off"></label>'
+            f'placeholder="service name" autocomplete="off" value="{_e(chosen.name, 200)}">'
+            '</label>'
             f'<label for="f-env">environment<select id="f-env"><option value="">all'
             f'</option>{envs}</select></label>'
             f'<label for="f-state">state<select id="f-state"><option value="">all</option>'
@@ -382,22 +452,42 @@ def _counts(view: View, env: str | None = None) -> str:
                    for s, n in counted.items() if n)
 
 
-def fleet(view: View, links: _Links) -> str:
+def fleet(view: View, links: _Links, window: Window | None = None) -> str:
     envs = view.status.environments
     unread = {e for e, _ in view.status.errors}
+    grid = _by_service(view)
+    total, pager = len(grid), ""
+    if window is not None:
+        if window.env in envs:
+            envs = (window.env,)
+        wanted = window.name.lower()
+        chosen = [(n, cells) for n, cells in grid.items() if wanted in n.lower() and (
+            not window.state or any(e in cells and cell_state(cells[e], view.live).value
+                                    == window.state for e in envs))]
+        pages = max(1, -(-len(chosen) // PAGE_ROWS))
+        at = min(max(window.page, 0), pages - 1)
+        shown = chosen[at * PAGE_ROWS:(at + 1) * PAGE_ROWS]
+        pager = (f'<p class="small" id="pager">services {at * PAGE_ROWS + 1 if shown else 0}–'
+                 f"{at * PAGE_ROWS + len(shown)} of {len(chosen)} matching ({total} in all)"
+                 + (f' · <a href="{_e(window.query(page=at - 1), 900)}">previous</a>'
+                    if at > 0 else "")
+                 + (f' · <a href="{_e(window.query(page=at + 1), 900)}">next</a>'
+                    if at + 1 < pages else "") + "</p>")
+    else:
+        shown = list(grid.items())
     head = "".join(f'<th scope="col" data-env="{_e(e, 100)}">{_e(e, 100)}</th>' for e in envs)
     rows: list[str] = []
-    for name, cells in _by_service(view).items():
+    for name, cells in shown:
         rows.append(
             f'<tr data-name="{_e(name.lower(), 300)}"><th scope="row"><a href="'
             f'{_e(links.service(name), 800)}">{_e(name, 200)}</a></th>'
             + "".join(_fleet_cell(cells.get(e), e, view, links, unread) for e in envs)
             + "</tr>")
-    return (f'<h2 id="fleet">Fleet</h2><p>{_counts(view)}</p>'
+    return (f'<h2 id="fleet">Fleet</h2><p>{_counts(view)}</p>{pager}'
             f'<div class="tablewrap"><table id="grid"><caption class="small">services × '
             f'environments: the pinned release and what the clusters prove of it</caption>'
             f'<thead><tr><th scope="col">service</th>{head}</tr></thead><tbody>'
-            + "".join(rows) + "</tbody></table></div>")
+            + "".join(rows) + "</tbody></table></div>" + pager.replace(' id="pager"', ""))
 
 
 def pipeline(view: View, links: _Links) -> str:
@@ -574,9 +664,13 @@ def service(view: View, name: str, links: _Links, *, anchor: bool = False) -> st
 
 # -- documents -------------------------------------------------------------------------------
 
-def main(view: View, page: str, name: str | None = None, *, served: bool = True) -> str:
-    """The ``<main>`` of a page: what a live page's poll replaces."""
+def main(view: View, page: str, name: str | None = None, *, served: bool = True,
+         window: Window | None = None) -> str:
+    """The ``<main>`` of a page: what a live page's poll replaces. ``window``: a served
+    fleet page's filters and page (default: the first page, unfiltered)."""
     links = _Links(served)
+    if served and window is None:
+        window = Window()
     body = _banner(view) + _observed(view)
     if page == "service" and name is not None:
         return body + service(view, name, links)
@@ -586,17 +680,17 @@ def main(view: View, page: str, name: str | None = None, *, served: bool = True)
         return (body + fleet(view, links) + pipeline(view, links)
                 + '<h2 id="services">Services</h2>'
                 + "".join(service(view, n, links, anchor=True) for n in _by_service(view)))
-    return body + fleet(view, links)
+    return body + fleet(view, links, window if served else None)
 
 
 def document(view: View, page: str = "fleet", name: str | None = None, *,
-             served: bool = True, generation: int = 0) -> str:
+             served: bool = True, generation: int = 0, window: Window | None = None) -> str:
     """A whole page. ``served``: a page of the watcher (its own URLs, the poll);
     otherwise one self-contained file with every page in it (``page="all"``)."""
     links = _Links(served)
     title = {"service": name or "service", "pipeline": "pipeline"}.get(page, "fleet")
     live = "1" if served and view.source == "watch" else "0"
-    filters = _filters(view) if page in ("fleet", "all") else ""
+    filters = _filters(view, window) if page in ("fleet", "all") else ""
     return (
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
@@ -613,5 +707,5 @@ def document(view: View, page: str = "fleet", name: str | None = None, *,
         '</strong>: the watcher does not answer since <time></time>; every state shown is '
         "unknown until it does.</div>"
         + (f'<div class="bar">{filters}</div>' if filters else "")
-        + "<main>" + main(view, page, name, served=served) + "</main>"
+        + "<main>" + main(view, page, name, served=served, window=window) + "</main>"
         + f"<script>{SCRIPT}</script></body></html>\n")

@@ -91,7 +91,14 @@ class WebView:
                              ("Content-Type", "text/plain; charset=utf-8")), \
                     b"missing or wrong bearer token (the one in --view-token-file)\n"
         path, _, query = raw_path.partition("?")
-        part = parse_qs(query).get("part", [""])[0]
+        asked = parse_qs(query)
+
+        def one(key: str) -> str:
+            return asked.get(key, [""])[0][:200]
+
+        part = one("part")
+        window = webview.Window(name=one("name"), env=one("env"), state=one("state"),
+                                page=int(one("page")) if one("page").isdigit() else 0)
         page, name = "fleet", None
         if path == "/pipeline":
             page = "pipeline"
@@ -103,8 +110,8 @@ class WebView:
             if name not in {r.service for r in view.status.rows} and view.status.rows:
                 body = webview.document(view, page, name, generation=generation)
                 return 404, self._headers(generation), body.encode()
-        body = webview.main(view, page, name) if part == "main" else \
-            webview.document(view, page, name, generation=generation)
+        body = webview.main(view, page, name, window=window) if part == "main" else \
+            webview.document(view, page, name, generation=generation, window=window)
         return 200, self._headers(generation), body.encode()
 
     @staticmethod

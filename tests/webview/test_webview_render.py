@@ -230,3 +230,23 @@ def test_the_file_has_every_page_and_links_by_anchor() -> None:
     assert {h[1:] for h in anchors} <= ids
     body = next(a for t, a in parsed.tags if t == "body")
     assert body["data-live"] == "0"  # a file does not poll
+
+
+def test_a_served_fleet_is_filtered_and_paged_by_the_watcher() -> None:
+    big = view(fleet(services=1_203, environments=("staging", "prod"), clusters=1))
+    first = parse(webview.document(big, "fleet"))
+    names = [a["data-name"] for t, a in first.tags if t == "tr" and "data-name" in a]
+    assert len(names) == webview.PAGE_ROWS and names[0] == "svc-00000"
+    page = webview.document(big, "fleet")
+    assert "services 1–500 of 1203 matching (1203 in all)" in page
+    last = webview.document(big, "fleet", window=webview.Window(page=2))
+    assert "services 1001–1203 of 1203" in last and "previous" in last
+    failing = parse(webview.main(big, "fleet", window=webview.Window(
+        env="prod", state="failing", name="svc-001")))
+    rows = [a["data-name"] for t, a in failing.tags if t == "tr" and "data-name" in a]
+    assert rows and all(r.startswith("svc-001") and int(r[-5:]) % 4 == 2 for r in rows)
+    envs = {a.get("data-env") for t, a in failing.tags if t == "td"}
+    assert envs == {"prod"}  # the environment filter leaves one column
+    # a file is never paged: every row, filtered in the browser
+    whole = parse(webview.document(big, "all", served=False))
+    assert len([1 for t, a in whole.tags if t == "tr" and "data-name" in a]) == 1_203
