@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 
 from reconciler.core.pipeline import LAST_INSTANT_MS
 from reconciler.core.sanitize import safe
-from reconciler.core.status import ServiceRow
+from reconciler.core.status import ServiceRow, Status
 from reconciler.core.webview import (
     CellState,
     ClusterCheck,
@@ -517,6 +517,19 @@ def pipeline(view: View, links: _Links) -> str:
     return f'<h2 id="pipeline">Pipeline</h2><div class="pipeline">{"".join(stages)}</div>'
 
 
+#: The last status's rows by (service, environment): a page of 10,000 services asks for
+#: the previous environment's row of each (kept for one status value only).
+_INDEX: list[tuple[Status, dict[tuple[str, str], ServiceRow]]] = []
+
+
+def _row(view: View, service: str, environment: str) -> ServiceRow | None:
+    cached = _INDEX[0] if _INDEX else None  # one read: another thread may replace it
+    if cached is None or cached[0] is not view.status:
+        cached = (view.status, {(r.service, r.environment): r for r in view.status.rows})
+        _INDEX[:] = [cached]
+    return cached[1].get((service, environment))
+
+
 def _soak(row: ServiceRow, view: View) -> str:
     """The soak as a bar: from when the previous environment proved the digest (its row's
     ``since``) to when the promotion is eligible."""
@@ -526,8 +539,7 @@ def _soak(row: ServiceRow, view: View) -> str:
         return ""
     envs = view.status.environments
     index = envs.index(row.environment) if row.environment in envs else 0
-    upstream = next((r for r in view.status.rows if index and r.service == row.service
-                     and r.environment == envs[index - 1]), None)
+    upstream = _row(view, row.service, envs[index - 1]) if index else None
     start = upstream.since if upstream is not None else None
     end = nxt.eligible_at
     if start is None or end <= start:
@@ -619,8 +631,11 @@ def _web(url: str) -> bool:
     return url.startswith("https://")
 
 
-def service(view: View, name: str, links: _Links, *, anchor: bool = False) -> str:
-    rows = [r for r in view.status.rows if r.service == name]
+def service(view: View, name: str, links: _Links, *, anchor: bool = False,
+            rows: Sequence[ServiceRow] | None = None) -> str:
+    """A service's page; ``rows``: its rows when the caller has them grouped already."""
+    if rows is None:
+        rows = [r for r in view.status.rows if r.service == name]
     if not rows:
         return f"<h2>{_e(name, 200)}</h2><p>No such service in this view.</p>"
     envs: list[str] = []
@@ -679,7 +694,8 @@ def main(view: View, page: str, name: str | None = None, *, served: bool = True,
     if page == "all":
         return (body + fleet(view, links) + pipeline(view, links)
                 + '<h2 id="services">Services</h2>'
-                + "".join(service(view, n, links, anchor=True) for n in _by_service(view)))
+                + "".join(service(view, n, links, anchor=True, rows=tuple(cells.values()))
+                          for n, cells in _by_service(view).items()))
     return body + fleet(view, links, window if served else None)
 
 
