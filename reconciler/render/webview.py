@@ -400,6 +400,11 @@ def _fleet_cell(row: ServiceRow | None, env: str, view: View, links: _Links,
         stated = next((c for c in row.clusters if c.last_error and not c.proven), None)
         if stated is not None:
             detail += f" · {_e(stated.cluster, 80)}: {_e(stated.last_error, 120)}"
+    elif state is CellState.UNKNOWN and view.live.ok:
+        gaps = [c for c in row.clusters if cluster_state(c, view.live) is CellState.UNKNOWN]
+        if gaps:
+            detail += f" · {_e(gaps[0].cluster, 80)}: {_e(gaps[0].why, 60)}" + (
+                f" (+{len(gaps) - 1} more)" if len(gaps) > 1 else "")
     extra = ""
     if row.held:
         extra += "<small>HELD</small>"
