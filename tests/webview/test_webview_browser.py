@@ -179,3 +179,16 @@ def test_the_hostile_corpus_renders_as_text_and_runs_nothing(tmp_path: Path) -> 
         page.screenshot(path=str(tmp_path / "hostile-1280.png"), full_page=False)
         assert not dialogs
         assert requests == [page_file.as_uri()], requests
+
+        # A clean fleet of two environments: a service's page shows the blocker of its
+        # next promotion with the eligible time, and the soak as a bar.
+        clean = tmp_path / "fleet.html"
+        clean.write_text(webview.document(View(status=fleet(), live=LiveRead(ok=True),
+                                               now_ms=NOW), "all", served=False))
+        page.goto(clean.as_uri())
+        page.click("#grid tr[data-name='svc-00000'] th a")
+        section = page.locator("article:target section.env[data-env='prod']")
+        said = section.inner_text()
+        assert "eligible 2026-09-21 15:13:20Z" in said and "not_soaked" in said, said
+        assert section.locator("progress").get_attribute("value") == "3600000"
+        page.screenshot(path=str(tmp_path / "service-blocker-1280.png"), full_page=False)
