@@ -117,27 +117,36 @@ def _expected(snapshot: LiveSnapshot, live: object) -> tuple[str, ...]:
     return evidence.expected_clusters(snapshot.mesh.expected_clusters, targets)
 
 
-def _clusters(proof: ServiceProof, pinned: str,
-              observations: Sequence[Observation]) -> tuple[ClusterRow, ...]:
+def _clusters(proof: ServiceProof, pinned: str, observations: Sequence[Observation],
+              said_by: dict[int, tuple[str | None, tuple[str, ...] | None,
+                                       tuple[str, ...] | None]] | None = None,
+              ) -> tuple[ClusterRow, ...]:
+    """``said_by``: what each runtime says (replicas, egress, routes) by the runtime's
+    identity, shared across the rows of one call -- a snapshot keeps one runtime per
+    distinct status body, so 10,000 × 10 rows share a few hundred tuples."""
     said = {o.cluster_id: o for o in observations}
+    memo = {} if said_by is None else said_by
     out: list[ClusterRow] = []
     for c in proof.clusters:
         obs = said.get(c.cluster)
         runtime = obs.runtime if obs is not None else None
-        counts = runtime.replica_counts if runtime is not None else None
-        replicas = f"{counts.healthy}/{counts.required} healthy" if counts is not None \
-            else (f"{runtime.replicas}" if runtime is not None and runtime.replicas is not None
-                  else None)
+        facts = memo.get(id(runtime)) if runtime is not None else None
+        if runtime is not None and facts is None:
+            counts = runtime.replica_counts
+            facts = memo[id(runtime)] = (
+                f"{counts.healthy}/{counts.required} healthy" if counts is not None
+                else None if runtime.replicas is None else f"{runtime.replicas}",
+                None if runtime.egress is None else tuple(
+                    f"{e.host}:{e.port}" for e in runtime.egress),
+                None if runtime.routes is None else tuple(
+                    f"{r.name} {','.join(r.domains) or '*'}{r.path}" for r in runtime.routes))
+        replicas, egress, routes = facts if facts is not None else (None, None, None)
         out.append(ClusterRow(
             service=proof.service, cluster=c.cluster, pinned=pinned, running=c.running,
             proven=c.proof is Proof.CONVERGED, why=c.why.value if c.why else None,
             detail=c.detail, last_error=c.last_error,
             healthy_since=obs.healthy_since if obs is not None else None,
-            replicas=replicas,
-            egress=None if runtime is None or runtime.egress is None else tuple(
-                f"{e.host}:{e.port}" for e in runtime.egress),
-            routes=None if runtime is None or runtime.routes is None else tuple(
-                f"{r.name} {','.join(r.domains) or '*'}{r.path}" for r in runtime.routes)))
+            replicas=replicas, egress=egress, routes=routes))
     return tuple(out)
 
 
@@ -149,6 +158,7 @@ def rows(name: str, desired: DesiredState, snapshot: LiveSnapshot, *,
     blockers the environment's plan holds against promoting what it pins (its
     policies)."""
     out: list[ServiceRow] = []
+    said_by: dict[int, tuple[str | None, tuple[str, ...] | None, tuple[str, ...] | None]] = {}
     for svc in desired.services:
         live = snapshot.services.get(svc.service_id)
         observations: tuple[Observation, ...] = snapshot.observations.get(svc.app_id, ())
@@ -164,7 +174,7 @@ def rows(name: str, desired: DesiredState, snapshot: LiveSnapshot, *,
             proven=sum(1 for c in proof.clusters if c.proof is Proof.CONVERGED),
             expected=len(proof.clusters), since=clock.since if clock else None,
             since_source=clock.source if clock else None, reasons=tuple(proof.reasons()),
-            clusters=_clusters(proof, svc.release.digest, observations),
+            clusters=_clusters(proof, svc.release.digest, observations, said_by),
             next=_next(svc.name, svc.release.digest, environment, upstream, freezes, now_ms,
                        desired),
             held=None if hold is None else f"since {hold.since}: {hold.reason}",
