@@ -489,7 +489,8 @@ def fleet(view: View, links: _Links, window: Window | None = None) -> str:
             + "".join(_fleet_cell(cells.get(e), e, view, links, unread) for e in envs)
             + "</tr>")
     return (f'<h2 id="fleet">Fleet</h2><p>{_counts(view)}</p>{pager}'
-            f'<div class="tablewrap"><table id="grid"><caption class="small">services × '
+            f'<div class="tablewrap" tabindex="0" role="region" aria-label="fleet grid">'
+            f'<table id="grid"><caption class="small">services × '
             f'environments: the pinned release and what the clusters prove of it</caption>'
             f'<thead><tr><th scope="col">service</th>{head}</tr></thead><tbody>'
             + "".join(rows) + "</tbody></table></div>" + pager.replace(' id="pager"', ""))
@@ -670,7 +671,9 @@ def service(view: View, name: str, links: _Links, *, anchor: bool = False,
             + "".join(f"<p><strong>REFUSED</strong> {_e(b, 600)}</p>" for b in row.refused)
             + (f"<ul>{reasons}</ul>" if reasons else "")
             + _blockers(row, view)
-            + '<div class="tablewrap"><table><thead><tr><th scope="col">cluster</th>'
+            + f'<div class="tablewrap" tabindex="0" role="region" aria-label="clusters of '
+            f'{_e(name, 200)} in {_e(row.environment, 100)}"><table><thead><tr>'
+            '<th scope="col">cluster</th>'
             '<th scope="col">state</th><th scope="col">running</th><th scope="col">replicas'
             '</th><th scope="col">egress</th><th scope="col">routes</th><th scope="col">'
             'healthy since</th><th scope="col">verification</th></tr></thead><tbody>'

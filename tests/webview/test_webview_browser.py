@@ -192,3 +192,34 @@ def test_the_hostile_corpus_renders_as_text_and_runs_nothing(tmp_path: Path) -> 
         assert "eligible 2026-09-21 15:13:20Z" in said and "not_soaked" in said, said
         assert section.locator("progress").get_attribute("value") == "3600000"
         page.screenshot(path=str(tmp_path / "service-blocker-1280.png"), full_page=False)
+
+
+AXE = Path(__file__).resolve().parents[2] / "interop" / "node" / "node_modules" / "axe-core" \
+    / "axe.min.js"
+
+
+def test_axe_finds_no_serious_accessibility_violation(tmp_path: Path) -> None:
+    """axe-core (npm, installed by `make node-deps` beside the interop harness) run in
+    the page: no serious or critical violation on the fleet, pipeline and service pages,
+    in every state (the file holds them all), live and unknown."""
+    if not AXE.exists():
+        pytest.fail(f"{AXE} is missing: run `make node-deps` (npm ci in interop/node)")
+    down = LiveRead(ok=False, last_success_ms=NOW - 60_000, unknown_since_ms=NOW - 50_000,
+                    reason="control_plane: HTTP 503")
+    # the page's policy allows only its own script: the test lets axe in (bypass_csp)
+    with chromium(tmp_path, bypass_csp=True) as browser:
+        page = browser.new_page()
+        for name, live in (("live", LiveRead(ok=True)), ("unknown", down)):
+            target = tmp_path / f"{name}.html"
+            target.write_text(webview.document(View(status=fleet(), live=live, now_ms=NOW),
+                                               "all", served=False))
+            for width in (1280, 390):
+                page.set_viewport_size({"width": width, "height": 900})
+                page.goto(target.as_uri())
+                page.add_script_tag(path=str(AXE))
+                found = page.evaluate(
+                    "async () => (await axe.run(document, {resultTypes: ['violations']}))"
+                    ".violations.map(v => ({id: v.id, impact: v.impact, help: v.help, "
+                    "nodes: v.nodes.slice(0, 3).map(n => n.target.join(' '))}))")
+                serious = [v for v in found if v["impact"] in ("serious", "critical")]
+                assert not serious, (name, width, serious)
