@@ -9,8 +9,10 @@ changes, with live evidence from every cluster), plan a PR against its base
 it (the gate waits until every cluster proves the new digests), and plan again (no
 changes). Then a release sn3 refuses (the ``refuse-digest`` fault) is reverted in git,
 held, rolled back and proven (``apply --on-gate-failure revert``), and ``history`` tells
-it. Stops the sandbox it started. Each step is the real CLI in a child process,
-exactly as a user types it.
+it. Last, the web view (docs/web-view.md): ``status --format html`` writes it as a file,
+and a ``watch --view`` serves it; its URL is printed and, in a terminal, it stays up until
+Enter (without one the demo ends as before). Stops the sandbox it started. Each step is
+the real CLI in a child process, exactly as a user types it.
 """
 
 from __future__ import annotations
@@ -113,6 +115,43 @@ def _start(port: int | None, mesh_port: int | None) -> launcher.Sandbox:
                               converge_delay_ms=800)
 
 
+def _serve_view(env: dict[str, str]) -> None:
+    """``watch --view`` on the reference repo (no --apply): its URL printed; kept up
+    until Enter when a person is at a terminal, stopped at once otherwise."""
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    print(f"\n$ reconcile watch {REPO} --metrics-port {port} --view", flush=True)
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "reconciler", "watch", str(REPO), "--metrics-port", str(port),
+         "--view", "--log-format", "json"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and watcher.poll() is None:
+            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as reply:
+                if b"Live side read at" in reply.read():
+                    break
+            time.sleep(0.3)
+        print(f"The web view: {url}  (the same view as a file: {STATE / 'status.html'})",
+              flush=True)
+        if sys.stdin.isatty() and sys.stdout.isatty():
+            with contextlib.suppress(EOFError, KeyboardInterrupt):
+                input("Press Enter to stop the watcher and the sandbox ... ")
+    finally:
+        watcher.terminate()
+        try:
+            watcher.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            watcher.kill()
+            watcher.wait()
+
+
 def main() -> int:
     port, mesh_port = _port("DEMO_PORT"), _port("DEMO_MESH_PORT")
     print(f"Starting the sandbox (control plane + 3 clusters) in {STATE} ...", flush=True)
@@ -162,6 +201,12 @@ def main() -> int:
             if code not in ok:
                 print(f"\ndemo: `reconcile {shlex.join(args)}` exited {code}", file=sys.stderr)
                 return 1
+        code = _step("the web view as one file", ["status", str(REPO), "--format", "html",
+                                                  "--out", str(STATE / "status.html")], env)
+        if code != 0:
+            print(f"\ndemo: `reconcile status --format html` exited {code}", file=sys.stderr)
+            return 1
+        _serve_view(env)
         print("\nDemo complete. To explore on your own:\n"
               "  .venv/bin/reconcile sandbox up --detach     # then follow what it prints\n"
               "  .venv/bin/reconcile sandbox fault sn1 stuck # the seed 000 story\n"

@@ -74,14 +74,14 @@ def save_plan(path: Path, plan: Plan) -> None:
     """Write the plan file atomically: a reader sees the old file or the whole new one."""
     from reconciler.render import common, jsonplan
 
-    _write_atomically(path, common.terminal_json(jsonplan.dumps(plan)), "the plan")
+    write_atomically(path, common.terminal_json(jsonplan.dumps(plan)), "the plan")
 
 
 def save_result(path: Path, result: PlanResult) -> None:
     """Write ``plan --result``'s file atomically (``render.resultfile``)."""
     from reconciler.render import common, resultfile
 
-    _write_atomically(path, common.terminal_json(resultfile.dumps(result)), "the result")
+    write_atomically(path, common.terminal_json(resultfile.dumps(result)), "the result")
 
 
 def load_result(path: Path) -> PlanResult:
@@ -98,7 +98,8 @@ def load_result(path: Path) -> PlanResult:
         raise EngineError(f"{path}: not a usable result or plan file: {safe(exc)}") from exc
 
 
-def _write_atomically(path: Path, content: str, what: str) -> None:
+def write_atomically(path: Path, content: str, what: str) -> None:
+    """``content`` in ``path`` whole or not at all (a temporary file, then a rename)."""
     # `cat FILE` is a terminal too: the content is terminal-safe JSON.
     directory = path.resolve().parent
     try:

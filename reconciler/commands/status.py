@@ -23,6 +23,7 @@ from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 
 if TYPE_CHECKING:  # the pipeline's models load when the command runs (start time)
+    from reconciler.core import status as service_status
     from reconciler.core.pipeline import Environment, Freeze
 
 
@@ -39,8 +40,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--clusters", action="store_true",
                         help="also show service × cluster: pinned, running, proven, since, "
                         "last error")
-    parser.add_argument("--format", choices=options.FORMATS, default="text",
-                        help="text, json (format reconcile.status 1.0) or markdown")
+    parser.add_argument("--format", choices=(*options.FORMATS, "html"), default="text",
+                        help="text, json (format reconcile.status 1.0), markdown, or html: "
+                        "the web view (fleet, pipeline, every service) as one "
+                        "self-contained file (docs/web-view.md)")
+    parser.add_argument("--out", metavar="FILE",
+                        help="write the view to FILE (whole or not at all) instead of "
+                        "standard output")
     options.add_connection_flags(parser)
     parser.set_defaults(handler=run)
 
@@ -91,9 +97,32 @@ def run(args: argparse.Namespace) -> int:
     except EngineError as exc:
         return output.report_error(exc)
     if args.format == "json":
-        sys.stdout.write(views.as_json(result))
+        said = views.as_json(result)
     elif args.format == "markdown":
-        sys.stdout.write(views.markdown(result, clusters=args.clusters))
+        said = views.markdown(result, clusters=args.clusters)
+    elif args.format == "html":
+        said = _html(result)
     else:
-        sys.stdout.write(views.text(result, clusters=args.clusters))
+        said = views.text(result, clusters=args.clusters)
+    if args.out:
+        try:
+            output.write_atomically(Path(args.out), said, "the status view")
+        except EngineError as exc:
+            return output.report_error(exc)
+    else:
+        sys.stdout.write(said)
     return int(Exit.ERROR) if result.errors else int(Exit.OK)
+
+
+def _html(result: service_status.Status) -> str:
+    """The web view of ``result`` as one file: every page, linked by anchors; an
+    environment that could not be read is unknown, said at the top."""
+    import time
+
+    from reconciler.core.webview import LiveRead, View
+    from reconciler.render import webview
+
+    now = int(time.time() * 1000)
+    live = LiveRead(ok=True, last_success_ms=result.taken_at)
+    return webview.document(View(status=result, live=live, now_ms=now, source="status"),
+                            "all", served=False)

@@ -37,6 +37,7 @@ from reconciler.failures import EngineError
 
 if TYPE_CHECKING:  # the planner loads when the command runs, not to build the parser
     from reconciler.core.plans import Plan
+    from reconciler.shell.webserve import WebView
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -78,6 +79,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR",
                         help="address the metrics port listens on (default 127.0.0.1, "
                         "loopback only; 0.0.0.0 or :: to expose it)")
+    parser.add_argument("--view", action="store_true",
+                        help="also serve the web view on the metrics port: / (fleet), "
+                        "/pipeline, /service/NAME; read-only, updated after each read and "
+                        "apply (docs/web-view.md)")
+    parser.add_argument("--view-token-file", metavar="FILE",
+                        default=os.environ.get("RECONCILE_VIEW_TOKEN_FILE") or None,
+                        help="with --view: ask every page for the bearer token in FILE "
+                        "(needed when --metrics-addr is not loopback; env "
+                        "RECONCILE_VIEW_TOKEN_FILE)")
+    parser.add_argument("--view-commit-url", metavar="TEMPLATE",
+                        help="with --view: link commits in the history with this https "
+                        "URL, {commit} replaced (https://github.com/ORG/REPO/commit/{commit})")
     parser.add_argument("--unready-after", type=int, default=2, metavar="N",
                         help="/readyz answers 503 once N observations of the live side in "
                         "a row have failed, i.e. within N resyncs (default 2)")
@@ -166,10 +179,15 @@ def run(args: argparse.Namespace) -> int:
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(exc.code)
+    try:
+        web = _web_view(args, steps)
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return int(exc.code)
     readiness = Readiness(window=args.unready_after)
     try:
         metrics = Metrics(args.metrics_port, addr=args.metrics_addr, readiness=readiness,
-                          control=control) \
+                          control=control, web=web) \
             if args.metrics_port is not None else None
     except OSError as exc:
         print(f"error: metrics address {args.metrics_addr}:{args.metrics_port}: "
@@ -182,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     watcher = (Watcher if sharded is None else ShardedWatcher)(
         root=root, steps=steps, log=Log(args.log_format, level=args.log_level),
         apply=args.apply, resync=args.resync, debounce=args.debounce,
-        metrics=metrics, only=only, readiness=readiness, control=control,
+        metrics=metrics, only=only, readiness=readiness, control=control, web=web,
         render_first=render_first if args.log_format == "text" else None)
     if isinstance(watcher, ShardedWatcher) and isinstance(steps, ShardedWatchSteps):
         watcher.shards = steps
@@ -203,3 +221,37 @@ def run(args: argparse.Namespace) -> int:
         if metrics is not None:
             metrics.close()
     return int(Exit.OK)
+
+
+def _web_view(args: argparse.Namespace, steps: object) -> WebView | None:
+    """``--view``: the web view's pages (None without it). Safe by default: on the
+    metrics port only, so loopback unless ``--metrics-addr`` says otherwise, and then only
+    with a token. ``EngineError`` for a usage mistake (64) or an unreadable token (1)."""
+    from pathlib import Path
+
+    from reconciler.shell import control as control_mod
+    from reconciler.shell.endpoints import is_loopback_host
+    from reconciler.shell.webserve import WebView
+
+    if not args.view:
+        return None
+    if args.metrics_port is None:
+        raise EngineError("--view needs --metrics-port: the pages are served on that port",
+                          code=Exit.USAGE)
+    if args.view_commit_url and not (args.view_commit_url.startswith("https://")
+                                     and "{commit}" in args.view_commit_url):
+        raise EngineError("--view-commit-url must be an https:// URL with {commit} in it",
+                          code=Exit.USAGE)
+    token = None
+    if args.view_token_file:
+        try:
+            token = control_mod.read_token(Path(args.view_token_file).expanduser())
+        except control_mod.ControlError as exc:
+            raise EngineError(str(exc).replace("control token", "view token")) from exc
+    elif not is_loopback_host(args.metrics_addr):
+        raise EngineError(f"--view on {args.metrics_addr} (not loopback) needs "
+                          "--view-token-file FILE: the pages show the fleet to whoever "
+                          "reaches the port", code=Exit.USAGE)
+    journal = getattr(steps, "journal", None)
+    return WebView(token=token, journal=journal if callable(journal) else None,
+                   commit_url=args.view_commit_url)

@@ -32,7 +32,7 @@ from reconciler.core.planning import target_of
 from reconciler.core.plans import Blocker
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ClusterRow:
     service: str
     cluster: str
@@ -43,9 +43,15 @@ class ClusterRow:
     detail: str
     last_error: str | None
     healthy_since: int | None = None  # [ext] the cluster's own statement (ms)
+    #: what the cluster says it runs beside the digest (the web view's service page):
+    #: "healthy/required" replicas, the egress in effect, the routes it owns; None: the
+    #: cluster did not say (silent, no record, or the field left out)
+    replicas: str | None = None
+    egress: tuple[str, ...] | None = None
+    routes: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NextPromotion:
     """What promoting the previous environment's current digest here waits for."""
 
@@ -61,7 +67,7 @@ class NextPromotion:
         return not self.blockers and self.unknown is None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ServiceRow:
     environment: str
     service: str
@@ -83,7 +89,7 @@ class ServiceRow:
     since_source: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Status:
     taken_at: int
     environments: tuple[str, ...]
@@ -111,14 +117,37 @@ def _expected(snapshot: LiveSnapshot, live: object) -> tuple[str, ...]:
     return evidence.expected_clusters(snapshot.mesh.expected_clusters, targets)
 
 
-def _clusters(proof: ServiceProof, pinned: str,
-              observations: Sequence[Observation]) -> tuple[ClusterRow, ...]:
-    said = {o.cluster_id: o.healthy_since for o in observations}
-    return tuple(ClusterRow(service=proof.service, cluster=c.cluster, pinned=pinned,
-                            running=c.running, proven=c.proof is Proof.CONVERGED,
-                            why=c.why.value if c.why else None, detail=c.detail,
-                            last_error=c.last_error, healthy_since=said.get(c.cluster))
-                 for c in proof.clusters)
+def _clusters(proof: ServiceProof, pinned: str, observations: Sequence[Observation],
+              said_by: dict[int, tuple[str | None, tuple[str, ...] | None,
+                                       tuple[str, ...] | None]] | None = None,
+              ) -> tuple[ClusterRow, ...]:
+    """``said_by``: what each runtime says (replicas, egress, routes) by the runtime's
+    identity, shared across the rows of one call -- a snapshot keeps one runtime per
+    distinct status body, so 10,000 × 10 rows share a few hundred tuples."""
+    said = {o.cluster_id: o for o in observations}
+    memo = {} if said_by is None else said_by
+    out: list[ClusterRow] = []
+    for c in proof.clusters:
+        obs = said.get(c.cluster)
+        runtime = obs.runtime if obs is not None else None
+        facts = memo.get(id(runtime)) if runtime is not None else None
+        if runtime is not None and facts is None:
+            counts = runtime.replica_counts
+            facts = memo[id(runtime)] = (
+                f"{counts.healthy}/{counts.required} healthy" if counts is not None
+                else None if runtime.replicas is None else f"{runtime.replicas}",
+                None if runtime.egress is None else tuple(
+                    f"{e.host}:{e.port}" for e in runtime.egress),
+                None if runtime.routes is None else tuple(
+                    f"{r.name} {','.join(r.domains) or '*'}{r.path}" for r in runtime.routes))
+        replicas, egress, routes = facts if facts is not None else (None, None, None)
+        out.append(ClusterRow(
+            service=proof.service, cluster=c.cluster, pinned=pinned, running=c.running,
+            proven=c.proof is Proof.CONVERGED, why=c.why.value if c.why else None,
+            detail=c.detail, last_error=c.last_error,
+            healthy_since=obs.healthy_since if obs is not None else None,
+            replicas=replicas, egress=egress, routes=routes))
+    return tuple(out)
 
 
 def rows(name: str, desired: DesiredState, snapshot: LiveSnapshot, *,
@@ -129,6 +158,7 @@ def rows(name: str, desired: DesiredState, snapshot: LiveSnapshot, *,
     blockers the environment's plan holds against promoting what it pins (its
     policies)."""
     out: list[ServiceRow] = []
+    said_by: dict[int, tuple[str | None, tuple[str, ...] | None, tuple[str, ...] | None]] = {}
     for svc in desired.services:
         live = snapshot.services.get(svc.service_id)
         observations: tuple[Observation, ...] = snapshot.observations.get(svc.app_id, ())
@@ -144,7 +174,7 @@ def rows(name: str, desired: DesiredState, snapshot: LiveSnapshot, *,
             proven=sum(1 for c in proof.clusters if c.proof is Proof.CONVERGED),
             expected=len(proof.clusters), since=clock.since if clock else None,
             since_source=clock.source if clock else None, reasons=tuple(proof.reasons()),
-            clusters=_clusters(proof, svc.release.digest, observations),
+            clusters=_clusters(proof, svc.release.digest, observations, said_by),
             next=_next(svc.name, svc.release.digest, environment, upstream, freezes, now_ms,
                        desired),
             held=None if hold is None else f"since {hold.since}: {hold.reason}",

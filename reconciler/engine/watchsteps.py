@@ -176,6 +176,19 @@ class WatchSteps:
             self._upstream = await self._live.read_upstream({s.name for s in desired.services})
         return snapshot
 
+    @property
+    def upstream(self) -> promotion.Upstream | None:
+        """``watch --env``: the previous environment as last read (None: none)."""
+        return self._upstream
+
+    def journal(self) -> Path | None:
+        """This environment's journal (None: nothing observed yet to find it)."""
+        if self._observed is None:
+            return None
+        return state_dir(self._observed, self.root, self.env,
+                         self.stage.name if self.stage is not None else None) \
+            / journal_mod.JOURNAL_FILE
+
     def revert_pending(self, commit: str) -> str | None:
         """The pull request the revert of ``commit``'s failed release waits in, per this
         environment's journal (None: none, or nothing observed yet to find the journal)."""

@@ -9,7 +9,9 @@ state an operator chose, and a watcher restarted while suspended reads nothing, 
 would otherwise never become Ready): ``/readyz`` answers 200 with ``suspended`` on its
 first line, then the suspension (since when, why, how to resume), then what the live
 side's readiness will be at resume when that is not ready.
-``/metrics`` is Prometheus' text format from the watcher's own registry. ``POST
+``/metrics`` is Prometheus' text format from the watcher's own registry. With the web
+view on (``watch --view``), ``/``, ``/pipeline`` and ``/service/NAME`` are its pages
+(``shell.webserve``: read-only, 405 to anything but GET and HEAD). ``POST
 /suspend``, ``/resume`` and ``/reconcile`` are answered by ``shell.control`` (404 while
 control is off).
 
@@ -33,6 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 if TYPE_CHECKING:
     from reconciler.shell.control import Control
+    from reconciler.shell.webserve import WebView
 
 
 @dataclass
@@ -115,13 +118,15 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], registry: CollectorRegistry,
-                 readiness: Readiness, control: Control | None = None) -> None:
+                 readiness: Readiness, control: Control | None = None,
+                 web: WebView | None = None) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
         self.registry = registry
         self.readiness = readiness
         self.control = control
+        self.web = web
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -134,9 +139,52 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self._answer(body=False)
 
+    def do_PUT(self) -> None:
+        self._read_only()
+
+    def do_DELETE(self) -> None:
+        self._read_only()
+
+    def do_PATCH(self) -> None:
+        self._read_only()
+
+    def do_OPTIONS(self) -> None:
+        self._read_only()
+
+    def _read_only(self) -> None:
+        """Nothing here takes PUT, DELETE, PATCH or OPTIONS (control is POST)."""
+        data = b"method not allowed: GET or HEAD (POST for the control routes)\n"
+        self.send_response(405)
+        self.send_header("Allow", "GET, HEAD, POST")
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _web(self, method: str, *, body: bool) -> bool:
+        """A web view page (``shell.webserve``) when the view is on; False otherwise."""
+        from reconciler.shell.webserve import is_view_path
+
+        web = self.server.web
+        if web is None or not is_view_path(self.path.split("?", 1)[0]):
+            return False
+        status, headers, data = web.answer(method, self.path,
+                                           self.headers.get("Authorization"),
+                                           int(time.time() * 1000))
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if body:
+            self.wfile.write(data)
+        return True
+
     def do_POST(self) -> None:
         from reconciler.shell.control import MAX_REASON, Answer
 
+        if self._web("POST", body=True):
+            return
         path = self.path.split("?", 1)[0]
         length = int(self.headers.get("Content-Length") or 0)
         if not 0 <= length <= 4 * MAX_REASON:
@@ -159,6 +207,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _answer(self, *, body: bool) -> None:
+        if self._web("GET", body=body):
+            return
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             status, ctype, data = 200, CONTENT_TYPE_LATEST, generate_latest(self.server.registry)
@@ -202,11 +252,12 @@ class Endpoint:
 
 
 def serve(addr: str, port: int, registry: CollectorRegistry, readiness: Readiness,
-          control: Control | None = None) -> Endpoint:
-    """Listen on ``addr:port`` (``OSError`` if it cannot) and serve on a daemon thread."""
+          control: Control | None = None, web: WebView | None = None) -> Endpoint:
+    """Listen on ``addr:port`` (``OSError`` if it cannot) and serve on a daemon thread;
+    with ``web``, the web view's pages too (``shell.webserve``)."""
     if control is not None:
         readiness.follow(control.detail)
-    server = _Server((addr, port), registry, readiness, control)
+    server = _Server((addr, port), registry, readiness, control, web)
     thread = threading.Thread(target=server.serve_forever, name="reconcile-metrics",
                               daemon=True)
     thread.start()

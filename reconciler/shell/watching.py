@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Protocol, TextIO
 from watchfiles import Change, awatch
 
 from reconciler.core import outcomes, plandiff, proposals
+from reconciler.core import status as service_status
 from reconciler.core.desired import DesiredState
 from reconciler.core.events import Event, Hook
 from reconciler.core.live import LiveSnapshot
@@ -40,6 +41,7 @@ from reconciler.core.outcomes import ApplyReport, Outcome
 from reconciler.core.planning import Provenance
 from reconciler.core.plans import Plan, Verdict
 from reconciler.core.sanitize import redact, safe
+from reconciler.core.webview import LiveRead, View, pending_of
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 from reconciler.render import watchview
@@ -50,6 +52,7 @@ from reconciler.shell.gitrepo import GitError
 from reconciler.shell.health import Endpoint, Readiness, serve
 from reconciler.shell.journal import JournalError
 from reconciler.shell.servicemetrics import ServiceMetrics
+from reconciler.shell.webserve import WebView
 
 if TYPE_CHECKING:  # annotations only: githubkit loads only when a pull request is opened
     from reconciler.shell.environments import Selected
@@ -276,7 +279,8 @@ class Metrics:
     """
 
     def __init__(self, port: int, addr: str = "127.0.0.1",
-                 readiness: Readiness | None = None, control: Control | None = None) -> None:
+                 readiness: Readiness | None = None, control: Control | None = None,
+                 web: WebView | None = None) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge
 
         self.readiness = readiness or Readiness()
@@ -345,7 +349,7 @@ class Metrics:
         registry.register(self.services)
         self._set_verdict(None)
         self._unknown()
-        self.endpoint: Endpoint = serve(addr, port, registry, self.readiness, control)
+        self.endpoint: Endpoint = serve(addr, port, registry, self.readiness, control, web)
 
     def _unknown(self) -> None:
         """The live side is unread: its plan gauges say NaN, never a stale number."""
@@ -490,6 +494,12 @@ class Watcher:
     #: becomes eligible; the live side is read again then, not only at the next resync
     plan_wake: float | None = None
     proposal_wake: float | None = None
+    #: watch --view: the web view's pages, published after each read and each plan
+    web: WebView | None = None
+    #: the rows of the last successful read (kept, and shown unknown, while reads fail)
+    web_status: service_status.Status | None = None
+    #: when reads of the live side began failing (epoch ms; None while they succeed)
+    unknown_since: int | None = None
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -582,6 +592,9 @@ class Watcher:
                                f"({self.control.how_to_resume()})", since=suspension.since)
                 if self.metrics is not None:
                     self.metrics.held()
+                if self.unknown_since is None:
+                    self.unknown_since = int(time.time() * 1000)
+                self._publish(f"suspended ({suspension.describe()}): nothing is read")
             else:
                 self.log.event("resumed", "resumed: reconciling now")
         return suspension is not None
@@ -685,8 +698,12 @@ class Watcher:
             if self.metrics is not None:
                 self.metrics.unreadable(kind)
             self._report_readiness()
+            if self.unknown_since is None:
+                self.unknown_since = int(time.time() * 1000)
+            self._publish(f"{kind}: {safe(exc.bare, 300)}")
             return
         self.readiness.succeeded()
+        self.unknown_since = None
         if self.metrics is not None:
             self.metrics.observed()
         self._report_readiness()
@@ -776,9 +793,41 @@ class Watcher:
         if self.metrics is not None:
             self.metrics.observe_plan(new, fresh=fresh, desired=self.desired)
         elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
+        self._publish()
         if first and self.render_first is not None and self.log.enabled("info"):
             self.log.stream.write(self.render_first(new))
         self._say(watchview.planned(why, new, delta, elapsed_ms))
+
+    def _publish(self, unreadable: str | None = None) -> None:
+        """watch --view: the rows the judge makes of the last snapshot (``core.status``),
+        the plan's pending changes, and how the last read went, for the web view. A read
+        that failed keeps the last rows but says unknown since when (never stale green)."""
+        if self.web is None or self.desired is None:
+            return
+        now = int(time.time() * 1000)
+        stage = self.steps.stage
+        name = stage.name if stage is not None else "default"
+        if unreadable is None and self.snapshot is not None:
+            taken = self.plan.created_at if self.plan is not None else now
+            rows = service_status.rows(
+                name, self.desired, self.snapshot,
+                environment=stage.environment if stage is not None else None,
+                upstream=getattr(self.steps, "upstream", None),
+                freezes=stage.rules.freezes if stage is not None else (), now_ms=taken)
+            self.web_status = service_status.assemble(taken, [name], {name: rows})
+        status = self.web_status or service_status.Status(
+            taken_at=now, environments=(name,), rows=())
+        last = self.readiness.last_success
+        live = LiveRead(ok=unreadable is None and self.snapshot is not None,
+                        last_success_ms=None if last is None else int(last * 1000),
+                        unknown_since_ms=self.unknown_since,
+                        reason=unreadable or (None if self.snapshot is not None
+                                              else "no observation of the live side yet"))
+        plan = self.plan
+        self.web.publish(View(
+            status=status, live=live, now_ms=now, source="watch",
+            pending=pending_of(name, plan.changes) if plan is not None and live.ok else (),
+            planned=plan is not None and live.ok))
 
     def _say(self, line: watchview.Line) -> None:
         self.log.event(line.event, line.message, level=line.level, **line.fields)
