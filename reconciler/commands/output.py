@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -28,6 +29,7 @@ from reconciler.shell.progress import Progress, StderrProgress
 if TYPE_CHECKING:  # the renderers load when something is rendered, not to parse flags
     from reconciler.core.plans import Plan
     from reconciler.core.results import PlanResult
+    from reconciler.render.said import Said
 
 
 def use_color(stream: TextIO) -> bool:
@@ -64,6 +66,16 @@ def write(content: str, stream: TextIO | None = None) -> None:
     target = stream or sys.stdout
     target.write(content)
     target.flush()
+
+
+def say(lines: Iterable[Said]) -> None:
+    """Print what a view in ``render/`` worded, in its order: each line to stdout or
+    stderr, a raw piece (a diff) written as is and flushed."""
+    for line in lines:
+        if line.raw:
+            write(line.text)
+        else:
+            print(line.text, file=sys.stderr if line.err else sys.stdout)
 
 
 def progress_for_stderr() -> Progress | None:

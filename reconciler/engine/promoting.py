@@ -9,7 +9,6 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 from reconciler.core import writegate
 from reconciler.core.desired import DesiredState, Service
@@ -17,8 +16,9 @@ from reconciler.core.planning import (
     Provenance,
 )
 from reconciler.core.plans import Plan
+from reconciler.core.promoted import PromoteRun, Promotion
 from reconciler.engine.reconciling import Reconciler, read_upstream
-from reconciler.engine.wiring import Promotion, _candidate, _evidence_line, load_worktree
+from reconciler.engine.wiring import _candidate, _evidence_line, load_worktree
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 from reconciler.shell import (
@@ -27,16 +27,6 @@ from reconciler.shell import (
 from reconciler.shell import pinning as pin_files
 from reconciler.shell.endpoints import Overrides
 from reconciler.shell.progress import Progress
-
-
-@dataclass(frozen=True)
-class PromoteRun:
-    environment: str
-    upstream: str
-    promotions: tuple[Promotion, ...]
-    preview: Plan | None = None
-    preview_error: str | None = None
-    commit: str | None = None
 
 
 def promote(stage: environments.Selected, services: Sequence[str] | None, *, write: bool,

@@ -2,7 +2,8 @@
 ``load_consistent``, ``load_worktree``), reaching the control plane (``connect``), where a
 checkout's state lives (``state_dir``), the notifier, the run's deadline, the NO-GO
 refusal, and the plain typed values the operations hand back and take in (``ApplyRun``,
-``RevertRun``, ``PullTarget``, ``ProposalTarget``, ``Promotion``) with the small promotion
+``RevertRun``, ``PullTarget``, ``ProposalTarget``; ``Promotion`` is ``core.promoted``'s,
+re-exported here) with the small promotion
 and pin helpers more than one operation asks.
 
 The bottom of ``reconciler.engine``: it imports no other module of the engine.
@@ -37,6 +38,7 @@ from reconciler.core.planning import (
 from reconciler.core.planning import plan as _plan
 from reconciler.core.plans import Plan
 from reconciler.core.preflight import Greenfield
+from reconciler.core.promoted import Promotion
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -301,27 +303,6 @@ class RevertRun:
 
 
 # -- promote (issue 19) -------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Promotion:
-    """One service of ``reconcile promote``: the digest the previous environment proves,
-    the gate it met (soak, windows, freezes), and what was written (or why not)."""
-
-    service: str
-    digest: str | None = None
-    tag: str | None = None
-    gate: promotion.Gate | None = None
-    refused: str | None = None
-    path: str | None = None
-    before: bytes = b""
-    after: bytes = b""
-    written: bool = False
-    evidence: str = ""
-
-    @property
-    def changes(self) -> bool:
-        return self.before != self.after
-
 
 def _candidate(stage: environments.Selected, upstream: promotion.Upstream, name: str,
                now_ms: int) -> tuple[str | None, str | None, promotion.Gate | None, str | None]:
