@@ -205,36 +205,11 @@ class ApplyRun:
         return self.reverted is not None and self.reverted.pull is not None
 
     def revert_story(self) -> list[str]:
-        """How the way back ended, in one sentence (empty: no revert was asked for or
-        needed). Whether the rollback is proven is the gate's word -- the one judge's.
-        A sharded watcher that reverted some services and left others (their shards
-        are no longer its own) says both."""
-        told = self._revert_told()
-        if self.reverted is not None and self.revert_error:
-            told.append(f"not reverted by this watcher: {self.revert_error}")
-        return told
+        """How the way back ended, as ``render.revertview.way_back`` words it (empty: no
+        revert was asked for or needed)."""
+        from reconciler.render import revertview  # the view, for callers holding the run
 
-    def _revert_told(self) -> list[str]:
-        done = self.reverted
-        if done is None:
-            return [f"release failed; no revert: {self.revert_error}"] \
-                if self.revert_error else []
-        back = ", ".join(f"{i.service} {i.to_tag} ({i.to[:19]})" for i in done.items)
-        rolled = done.rollback
-        if done.pull is not None:
-            return [f"release failed; the revert to {back} is proposed in pull request "
-                    f"#{done.pull.number} ({done.pull.url}) because {done.why_pr}; nothing "
-                    "rolled back until it is merged"]
-        landed = [f"landed: {done.how}"] if done.how else []
-        if rolled is None:
-            return [f"release failed; reverted in git to {back}; the rollback was not "
-                    "applied", *landed]
-        if reverts.rollback_proven(rolled.plan, rolled.report):
-            return [f"release failed, rolled back to {back} and proven on every cluster",
-                    *landed]
-        pending = reverts.unproven_lines(rolled.report)
-        return [f"release failed, reverted in git to {back}; the rollback is NOT proven: "
-                f"{' | '.join(pending) or 'no gate ran'}", *landed]
+        return revertview.way_back(self.reverted, self.revert_error)
 
 
 #: ``restrict`` keeps the whole plan for an empty selection: a member holding no shard
