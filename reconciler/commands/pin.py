@@ -4,8 +4,9 @@ then do. ``reconcile pin --check [SERVICE]``: say which pins lag the newest rele
 
 Owns the command's arguments, which view is shown and the exit codes (docs/pin.md); the
 words -- the diff of the file, the refusals, the lag listing -- are ``render.pinview``'s.
-Resolution is ``core.pinning``'s, the file rewrite ``shell.pinning``'s, the sequence ``engine.pin`` /
-``engine.check_pins``'; the plan preview is rendered by the text renderer of ``plan``.
+Resolution is ``core.pinning``'s, the file rewrite ``shell.pinning``'s, the sequence
+``engine.pin`` / ``engine.check_pins``'; the plan preview is rendered by the text
+renderer of ``plan``.
 
 Exit codes: 0 pinned (or already pinned; with ``--dry-run``, would pin), or with
 ``--check`` every pin current; 20 (``--check``) a pin lags; 21 the tag was not observed;

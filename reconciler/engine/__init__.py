@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from reconciler.core.pinning import PinCheck, PinRun
 from reconciler.core.promoted import PromoteRun, Promotion
+from reconciler.core.sharding import ShardReport
 from reconciler.engine.applying import apply_async
 from reconciler.engine.commenting import (
     Bodies,
@@ -42,7 +43,7 @@ from reconciler.engine.reconciling import (
     read_upstream,
 )
 from reconciler.engine.reverting import release_hold, revert
-from reconciler.engine.sharded import ShardedWatchSteps, ShardReport, ShardRound, shard_report
+from reconciler.engine.sharded import ShardedWatchSteps, ShardRound, shard_report
 from reconciler.engine.watchsteps import Loaded, WatchSteps
 from reconciler.engine.wayback import (
     BranchMoved,
