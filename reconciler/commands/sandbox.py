@@ -300,13 +300,22 @@ def cmd_env(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-def cmd_down(args: argparse.Namespace) -> int:
+def _attached(state: Path) -> launcher.Sandbox | None:
+    """The sandbox in ``state``, or None when there is none (said on stderr)."""
     from reconciler.sandbox import launcher
 
     try:
-        sb = launcher.attach(args.state)
+        return launcher.attach(state)
     except launcher.SandboxError as exc:
         print(str(exc), file=sys.stderr)
+        return None
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from reconciler.sandbox import launcher
+
+    sb = _attached(args.state)
+    if sb is None:
         return Exit.ERROR
     ours = {c: pid for c, pid in sb._pids.items() if sb.owns(c)[0]}
     skipped = sb.stop()
@@ -348,12 +357,8 @@ def cmd_component(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from reconciler.sandbox import launcher
-
-    try:
-        sb = launcher.attach(args.state)
-    except launcher.SandboxError as exc:
-        print(str(exc), file=sys.stderr)
+    sb = _attached(args.state)
+    if sb is None:
         return Exit.ERROR
     records = sb.cluster_status()
     apps = sorted({app for per in records.values() for app in per})
