@@ -335,7 +335,7 @@ class Metrics:
                                        "changes sent by apply, by outcome", ["outcome"],
                                        registry=registry)
         for kind in ERROR_KINDS:
-            self.errors.labels(kind.value)
+            self.errors.labels(kind)
         for result in outcomes.GATE_RESULTS:
             self.gate.labels(result.value)
         for outcome in APPLY_OUTCOMES:
@@ -402,10 +402,10 @@ class Metrics:
         not the last plan's."""
         self._set_verdict(None)
         self._unknown()
-        self.errors.labels(kind.value).inc()
+        self.errors.labels(kind).inc()
 
     def error(self, kind: ErrorKind) -> None:
-        self.errors.labels(kind.value).inc()
+        self.errors.labels(kind).inc()
 
     def held(self) -> None:
         """Suspended: the live side is no longer read, so the plan gauges are unknown (NaN)
