@@ -116,7 +116,8 @@ def run_release(args: argparse.Namespace) -> int:
                                            env=os.environ, stage=stage)
     except EngineError as exc:
         return output.report_error(exc)
-    where = f" in {stage.name}" if stage is not None else ""
-    print(f"hold on {args.service} {args.digest} released{where} ({path} removed): commit "
-          f"{commit[:12]}")
+    from reconciler.render import revertview
+
+    print(revertview.released(args.service, args.digest, commit, path,
+                              environment=stage.name if stage is not None else None))
     return int(Exit.OK)

@@ -2,8 +2,8 @@
 failed, what it went back to, where it landed, its key) and how the way back ended
 (``way_back``: rolled back and proven, or not, or proposed, or not made). Pure.
 
-Owns every sentence ``reconcile revert``, ``apply --on-gate-failure revert`` and the
-watcher say about a revert; before, the same outcome was worded in the command, the
+Owns every sentence ``reconcile revert``, ``release-hold``, ``apply --on-gate-failure
+revert`` and the watcher say about a revert; before, the same outcome was worded in the command, the
 engine's run and again merged by dropping repeated lines. The notification of a revert
 is ``core.notifying``'s (another medium, its own fields).
 
@@ -102,6 +102,14 @@ def next_step(done: Reverted) -> list[str]:
     if done.pull is None and done.commit is not None and not done.already:
         return ["next: reconcile apply (rolls back and proves it on every cluster)"]
     return []
+
+
+def released(service: str, digest: str, commit: str, path: str, *,
+             environment: str | None) -> str:
+    """``reconcile release-hold``: the hold removed, by which commit."""
+    where = f" in {environment}" if environment is not None else ""
+    return (f"hold on {service} {digest} released{where} ({path} removed): commit "
+            f"{commit[:12]}")
 
 
 def way_back(done: Reverted | None, error: str | None, *, landed: bool = True) -> list[str]:
