@@ -8,6 +8,9 @@ write anything: the etcd client is ``shell.coordination``, the sequencing of a r
 (renew, read, decide, take, release, publish) is ``engine.ShardedWatchSteps``, and the
 timing of rounds is ``shell.sharded``.
 
+``ShardReport`` (what ``watch-status --shards`` read of a group) is declared here, not in
+the engine, so ``render.shardview`` can word it importing only the core.
+
 Why these rules:
 
 - A service's shard is ``sha256(serviceId) mod count``: stable across processes,
