@@ -235,12 +235,9 @@ def _report(run_: ApplyRun, fmt: str) -> int:
 def _report_revert(run_: ApplyRun, fmt: str) -> None:
     """``--on-gate-failure revert``: the story after the failed gate. The exit code stays
     the failed release's (15): the release failed, whatever the way back did."""
-    from reconciler.commands import revert
+    from reconciler.render import revertview
 
-    done = run_.reverted
-    # The revert's own story, then how the way back ended (a line both say, once).
-    lines = list(dict.fromkeys((revert.story(done) if done is not None else [])
-                               + run_.revert_story()))
+    lines = revertview.after_gate(run_.reverted, run_.revert_error)
     if fmt == "json":
         import json
 

@@ -1,6 +1,7 @@
 """``reconcile freeze`` / ``unfreeze``: stop (and allow again) promotions into environments.
 
-Owns the two commands' flags and messages. ``freeze`` writes ``freezes/NAME.yaml`` (a
+Owns the two commands' flags and their usage errors; the outcome is worded by
+``render.freezeview``. ``freeze`` writes ``freezes/NAME.yaml`` (a
 ``kind: Freeze`` document: reason, until -- left out without ``--until``: the freeze lasts
 until it is removed -- and environments) at the pipeline root and commits it; ``unfreeze
 --env NAME`` removes what freezes that environment and commits. Plans read committed
@@ -104,9 +105,9 @@ def run_freeze(args: argparse.Namespace) -> int:
     except environments.PipelineError as exc:
         print(f"reconcile freeze: {exc}", file=sys.stderr)
         return int(Exit.USAGE if exc.usage else Exit.ERROR)
-    ends = f"until {until}" if until else "until `reconcile unfreeze`"
-    print(f"froze {', '.join(names)} {ends}: {args.reason} ({rel}"
-          + (f", commit {made[:12]})" if made else ", not committed)"))
+    from reconciler.render import freezeview
+
+    print(freezeview.froze(names, until, args.reason, rel, made))
     return int(Exit.OK)
 
 
@@ -120,9 +121,7 @@ def run_unfreeze(args: argparse.Namespace) -> int:
     except environments.PipelineError as exc:
         print(f"reconcile unfreeze: {exc}", file=sys.stderr)
         return int(Exit.USAGE if exc.usage else Exit.ERROR)
-    if not touched:
-        print(f"{args.env_name} is not frozen")
-        return int(Exit.OK)
-    print(f"unfroze {args.env_name}: {', '.join(touched)}"
-          + (f" (commit {made[:12]})" if made else " (not committed)"))
+    from reconciler.render import freezeview
+
+    print(freezeview.unfroze(args.env_name, touched, made))
     return int(Exit.OK)

@@ -17,8 +17,9 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
@@ -28,6 +29,10 @@ from reconciler.shell.progress import Progress, StderrProgress
 if TYPE_CHECKING:  # the renderers load when something is rendered, not to parse flags
     from reconciler.core.plans import Plan
     from reconciler.core.results import PlanResult
+    from reconciler.render.said import Said
+
+
+_T = TypeVar("_T")
 
 
 def use_color(stream: TextIO) -> bool:
@@ -66,6 +71,16 @@ def write(content: str, stream: TextIO | None = None) -> None:
     target.flush()
 
 
+def say(lines: Iterable[Said]) -> None:
+    """Print what a view in ``render/`` worded, in its order: each line to stdout or
+    stderr, a raw piece (a diff) written as is and flushed."""
+    for line in lines:
+        if line.raw:
+            write(line.text)
+        else:
+            print(line.text, file=sys.stderr if line.err else sys.stdout)
+
+
 def progress_for_stderr() -> Progress | None:
     return StderrProgress("reading the live world") if sys.stderr.isatty() else None
 
@@ -88,14 +103,8 @@ def load_result(path: Path) -> PlanResult:
     """A result file or a saved plan file (a result whose outcome is plan)."""
     from reconciler.render import jsonplan, resultfile
 
-    data = _read_json(path, "a result or plan file")
-    try:
-        return resultfile.from_wire(data)
-    except jsonplan.DigestMismatch as exc:
-        raise EngineError(f"{path}: refusing the plan in it: {safe(exc)}; plan again",
-                          Exit.REFUSED_MISMATCH) from exc
-    except (jsonplan.WireError, resultfile.WireError) as exc:
-        raise EngineError(f"{path}: not a usable result or plan file: {safe(exc)}") from exc
+    return _parsed(path, "a result or plan file", resultfile.from_wire,
+                   refusing="the plan in it", errors=(jsonplan.WireError, resultfile.WireError))
 
 
 def write_atomically(path: Path, content: str, what: str) -> None:
@@ -132,14 +141,26 @@ def _read_json(path: Path, what: str) -> Any:
 def load_plan(path: Path) -> Plan:
     from reconciler.render import jsonplan
 
-    data = _read_json(path, "a plan file")
+    return _parsed(path, "a plan file", jsonplan.from_wire, refusing="the plan file",
+                   errors=(jsonplan.WireError,))
+
+
+def _parsed(path: Path, what: str, parse: Callable[[Any], _T], *, refusing: str,
+            errors: tuple[type[Exception], ...]) -> _T:
+    """``what`` in ``path``, read by ``parse``: a plan whose content digest does not match
+    is refused (``REFUSED_MISMATCH``: changed after planning, it is not the plan approved),
+    anything else unusable is an error naming the file."""
+    from reconciler.render import jsonplan
+
+    data = _read_json(path, what)
     try:
-        return jsonplan.from_wire(data)
+        return parse(data)
     except jsonplan.DigestMismatch as exc:
-        raise EngineError(f"{path}: refusing the plan file: {safe(exc)}; plan again",
+        raise EngineError(f"{path}: refusing {refusing}: {safe(exc)}; plan again",
                           Exit.REFUSED_MISMATCH) from exc
-    except jsonplan.WireError as exc:
-        raise EngineError(f"{path}: not a usable plan file: {safe(exc)}") from exc
+    except errors as exc:
+        raise EngineError(f"{path}: not a usable {what.removeprefix('a ')}: "
+                          f"{safe(exc)}") from exc
 
 
 def error_lines(exc: EngineError) -> list[str]:

@@ -2,10 +2,11 @@
 observed under a tag (the newest release without TAG), in place, and show what plan would
 then do. ``reconcile pin --check [SERVICE]``: say which pins lag the newest release.
 
-Owns the command's arguments and its text output: the unified diff of the file, the
-refusals, the lag listing and the exit codes (docs/pin.md). Resolution is
-``core.pinning``'s, the file rewrite ``shell.pinning``'s, the sequence ``engine.pin`` /
-``engine.check_pins``'; the plan preview is rendered by the text renderer of ``plan``.
+Owns the command's arguments, which view is shown and the exit codes (docs/pin.md); the
+words -- the diff of the file, the refusals, the lag listing -- are ``render.pinview``'s.
+Resolution is ``core.pinning``'s, the file rewrite ``shell.pinning``'s, the sequence
+``engine.pin`` / ``engine.check_pins``'; the plan preview is rendered by the text
+renderer of ``plan``.
 
 Exit codes: 0 pinned (or already pinned; with ``--dry-run``, would pin), or with
 ``--check`` every pin current; 20 (``--check``) a pin lags; 21 the tag was not observed;
@@ -19,18 +20,16 @@ rewrite that leaves the Service invalid, e.g. evidence still bound to the old di
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from reconciler.commands import options, output, stages
-from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 
 if TYPE_CHECKING:  # the engine (and the HTTP stack) loads only when the command runs
-    from reconciler.engine import PinCheck, PinRun
+    from reconciler.core.pinning import PinCheck, PinRun
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -94,116 +93,34 @@ def run(args: argparse.Namespace) -> int:
     return show(result, planned=not args.no_plan)
 
 
-def _release(tag: str | None, digest: str) -> str:
-    return f"{safe(tag, 130) if tag else '<no tag>'} {safe(digest, 80)}"
-
-
 def show(result: PinRun, *, planned: bool) -> int:
-    """Print what pin did: the change, the diff, what may now be stale, the plan."""
-    from reconciler.core import pinning  # loads with the engine, when the command runs
+    """Print what pin did (``render.pinview``), then the plan of the service with it."""
+    from reconciler.render import pinview
 
-    pin, pinned = result.pin, result.pinned
-    path = safe(result.path, 500)  # a file name is the user's, but still no terminal escapes
-    changed = result.after != result.before
-    first = pinning.when(pin.release.first_observed_at)
-    if changed:
-        print(f"{result.service}: {_release(pinned.tag, pinned.digest)} → "
-              f"{_release(pin.tag, pin.digest)} (first observed {first})")
-        if pin.version is not None and pin.version != pinned.version:
-            print(f"{result.service}: release.version {safe(pinned.version)} → "
-                  f"{safe(pin.version)}")
-        if pin.moved_from is not None:
-            print(f"warning: tag {safe(pin.tag)} moved from {safe(pin.moved_from)} to "
-                  f"{safe(pin.digest)} (--allow-moved)", file=sys.stderr)
-        output.write("".join(unified_diff(result.path, result.before, result.after)))
-        if result.written:
-            print(f"wrote {path}; commit it: plan and apply read the commit")
-        else:
-            print(f"dry run: {path} not written")
-    else:
-        print(f"{result.service}: already pins {_release(pin.tag, pin.digest)} (first "
-              f"observed {first}); {path} unchanged")
-    for line in result.stale_comments:
-        print(f"note: {path}:{line}: a comment mentions the previous tag or digest; "
-              "pin does not edit comments", file=sys.stderr)
+    output.say(pinview.story(result))
     if result.problems:
-        for diagnostic in result.problems:
-            print(diagnostic.render(), file=sys.stderr)
-        state = "is now" if result.written else "would be"
-        print(f"error: {path} {state} invalid with this pin ({len(result.problems)} "
-              "problem(s) above; e.g. release.evidence must be attested for the new digest)",
-              file=sys.stderr)
         return int(Exit.ERROR)
     if not planned:
         return int(Exit.OK)
-    if result.preview is None:
-        print(f"warning: no plan for {result.service}: {safe(result.preview_error, 2000)}; "
-              "run `reconcile plan` once the change is committed", file=sys.stderr)
-        return int(Exit.OK)
-    print(f"\nplan for {result.service} with this pin (the working tree, as if committed):")
-    output.show(result.preview, "text", sys.stdout)
+    output.say(pinview.preview(result))
+    if result.preview is not None:
+        output.show(result.preview, "text", sys.stdout)
     return int(Exit.OK)
-
-
-def unified_diff(path: str, before: bytes, after: bytes) -> list[str]:
-    """The file's change as a unified diff, each line made safe for a terminal. Line
-    endings are not shown (a CRLF file keeps its CRLF: only the values change)."""
-    def lines(data: bytes) -> list[str]:
-        text = data.decode("utf-8", "replace").removesuffix("\n")
-        return [line.removesuffix("\r") for line in text.split("\n")]
-
-    out = []
-    for line in difflib.unified_diff(lines(before), lines(after), f"a/{path}", f"b/{path}",
-                                     lineterm="", n=2):
-        out.append(safe(line, 4000) + "\n")
-    return out
 
 
 def check(results: Sequence[PinCheck]) -> int:
-    """``--check``: one line per service; 20 when any lags, 1 when any could not be
-    compared (and none lags), 0 when every pin is current."""
-    from reconciler.core import pinning
-    from reconciler.core.live import ReadFailure
+    """``--check``: 20 when any pin lags, 1 when any could not be compared (and none
+    lags), 0 when every pin compared is current."""
+    from reconciler.render import pinview
 
-    lagging = unknown = current = absent = untagged = 0
-    width = max((len(r.service) for r in results), default=0)
-    for result in results:
-        name = result.service.ljust(width)
-        outcome = result.outcome
-        if isinstance(outcome, pinning.Lag):
-            pinned = outcome.pinned
-            if outcome.lags:
-                lagging += 1
-                moved = (f" (its tag {safe(pinned.tag)} moved)" if outcome.moved else "")
-                print(f"{name}  lags     {_release(pinned.tag, pinned.digest)} → "
-                      f"{_release(outcome.newest_tag, outcome.newest.digest)} (first observed "
-                      f"{pinning.when(outcome.newest.first_observed_at)}){moved}")
-            else:
-                current += 1
-                print(f"{name}  current  {_release(pinned.tag, pinned.digest)}")
-        elif isinstance(outcome, pinning.Refused):
-            unknown += 1
-            print(f"{name}  unknown  {safe(outcome.message, 2000)}")
-        elif isinstance(outcome, ReadFailure):
-            absent += 1
-            print(f"{name}  absent   the control plane has no service {safe(outcome.service_id)}"
-                  f" ({safe(outcome.code or outcome.reason)}): nothing to compare with")
-        else:
-            untagged += 1
-            print(f"{name}  none     the control plane observed no tagged release: nothing "
-                  "to compare with")
-    total = len(results)
-    if lagging:
-        print(f"{lagging} of {total} pin(s) lag the newest observed release; update with "
-              "reconcile pin SERVICE", file=sys.stderr)
+    output.say(pinview.check(results))
+    if any(r.lags for r in results):
         return int(Exit.PIN_LAGS)
-    if unknown:
-        print(f"{unknown} of {total} pin(s) could not be compared", file=sys.stderr)
-        return int(Exit.ERROR)
-    # Only what was compared is called current; the rest is counted, not glossed over.
-    uncompared = [f"{absent} not on the control plane"] if absent else []
-    uncompared += [f"{untagged} without a tagged release"] if untagged else []
-    print(f"{current} of {total} pin(s) current"
-          + (f"; not compared: {', '.join(uncompared)}" if uncompared else ""),
-          file=sys.stderr)
-    return int(Exit.OK)
+    return int(Exit.ERROR if any(r.unknown for r in results) else Exit.OK)
+
+
+def unified_diff(path: str, before: bytes, after: bytes) -> list[str]:
+    """The file's change as ``render.pinview`` shows it (kept here for its callers)."""
+    from reconciler.render import pinview
+
+    return pinview.unified_diff(path, before, after)

@@ -1,7 +1,8 @@
 """``reconcile promote SERVICE[,…] --to ENV`` (or ``--all``): move what the previous
 environment proves into ENV's pins.
 
-Owns the command's flags and its report. The sequence is ``engine.promote``'s: read the
+Owns the command's flags, the choice of view and the exit code; the words are
+``render.promoteview``'s. The sequence is ``engine.promote``'s: read the
 previous environment (commit, control plane, clusters), take the digest its current
 rollout is to, splice the pin into ENV's service file in memory with ``pin``'s
 byte-preserving rewrite, plan ENV with it and ask the one gate (``core.writegate``: soak
@@ -17,14 +18,16 @@ named, with when it becomes eligible; nothing is written for it); 1 error; 64 us
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reconciler.commands import options, output, selection, stages
-from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
+
+if TYPE_CHECKING:  # the engine's values load when the command runs
+    from reconciler.core.promoted import PromoteRun
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -92,33 +95,17 @@ def run(args: argparse.Namespace) -> int:
                                 progress=output.progress_for_stderr())
     except EngineError as exc:
         return output.report_error(exc)
-    refused = [p for p in result.promotions if p.refused]
-    for item in result.promotions:
-        if item.refused:
-            print(f"✗ {item.service}: not promoted to {result.environment}: "
-                  f"{safe(item.refused, 2000)}", file=sys.stderr)
-            continue
-        verb = "would promote" if args.dry_run else "promoted"
-        if not item.changes:
-            print(f"{item.service}: {result.environment} already pins {item.digest}")
-            continue
-        print(f"{verb} {item.service} to {result.environment}: {item.evidence}")
-        diff = difflib.unified_diff(
-            item.before.decode("utf-8", "replace").splitlines(keepends=True),
-            item.after.decode("utf-8", "replace").splitlines(keepends=True),
-            fromfile=f"a/{item.path}", tofile=f"b/{item.path}")
-        sys.stdout.write("".join(diff))
-    if result.commit:
-        print(f"committed {result.commit[:12]}")
+    from reconciler.render import promoteview
+
+    output.say(promoteview.story(result, dry_run=args.dry_run))
+    output.say(promoteview.preview(result))
     if result.preview is not None:
-        print(f"\nplan for {result.environment} with these pins:")
         output.show(result.preview, "text", sys.stdout)
-    elif result.preview_error:
-        print(f"(no plan: {safe(result.preview_error, 2000)})", file=sys.stderr)
     if pr is not None and result.commit:
         code = _open_pr(args, result, *pr)
         if code:
             return code
+    refused = any(p.refused for p in result.promotions)
     return int(Exit.REFUSED_NO_GO) if refused else int(Exit.OK)
 
 
@@ -136,34 +123,19 @@ def _pr_target(args: argparse.Namespace) -> tuple[str, str]:
     return repo, token
 
 
-def _open_pr(args: argparse.Namespace, result: object, repo: str, token: str) -> int:
-    from reconciler.core import proposals
-    from reconciler.engine import PromoteRun
-    from reconciler.render import markdown
+def _open_pr(args: argparse.Namespace, result: PromoteRun, repo: str, token: str) -> int:
+    from reconciler.render import promoteview
     from reconciler.shell import pullrequests
 
-    assert isinstance(result, PromoteRun) and result.commit is not None
-    api_url = options.github_api_url(args.api_url)
-    moved = [p for p in result.promotions if p.written]
-    # One service: the branch `watch --promote-from` proposes the same promotion on, so
-    # a watcher finds this pull request instead of opening a second one.
-    branch = proposals.branch_name(result.environment, moved[0].service, moved[0].digest) \
-        if len(moved) == 1 and moved[0].digest else \
-        (f"reconcile/promote-{result.environment}-"
-         + "-".join(p.service for p in moved)[:80] + f"-{result.commit[:12]}")
-    title = (f"Promote {', '.join(p.service for p in moved)} to {result.environment} "
-             f"from {result.upstream}")
-    body = "\n".join(f"- {p.evidence}" for p in moved)
-    if result.preview is not None:
-        body += "\n\n" + markdown.render(result.preview)
+    assert result.commit is not None
+    text = promoteview.pull_request(result, result.commit)
     try:
         _, pull = pullrequests.open_pull_request(
-            Path(args.path), api_url=api_url, repo=repo, token=token,
-            branch=branch, base=args.base, title=title, body=body, commit=result.commit,
-            remote=args.remote)
+            Path(args.path), api_url=options.github_api_url(args.api_url), repo=repo,
+            token=token, branch=text.branch, base=args.base, title=text.title,
+            body=text.body, commit=result.commit, remote=args.remote)
     except pullrequests.PullRequestError as exc:
         return output.report_error(EngineError(f"--pr: {exc}; the commit "
                                                f"{result.commit[:12]} is made"))
-    said = "opened" if pull.created else "already open"
-    print(f"pull request #{pull.number} {said}: {pull.url}")
+    output.say(promoteview.opened(pull.number, pull.url, pull.created))
     return 0

@@ -13,7 +13,8 @@ does both).
 ``release-hold``: remove the Hold on SERVICE's DIGEST by a commit, so the digest may be
 pinned again.
 
-Owns the arguments and the text output; the sequence is ``engine.revert`` and
+Owns the arguments and the choice of view (``render.revertview`` words the revert); the
+sequence is ``engine.revert`` and
 ``engine.release_hold``. Exit codes: 0 done (or already done); 1 refused (no proven release,
 nothing to revert, no such hold, a dirty repo), nothing written; 64 usage.
 """
@@ -29,7 +30,7 @@ from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 
 if TYPE_CHECKING:
-    from reconciler.engine import PullTarget, RevertRun
+    from reconciler.engine import PullTarget
 
 
 def add_pr_flags(parser: argparse.ArgumentParser) -> None:
@@ -87,29 +88,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     hold.set_defaults(handler=run_release)
 
 
-def story(done: RevertRun) -> list[str]:
-    """The revert in words: what failed, what it went back to, where, and the key."""
-    lines: list[str] = []
-    for item in done.items:
-        lines.append(f"{item.service}: release {item.failed} failed; pinned back to "
-                     f"{item.to_tag} ({item.to}), the last proven release; {item.failed} "
-                     f"held in {item.hold_path}")
-        lines += [f"  proven: {source}" for source in item.sources]
-        lines += [f"  failed: {line}" for line in item.evidence[:5]]
-    if done.pull is not None:
-        verb = "opened" if done.pull.created else "already open"
-        lines.append(f"pull request #{done.pull.number} {verb}: {done.pull.url} "
-                     f"(branch {done.pull.branch}; {done.why_pr})")
-    elif done.commit is not None:
-        said = "already made (found by its key)" if done.already else "committed"
-        lines.append(f"revert {said}: commit {done.commit[:12]}"
-                     + (f" (key {done.key})" if done.key else "")
-                     + (f"; {done.why_pr}" if done.why_pr and not done.items else ""))
-        if done.how:
-            lines.append(f"landed: {done.how}")
-    return lines
-
-
 def run(args: argparse.Namespace) -> int:
     from reconciler import engine
 
@@ -121,10 +99,10 @@ def run(args: argparse.Namespace) -> int:
                              stage=stage)
     except EngineError as exc:
         return output.report_error(exc)
-    for line in story(done):
+    from reconciler.render import revertview
+
+    for line in revertview.story(done) + revertview.next_step(done):
         print(line)
-    if done.pull is None and done.commit is not None and not done.already:
-        print("next: reconcile apply (rolls back and proves it on every cluster)")
     return int(Exit.OK)
 
 
@@ -138,7 +116,8 @@ def run_release(args: argparse.Namespace) -> int:
                                            env=os.environ, stage=stage)
     except EngineError as exc:
         return output.report_error(exc)
-    where = f" in {stage.name}" if stage is not None else ""
-    print(f"hold on {args.service} {args.digest} released{where} ({path} removed): commit "
-          f"{commit[:12]}")
+    from reconciler.render import revertview
+
+    print(revertview.released(args.service, args.digest, commit, path,
+                              environment=stage.name if stage is not None else None))
     return int(Exit.OK)

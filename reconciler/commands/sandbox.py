@@ -28,6 +28,20 @@ if TYPE_CHECKING:  # the servers' code (TLS included) loads when an action runs
 DEFAULT_STATE = Path(".sandbox")
 
 
+#: Every action takes --state and --name after it too (``reconcile sandbox up --name
+#: prod``); SUPPRESS keeps the value given before ACTION when they are not repeated.
+STATE_HELP = "state directory (default: .sandbox; also accepted before ACTION)"
+NAME_HELP = "a named sandbox: STATE/NAME (see `reconcile sandbox --help`)"
+
+
+def _action(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """One ``reconcile sandbox ACTION`` parser, with --state and --name."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, **kwargs)
+    parser.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=STATE_HELP)
+    parser.add_argument("--name", default=argparse.SUPPRESS, metavar="NAME", help=NAME_HELP)
+    return parser
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "sandbox", help="run a local control plane and cluster mesh (for trying reconcile)",
@@ -41,15 +55,43 @@ def register(subparsers: Any) -> None:
                         help="a named sandbox (an environment: staging, prod): its state is "
                         "STATE/NAME and it listens on free ports, so several run side by "
                         "side; also accepted after ACTION")
-    state_help = "state directory (default: .sandbox; also accepted before ACTION)"
-    up = sub.add_parser("up", help="start the sandbox",
-                        description="Start a control plane and CLUSTERS clusters on loopback "
-                        "and print what a client needs. With --print-env, stdout carries only "
-                        "`export` lines (everything else goes to stderr) and the sandbox "
-                        "detaches, so `eval \"$(reconcile sandbox up --print-env)\"` works.")
-    up.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
-    up.add_argument("--name", default=argparse.SUPPRESS, metavar="NAME",
-                    help="a named sandbox: STATE/NAME (see `reconcile sandbox --help`)")
+    _add_up(sub)
+
+    env = _action(sub, "env", help="print `export` lines for a running sandbox (for eval)",
+                  description="Print only `export` lines for the sandbox in --state, so "
+                  "`eval \"$(reconcile sandbox env)\"` points clients at it.")
+    env.set_defaults(handler=_named(cmd_env))
+
+    down = _action(sub, "down", help="stop a detached sandbox")
+    down.set_defaults(handler=_named(cmd_down))
+
+    for action, text in (("stop", "stop one component (the control plane or a cluster) "
+                          "to rehearse an outage; its pid is verified first"),
+                         ("start", "start a stopped component again, on its own address "
+                          "and port")):
+        component = _action(sub, action, help=text, description=text[0].upper() + text[1:]
+                                   + ". COMPONENT: control-plane or a cluster id (sn1, ...).")
+        component.add_argument("component", metavar="COMPONENT",
+                               help="control-plane, or a cluster id such as sn1")
+        component.set_defaults(handler=_named(cmd_component), component_action=action)
+
+    status = _action(sub, "status", help="what each cluster runs, per app")
+    status.set_defaults(handler=_named(cmd_status))
+
+    _add_fault(sub)
+    _add_push(sub)
+
+    seed = _action(sub, "seed", help="replace services, releases and grants from a file")
+    seed.add_argument("file", type=Path, metavar="FILE", help="the seed file (YAML or JSON)")
+    seed.set_defaults(handler=_named(cmd_seed))
+
+
+def _add_up(sub: Any) -> None:
+    up = _action(sub, "up", help="start the sandbox",
+                 description="Start a control plane and CLUSTERS clusters on loopback and "
+                 "print what a client needs. With --print-env, stdout carries only `export` "
+                 "lines (everything else goes to stderr) and the sandbox detaches, so "
+                 "`eval \"$(reconcile sandbox up --print-env)\"` works.")
     up.add_argument("--clusters", type=int, default=3, metavar="N",
                     help="how many clusters to start, 1 to 200 (default 3)")
     up.add_argument("--detach", action="store_true",
@@ -77,48 +119,12 @@ def register(subparsers: Any) -> None:
                     "(docs/extensions.md)")
     up.set_defaults(handler=_named(cmd_up))
 
-    env = sub.add_parser("env", help="print `export` lines for a running sandbox (for eval)",
-                         description="Print only `export` lines for the sandbox in --state, "
-                         "so `eval \"$(reconcile sandbox env)\"` points clients at it.")
-    env.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
-    env.add_argument("--name", default=argparse.SUPPRESS, metavar="NAME",
-                    help="a named sandbox: STATE/NAME (see `reconcile sandbox --help`)")
-    env.set_defaults(handler=_named(cmd_env))
 
-    down = sub.add_parser("down", help="stop a detached sandbox")
-    down.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
-    down.add_argument("--name", default=argparse.SUPPRESS, metavar="NAME",
-                    help="a named sandbox: STATE/NAME (see `reconcile sandbox --help`)")
-    down.set_defaults(handler=_named(cmd_down))
-
-    for action, text in (("stop", "stop one component (the control plane or a cluster) "
-                          "to rehearse an outage; its pid is verified first"),
-                         ("start", "start a stopped component again, on its own address "
-                          "and port")):
-        component = sub.add_parser(action, help=text, description=text[0].upper() + text[1:]
-                                   + ". COMPONENT: control-plane or a cluster id (sn1, ...).")
-        component.add_argument("--state", type=Path, default=argparse.SUPPRESS,
-                               help=state_help)
-        component.add_argument("--name", default=argparse.SUPPRESS, metavar="NAME",
-                               help="a named sandbox: STATE/NAME (see `reconcile sandbox "
-                               "--help`)")
-        component.add_argument("component", metavar="COMPONENT",
-                               help="control-plane, or a cluster id such as sn1")
-        component.set_defaults(handler=_named(cmd_component), component_action=action)
-
-    status = sub.add_parser("status", help="what each cluster runs, per app")
-    status.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
-    status.add_argument("--name", default=argparse.SUPPRESS, metavar="NAME",
-                    help="a named sandbox: STATE/NAME (see `reconcile sandbox --help`)")
-    status.set_defaults(handler=_named(cmd_status))
-
+def _add_fault(sub: Any) -> None:
     kinds = "; ".join(f"{k}: {v}" for k, v in faults.CLUSTER_KINDS.items())
-    fault = sub.add_parser("fault", help="switch a fault on or off",
-                           description=f"Cluster faults — {kinds}. Control plane "
-                           "(target control-plane): " + ", ".join(faults.CONTROL_PLANE_KINDS))
-    fault.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
-    fault.add_argument("--name", default=argparse.SUPPRESS, metavar="NAME",
-                    help="a named sandbox: STATE/NAME (see `reconcile sandbox --help`)")
+    fault = _action(sub, "fault", help="switch a fault on or off",
+                    description=f"Cluster faults — {kinds}. Control plane "
+                    "(target control-plane): " + ", ".join(faults.CONTROL_PLANE_KINDS))
     fault.add_argument("target", metavar="CLUSTER", help="a cluster id or control-plane")
     fault.add_argument("kind", metavar="KIND", help="the fault (listed above)")
     fault.add_argument("--off", action="store_true", help="switch the fault off")
@@ -126,15 +132,14 @@ def register(subparsers: Any) -> None:
                        help="a fault parameter (e.g. ms=500 for latency), repeatable")
     fault.set_defaults(handler=_named(cmd_fault))
 
-    push = sub.add_parser(
-        "push", help="the registry observes a new digest under a tag",
+
+def _add_push(sub: Any) -> None:
+    push = _action(
+        sub, "push", help="the registry observes a new digest under a tag",
         description="Publish a new OCI index under TAG in the simulated registry and print "
         "its digest and the `release:` block (with `evidence:`) to paste into the desired "
         "state. A service the control plane has observes it as a new release; for one it "
         "does not have yet (a greenfield service), name the repository.")
-    push.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
-    push.add_argument("--name", default=argparse.SUPPRESS, metavar="NAME",
-                    help="a named sandbox: STATE/NAME (see `reconcile sandbox --help`)")
     push.add_argument("service", metavar="SERVICE", help="the service (its repository)")
     push.add_argument("tag", metavar="TAG", help="the tag the new digest is observed under")
     push.add_argument("--repository", metavar="REPO", default=None,
@@ -152,13 +157,6 @@ def register(subparsers: Any) -> None:
     push.add_argument("--evidence-subject", default=None, metavar="DIGEST",
                       help="bind the published evidence to this other digest (sha256:...)")
     push.set_defaults(handler=_named(cmd_push))
-
-    seed = sub.add_parser("seed", help="replace services, releases and grants from a file")
-    seed.add_argument("--state", type=Path, default=argparse.SUPPRESS, help=state_help)
-    seed.add_argument("--name", default=argparse.SUPPRESS, metavar="NAME",
-                    help="a named sandbox: STATE/NAME (see `reconcile sandbox --help`)")
-    seed.add_argument("file", type=Path, metavar="FILE", help="the seed file (YAML or JSON)")
-    seed.set_defaults(handler=_named(cmd_seed))
 
 
 def describe(sb: launcher.Sandbox) -> str:
@@ -302,13 +300,22 @@ def cmd_env(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-def cmd_down(args: argparse.Namespace) -> int:
+def _attached(state: Path) -> launcher.Sandbox | None:
+    """The sandbox in ``state``, or None when there is none (said on stderr)."""
     from reconciler.sandbox import launcher
 
     try:
-        sb = launcher.attach(args.state)
+        return launcher.attach(state)
     except launcher.SandboxError as exc:
         print(str(exc), file=sys.stderr)
+        return None
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from reconciler.sandbox import launcher
+
+    sb = _attached(args.state)
+    if sb is None:
         return Exit.ERROR
     ours = {c: pid for c, pid in sb._pids.items() if sb.owns(c)[0]}
     skipped = sb.stop()
@@ -350,12 +357,8 @@ def cmd_component(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from reconciler.sandbox import launcher
-
-    try:
-        sb = launcher.attach(args.state)
-    except launcher.SandboxError as exc:
-        print(str(exc), file=sys.stderr)
+    sb = _attached(args.state)
+    if sb is None:
         return Exit.ERROR
     records = sb.cluster_status()
     apps = sorted({app for per in records.values() for app in per})

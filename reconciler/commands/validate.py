@@ -10,10 +10,10 @@ only), else alone (syntax, each document, duplicates within the file; "exactly o
 Settings" and "granted services are declared" need the directory). Diagnostics of a
 file name it as given.
 
-Owns the command's arguments and output. Loading and checking are
-``shell.validating.load_repo``'s; this module only renders its result. Exit codes:
-0 valid, 1 invalid or unreadable (never a traceback for bad input); usage errors are
-the CLI's (64).
+Owns the command's arguments, the choice of view and the exit code. Loading and checking
+are ``shell.validating.load_repo``'s; the words and the JSON are
+``render.validateview``'s. Exit codes: 0 valid, 1 invalid or unreadable (never a
+traceback for bad input); usage errors are the CLI's (64).
 
 Output: one diagnostic per line on stdout, sorted, ``path:line:col: field: message``
 (control characters escaped by ``Diagnostic.render``), then a one-line summary (on
@@ -31,23 +31,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from reconciler import __version__
-from reconciler.commands import stages
+from reconciler.commands import output, stages
 from reconciler.core.diagnostics import Diagnostic
-from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
-from reconciler.render.diagnostics_formats import escape_data, github_annotations, sarif_log
 
-if TYPE_CHECKING:  # the repo reader loads when the command runs, not to build the parser
-    from reconciler.shell.validating import LoadResult
-
-FORMAT_VERSION = "1.0"
 FORMATS = ("text", "json", "github", "sarif")
 
 
@@ -70,6 +63,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from reconciler.render import validateview
     from reconciler.shell import discovery, environments
     from reconciler.shell.validating import load_repo
 
@@ -88,10 +82,8 @@ def run(args: argparse.Namespace) -> int:
         found = discovery.find_root(given)
         nothing = discovery.absent(found, command="validate")
         if nothing is not None:
-            nothing = f"reconcile validate: {nothing}"
-            if args.format == "github":
-                print(f"::error title=reconcile validate::{escape_data(nothing)}")
-            print(safe(nothing, limit=2000), file=sys.stderr)
+            output.say(validateview.unreadable(f"reconcile validate: {nothing}",
+                                               args.format, limit=2000))
             return Exit.ERROR
         if found.moved:
             print(f"reconcile validate: using the desired state in {found.root} (the nearest "
@@ -101,74 +93,44 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = load_repo(root)
     except (OSError, ValueError) as exc:  # load_repo reports bad input itself; this is the machine
-        problem = f"reconcile validate: cannot read {args.path}: {exc}"
-        if args.format == "github":
-            print(f"::error title=reconcile validate::{escape_data(problem)}")
-        print(safe(problem, limit=1000), file=sys.stderr)
+        output.say(validateview.unreadable(
+            f"reconcile validate: cannot read {args.path}: {exc}", args.format, limit=1000))
         return Exit.ERROR
-    if args.format == "json":
-        print(json.dumps(_as_json(result), indent=2, ensure_ascii=False))
-        return Exit.OK if result.valid else Exit.ERROR
-    if args.format in ("github", "sarif"):
-        root_text = root.as_posix()
-        base = workspace_base(root, os.environ.get("GITHUB_WORKSPACE"))
-        if args.format == "sarif":
-            log = sarif_log(result.diagnostics, version=__version__, root=root_text, base=base)
-            print(json.dumps(log, indent=2, ensure_ascii=False))
-        else:
-            for line in github_annotations(result.diagnostics, root=root_text, base=base):
-                print(line)
-            print(summary(result), file=sys.stdout if result.valid else sys.stderr)
-        return Exit.OK if result.valid else Exit.ERROR
-    for diagnostic in result.diagnostics:
-        print(diagnostic.render())
-    print(summary(result), file=sys.stdout if result.valid else sys.stderr)
+
+    output.say(validateview.shown(
+        args.format, result.diagnostics, summary=validateview.repo_summary(result),
+        valid=result.valid, document=validateview.repo_json(result), root=root.as_posix(),
+        base=workspace_base(root, os.environ.get("GITHUB_WORKSPACE")), version=__version__))
     return Exit.OK if result.valid else Exit.ERROR
 
 
 def run_file(args: argparse.Namespace, path: Path) -> int:
     """``validate FILE`` (see the module docstring)."""
+    from reconciler.render import validateview
     from reconciler.shell import discovery
 
     checked = discovery.check_file(path)
-    where = (f"checked within the desired state in {checked.repo}" if checked.repo is not None
-             else "checked alone: the rules between files need the directory")
     kinds = [type(d.document).__name__ for d in checked.documents]
     counts = {"services": kinds.count("Service"), "grants": kinds.count("Grant"),
               "settings": kinds.count("Settings")}
-    if checked.valid:
-        text = (f"valid: {path.as_posix()}: {_plural(counts['services'], 'service')}, "
-                f"{_plural(counts['grants'], 'grant')}, {counts['settings']} settings ({where})")
-    else:
-        text = (f"invalid: {_plural(len(checked.diagnostics), 'problem')} in "
-                f"{path.as_posix()} ({where})")
-    code = Exit.OK if checked.valid else Exit.ERROR
-    summary_stream = sys.stdout if checked.valid else sys.stderr
-    if args.format in ("github", "sarif"):
-        parent = path.parent
-        base = workspace_base(parent, os.environ.get("GITHUB_WORKSPACE"))
-        if args.format == "sarif":
-            log = sarif_log(checked.diagnostics, version=__version__, root=parent.as_posix(),
-                            base=base)
-            print(json.dumps(log, indent=2, ensure_ascii=False))
-        else:
-            for line in github_annotations(checked.diagnostics, root=parent.as_posix(),
-                                           base=base):
-                print(line)
-            print(text, file=summary_stream)
-        return code
+    text = validateview.file_summary(
+        path.as_posix(), valid=checked.valid, problems=len(checked.diagnostics),
+        counts=counts, repo=None if checked.repo is None else str(checked.repo))
+    # Text and JSON name the file as the user gave it; GitHub and SARIF name it from the
+    # workspace, so an annotation lands on the real file.
     named = [dataclasses.replace(d, path=path.as_posix()) for d in checked.diagnostics]
-    if args.format == "json":
-        print(json.dumps({
-            "format_version": FORMAT_VERSION, "valid": checked.valid, "summary": text,
-            "files": 1, "counts": counts,
-            "scope": "file-in-repo" if checked.repo is not None else "file-alone",
-            "diagnostics": [d.to_json() for d in named]}, indent=2, ensure_ascii=False))
-        return code
-    for diagnostic in named:
-        print(diagnostic.render())
-    print(text, file=summary_stream)
-    return code
+    document = {
+        "format_version": validateview.FORMAT_VERSION, "valid": checked.valid,
+        "summary": text, "files": 1, "counts": counts,
+        "scope": "file-in-repo" if checked.repo is not None else "file-alone",
+        "diagnostics": [d.to_json() for d in named]}
+    parent = path.parent
+    output.say(validateview.shown(
+        args.format, checked.diagnostics, summary=text, valid=checked.valid,
+        document=document, root=parent.as_posix(),
+        base=workspace_base(parent, os.environ.get("GITHUB_WORKSPACE")),
+        version=__version__, named=named))
+    return Exit.OK if checked.valid else Exit.ERROR
 
 
 def workspace_base(root: Path, workspace: str | None) -> str:
@@ -182,38 +144,6 @@ def workspace_base(root: Path, workspace: str | None) -> str:
         if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
             return Path(relative).as_posix()
     return root.as_posix()
-
-
-def summary(result: LoadResult) -> str:
-    """``valid: 4 services, 2 grants, 1 settings in 6 files`` or ``invalid: 3 problems ...``."""
-    files = _plural(len(result.files), "file")
-    if result.valid and result.state is not None:
-        state = result.state
-        routes = f"{_plural(len(state.routes), 'route')}, " if state.routes else ""
-        return (f"valid: {_plural(len(state.services), 'service')}, "
-                f"{_plural(len(state.grants), 'grant')}, {routes}1 settings in {files}")
-    return f"invalid: {_plural(len(result.diagnostics), 'problem')} in {files}"
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def _as_json(result: LoadResult) -> dict[str, object]:
-    state = result.state
-    return {
-        "format_version": FORMAT_VERSION,
-        "valid": result.valid,
-        "summary": summary(result),
-        "files": len(result.files),
-        "counts": {
-            "services": len(state.services) if state else 0,
-            "grants": len(state.grants) if state else 0,
-            "routes": len(state.routes) if state else 0,
-            "settings": 1 if state else 0,
-        },
-        "diagnostics": [d.to_json() for d in result.diagnostics],
-    }
 
 
 def run_pipeline(args: argparse.Namespace, top: Path, given: Path) -> int:
@@ -252,32 +182,20 @@ def run_pipeline(args: argparse.Namespace, top: Path, given: Path) -> int:
         services += len(result.state.services) if result.state else 0
         problems.extend(dataclasses.replace(d, path=f"{environment.path}/{d.path}")
                         for d in result.diagnostics)
+    from reconciler.render import validateview
+
     valid = not problems
     errors = len(problems)
     problems = sorted([*problems, *rules.warnings])  # warnings are said, never fail the run
-    said = (f"valid: {_plural(len(chosen), 'environment')} "
-            f"({', '.join(e.name for e in chosen)}), {_plural(services, 'service')}, "
-            f"{_plural(len(rules.freezes), 'freeze')}, {_plural(len(rules.policies), 'policy')}"
-            if valid else f"invalid: {_plural(errors, 'problem')}")
-    if rules.warnings:
-        said += f" ({_plural(len(rules.warnings), 'warning')})"
-    if args.format == "json":
-        print(json.dumps({"format_version": FORMAT_VERSION, "valid": valid, "summary": said,
-                          "files": files, "environments": [e.name for e in chosen],
-                          "diagnostics": [d.to_json() for d in problems]}, indent=2,
-                         ensure_ascii=False))
-    elif args.format in ("github", "sarif"):
-        base = workspace_base(top, os.environ.get("GITHUB_WORKSPACE"))
-        if args.format == "sarif":
-            print(json.dumps(sarif_log(tuple(problems), version=__version__,
-                                       root=top.as_posix(), base=base), indent=2,
-                             ensure_ascii=False))
-        else:
-            for line in github_annotations(tuple(problems), root=top.as_posix(), base=base):
-                print(line)
-            print(said, file=sys.stdout if valid else sys.stderr)
-    else:
-        for diagnostic in problems:
-            print(diagnostic.render())
-        print(said, file=sys.stdout if valid else sys.stderr)
+    names = [e.name for e in chosen]
+    said = validateview.pipeline_summary(
+        valid=valid, environments=names, services=services, freezes=len(rules.freezes),
+        policies=len(rules.policies), errors=errors, warnings=len(rules.warnings))
+    document = {"format_version": validateview.FORMAT_VERSION, "valid": valid,
+                "summary": said, "files": files, "environments": names,
+                "diagnostics": [d.to_json() for d in problems]}
+    output.say(validateview.shown(
+        args.format, tuple(problems), summary=said, valid=valid, document=document,
+        root=top.as_posix(), base=workspace_base(top, os.environ.get("GITHUB_WORKSPACE")),
+        version=__version__))
     return Exit.OK if valid else Exit.ERROR

@@ -37,6 +37,7 @@ from reconciler.failures import EngineError
 
 if TYPE_CHECKING:  # the planner loads when the command runs, not to build the parser
     from reconciler.core.plans import Plan
+    from reconciler.shell.watching import Metrics, Watcher
     from reconciler.shell.webserve import WebView
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -110,25 +111,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio  # with the rest, when the command runs: not to build the parser
-
     from reconciler.engine import ShardedWatchSteps, WatchSteps
     from reconciler.shell.health import Readiness
     from reconciler.shell.sharded import ShardedWatcher
-    from reconciler.shell.watching import Log, Metrics, Watcher, logging_to
+    from reconciler.shell.watching import Log, Metrics, Watcher
 
-    if args.resync <= 0 or args.debounce < 0:
-        print("error: --resync must be > 0 and --debounce >= 0", file=sys.stderr)
-        return int(Exit.USAGE)
-    if args.on_gate_failure == "revert" and not args.apply:
-        print("error: --on-gate-failure revert acts on an apply: it needs --apply",
-              file=sys.stderr)
-        return int(Exit.USAGE)
-    if args.timeout is not None and not args.apply:
-        print("error: --timeout bounds each apply: it needs --apply", file=sys.stderr)
-        return int(Exit.USAGE)
-    if args.unready_after < 1:
-        print("error: --unready-after must be at least 1", file=sys.stderr)
+    problem = _flag_problem(args)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
         return int(Exit.USAGE)
     # Usage first: a wrong command line is said before anything is searched or read.
     try:
@@ -147,17 +137,15 @@ def run(args: argparse.Namespace) -> int:
     steps = WatchSteps(root, overrides=overrides, env=env, only=only, timeout=args.timeout,
                        applying=args.apply, on_gate_failure=args.on_gate_failure,
                        pull=pull, stage=stage, propose=propose)
-    if only:
-        loaded = steps.load()  # its blobs are cached: the watcher's first read is cheap
-        if loaded.state is not None:
-            known = [s.name for s in loaded.state.services]
-            unknown = selection.unknown_names(only, known)
-            if unknown:
-                print(f"error: {selection.unknown_message(unknown, known)}", file=sys.stderr)
-                return int(Exit.USAGE)
-    # Sharded watching (--coordinate, RECONCILE_COORDINATE or settings coordination):
-    # the loaded blobs are cached, so the watcher's first read stays cheap.
+    # The loaded blobs are cached: the watcher's first read stays cheap.
     state = steps.load().state
+    if only and state is not None:
+        known = [s.name for s in state.services]
+        unknown = selection.unknown_names(only, known)
+        if unknown:
+            print(f"error: {selection.unknown_message(unknown, known)}", file=sys.stderr)
+            return int(Exit.USAGE)
+    # Sharded watching (--coordinate, RECONCILE_COORDINATE or settings coordination).
     sharded = coordinate.resolve(args, env, state.settings if state is not None else None)
     if isinstance(sharded, str) or (sharded is not None and (only or propose)):
         said = sharded if isinstance(sharded, str) else \
@@ -204,6 +192,28 @@ def run(args: argparse.Namespace) -> int:
         render_first=render_first if args.log_format == "text" else None)
     if isinstance(watcher, ShardedWatcher) and isinstance(steps, ShardedWatchSteps):
         watcher.shards = steps
+    _serve(watcher, metrics)
+    return int(Exit.OK)
+
+
+def _flag_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the flags taken together, before anything is read."""
+    if args.resync <= 0 or args.debounce < 0:
+        return "--resync must be > 0 and --debounce >= 0"
+    if args.on_gate_failure == "revert" and not args.apply:
+        return "--on-gate-failure revert acts on an apply: it needs --apply"
+    if args.timeout is not None and not args.apply:
+        return "--timeout bounds each apply: it needs --apply"
+    if args.unready_after < 1:
+        return "--unready-after must be at least 1"
+    return None
+
+
+def _serve(watcher: Watcher, metrics: Metrics | None) -> None:
+    """Run the watcher until SIGINT or SIGTERM, then close the metrics endpoint."""
+    import asyncio
+
+    from reconciler.shell.watching import logging_to
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -220,7 +230,6 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if metrics is not None:
             metrics.close()
-    return int(Exit.OK)
 
 
 def _web_view(args: argparse.Namespace, steps: object) -> WebView | None:

@@ -5,23 +5,19 @@ Exit 0 when every shard has an owner and each finished a reconcile within two re
 intervals; 1 otherwise (or when etcd or the group cannot be read), naming the shards.
 ``show_shards`` is the whole command for a caller that attaches it elsewhere (``status
 --shards``). Reading and judging are the engine's (``engine.shard_report``, with
-``core.sharding``); this module parses flags and renders.
+``core.sharding``), the words ``render.shardview``'s; this module parses flags and
+chooses the view.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from typing import TYPE_CHECKING
 
 from reconciler.commands import coordinate, options, selection
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-
-if TYPE_CHECKING:
-    from reconciler.engine import ShardReport
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -76,41 +72,8 @@ def show_shards(args: argparse.Namespace) -> int:
     except (EngineError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(exc.code) if isinstance(exc, EngineError) else int(Exit.USAGE)
-    sys.stdout.write(render_json(report) if args.format == "json" else render_text(report))
+    from reconciler.render import shardview
+
+    sys.stdout.write(shardview.as_json(report) if args.format == "json"
+                     else shardview.text(report))
     return int(Exit.OK if report.healthy else Exit.ERROR)
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "never"
-    return f"{seconds:.0f}s ago" if seconds < 120 else f"{seconds / 60:.0f}m ago"
-
-
-def render_text(report: ShardReport) -> str:
-    lines = [f"group {report.group} at {report.target}: {len(report.members)} member(s), "
-             f"{report.count} shard(s)", "SHARD  OWNER                          "
-             "LAST RECONCILE  COMMIT"]
-    for shard, owner, age, commit in report.rows:
-        lines.append(f"{shard:<6} {owner or '(none)':<30} {_age(age):<15} "
-                     f"{(commit or '-')[:12]}")
-    unowned = [s for s, owner, _, _ in report.rows if owner is None]
-    if unowned:
-        lines.append(f"{len(unowned)} shard(s) without an owner: "
-                     + ", ".join(map(str, unowned)))
-    if report.late:
-        lines.append(f"{len(report.late)} shard(s) not reconciled for two resync intervals:")
-        lines += [f"  {a.describe()}" for a in report.late]
-    else:
-        lines.append("every shard was reconciled within two resync intervals")
-    return "\n".join(lines) + "\n"
-
-
-def render_json(report: ShardReport) -> str:
-    return json.dumps({
-        "group": report.group, "etcd": report.target, "shards": report.count,
-        "members": list(report.members), "healthy": report.healthy,
-        "rows": [{"shard": s, "owner": o, "ageSeconds": None if a is None else round(a, 3),
-                  "commit": c} for s, o, a, c in report.rows],
-        "late": [{"shard": a.shard, "owner": a.owner, "ageSeconds": round(a.age, 3),
-                  "never": a.never} for a in report.late],
-    }, indent=2, sort_keys=True) + "\n"

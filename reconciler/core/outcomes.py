@@ -78,6 +78,22 @@ APPLY_OUTCOMES = (RunOutcome.CONVERGED, RunOutcome.NOT_CONVERGED, RunOutcome.UNP
                   RunOutcome.NOTHING_TO_DO)
 
 
+class ErrorKind(StrEnum):
+    """What kind of failure the watcher counts (``reconcile_errors_total``'s ``kind``
+    label). Written here once, beside the run outcomes, so the watcher compares members,
+    never words it spelled again."""
+
+    CONTROL_PLANE = "control_plane"
+    CONFIG = "config"
+    GIT = "git"
+    JOURNAL = "journal"
+    INVALID_DESIRED_STATE = "invalid_desired_state"
+    APPLY_REFUSED = "apply_refused"  # an apply the gate or a check refused: nothing sent
+    APPLY_FAILED = "apply_failed"  # an apply that ran and a write went wrong
+    PROMOTION = "promotion"
+    OTHER = "other"
+
+
 def gate_word(converged: bool) -> RunOutcome:
     return RunOutcome.CONVERGED if converged else RunOutcome.NOT_CONVERGED
 

@@ -33,6 +33,10 @@ The rules, in the order they are applied:
 - **Lag** (``--check``): a pin lags when its digest is not the newest release's digest.
   Lagging says nothing about what runs (that is the plan's judge): only that the control
   plane observed a newer release than the repo pins.
+
+What ``reconcile pin`` did (``PinRun``) and what ``--check`` found (``PinCheck``) are
+plain values declared here, so the engine hands them back and ``render.pinview`` words
+them without either knowing the other.
 """
 
 from __future__ import annotations
@@ -42,11 +46,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from reconciler.core import names
 from reconciler.core.desired import SEMVER
-from reconciler.core.live import ImageRelease
+from reconciler.core.live import ImageRelease, ReadFailure
 from reconciler.core.sanitize import safe
+
+if TYPE_CHECKING:  # annotations only: the planner's models load with the preview
+    from reconciler.core.diagnostics import Diagnostic
+    from reconciler.core.plans import Plan
 
 #: How many tags an "unobserved" refusal lists, newest first.
 SHOWN_TAGS = 5
@@ -264,3 +273,44 @@ def lag(current: Pinned, releases: Sequence[ImageRelease]) -> Lag | Refused | No
     moved = current.tag is not None and any(
         current.tag in r.tags and r.digest != current.digest for r in releases)
     return Lag(pinned=current, newest=found, newest_tag=tag, moved=moved)
+
+
+# -- what the operations hand back (worded by render.pinview) ----------------------------
+
+@dataclass(frozen=True)
+class PinRun:
+    """What ``reconcile pin`` did to one service's file. ``before``/``after`` are the file's
+    bytes (equal when it already pinned this); ``problems``: what the rewritten document
+    fails (evidence still bound to the old digest); ``preview``: the plan for that service
+    over the working tree as if it were committed, or why there is none."""
+
+    service: str
+    path: str
+    pinned: Pinned
+    pin: Pin
+    before: bytes
+    after: bytes
+    written: bool
+    problems: tuple[Diagnostic, ...] = ()
+    stale_comments: tuple[int, ...] = ()
+    preview: Plan | None = None
+    preview_error: str | None = None
+
+
+@dataclass(frozen=True)
+class PinCheck:
+    """``pin --check`` for one service: a ``Lag`` (lagging or current), a refusal (the
+    newest is a tie, or live data is not canonical), a ``ReadFailure`` (the control plane
+    has no such service), or None (it observed no tagged release)."""
+
+    service: str
+    outcome: Lag | Refused | ReadFailure | None
+
+    @property
+    def lags(self) -> bool:
+        return isinstance(self.outcome, Lag) and self.outcome.lags
+
+    @property
+    def unknown(self) -> bool:
+        """Not compared because the answer is not one release (a tie, untrusted data)."""
+        return isinstance(self.outcome, Refused)

@@ -8,6 +8,9 @@ write anything: the etcd client is ``shell.coordination``, the sequencing of a r
 (renew, read, decide, take, release, publish) is ``engine.ShardedWatchSteps``, and the
 timing of rounds is ``shell.sharded``.
 
+``ShardReport`` (what ``watch-status --shards`` read of a group) is declared here, not in
+the engine, so ``render.shardview`` can word it importing only the core.
+
 Why these rules:
 
 - A service's shard is ``sha256(serviceId) mod count``: stable across processes,
@@ -167,3 +170,21 @@ class LeaseTiming:
             said.append(f"needs retry < renew deadline < lease TTL (got {self.retry:g} < "
                         f"{self.renew_deadline:g} < {self.ttl})")
         return said
+
+
+@dataclass(frozen=True)
+class ShardReport:
+    """``reconcile watch-status --shards``: the group as etcd holds it now."""
+
+    group: str
+    target: str
+    count: int
+    members: tuple[str, ...]
+    #: shard, owner (None: nobody), seconds since its last finished reconcile (None:
+    #: never), the commit it reconciled
+    rows: tuple[tuple[int, str | None, float | None, str | None], ...]
+    late: tuple[ShardAge, ...]
+
+    @property
+    def healthy(self) -> bool:
+        return not self.late and all(owner is not None for _, owner, _, _ in self.rows)

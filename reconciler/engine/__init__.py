@@ -20,6 +20,9 @@ so ``from reconciler import engine; engine.plan(...)`` reads as before.
 
 from __future__ import annotations
 
+from reconciler.core.pinning import PinCheck, PinRun
+from reconciler.core.promoted import PromoteRun, Promotion
+from reconciler.core.sharding import ShardReport
 from reconciler.engine.applying import apply_async
 from reconciler.engine.commenting import (
     Bodies,
@@ -29,9 +32,9 @@ from reconciler.engine.commenting import (
     sync_comment,
 )
 from reconciler.engine.fleetstatus import status
-from reconciler.engine.pins import PIN_REFUSAL_EXIT, PinCheck, PinRun, check_pins, pin
+from reconciler.engine.pins import PIN_REFUSAL_EXIT, check_pins, pin
 from reconciler.engine.planning import failed_result, plan, plan_result, plan_review
-from reconciler.engine.promoting import PromoteRun, promote
+from reconciler.engine.promoting import promote
 from reconciler.engine.proposer import Proposal, Proposer
 from reconciler.engine.reconciling import (
     Reconciler,
@@ -40,7 +43,7 @@ from reconciler.engine.reconciling import (
     read_upstream,
 )
 from reconciler.engine.reverting import release_hold, revert
-from reconciler.engine.sharded import ShardedWatchSteps, ShardReport, ShardRound, shard_report
+from reconciler.engine.sharded import ShardedWatchSteps, ShardRound, shard_report
 from reconciler.engine.watchsteps import Loaded, WatchSteps
 from reconciler.engine.wayback import (
     BranchMoved,
@@ -54,7 +57,6 @@ from reconciler.engine.wiring import (
     NOTHING,
     ApplyRun,
     Deadline,
-    Promotion,
     ProposalTarget,
     PullTarget,
     RevertRun,

@@ -8,18 +8,17 @@ import asyncio
 import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.core import pinning as pin_rules
 from reconciler.core.cpcodes import ControlPlaneCode
 from reconciler.core.desired import DesiredState, Service
-from reconciler.core.diagnostics import Diagnostic
 from reconciler.core.live import (
     ImageRelease,
     LiveService,
     ReadFailure,
 )
+from reconciler.core.pinning import PinCheck, PinRun
 from reconciler.core.planning import (
     Provenance,
 )
@@ -53,36 +52,6 @@ PIN_REFUSAL_EXIT = {
     pin_rules.Refusal.UNUSABLE: Exit.ERROR,
     pin_rules.Refusal.VERSION: Exit.ERROR,
 }
-
-
-@dataclass(frozen=True)
-class PinRun:
-    """What ``reconcile pin`` did to one service's file. ``before``/``after`` are the file's
-    bytes (equal when it already pinned this); ``problems``: what the rewritten document
-    fails (evidence still bound to the old digest); ``preview``: the plan for that service
-    over the working tree as if it were committed, or why there is none."""
-
-    service: str
-    path: str
-    pinned: pin_rules.Pinned
-    pin: pin_rules.Pin
-    before: bytes
-    after: bytes
-    written: bool
-    problems: tuple[Diagnostic, ...] = ()
-    stale_comments: tuple[int, ...] = ()
-    preview: Plan | None = None
-    preview_error: str | None = None
-
-
-@dataclass(frozen=True)
-class PinCheck:
-    """``pin --check`` for one service: a ``Lag`` (lagging or current), a refusal (the
-    newest is a tie, or live data is not canonical), a ``ReadFailure`` (the control plane
-    has no such service), or None (it observed no tagged release)."""
-
-    service: str
-    outcome: pin_rules.Lag | pin_rules.Refused | ReadFailure | None
 
 
 def pin(root: Path, service: str, tag: str | None, *, write: bool, allow_moved: bool,

@@ -9,16 +9,16 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
-from reconciler.core import writegate
+from reconciler.core import promotion, writegate
 from reconciler.core.desired import DesiredState, Service
 from reconciler.core.planning import (
     Provenance,
 )
 from reconciler.core.plans import Plan
+from reconciler.core.promoted import PromoteRun, Promotion
 from reconciler.engine.reconciling import Reconciler, read_upstream
-from reconciler.engine.wiring import Promotion, _candidate, _evidence_line, load_worktree
+from reconciler.engine.wiring import _candidate, _evidence_line, load_worktree
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 from reconciler.shell import (
@@ -27,16 +27,6 @@ from reconciler.shell import (
 from reconciler.shell import pinning as pin_files
 from reconciler.shell.endpoints import Overrides
 from reconciler.shell.progress import Progress
-
-
-@dataclass(frozen=True)
-class PromoteRun:
-    environment: str
-    upstream: str
-    promotions: tuple[Promotion, ...]
-    preview: Plan | None = None
-    preview_error: str | None = None
-    commit: str | None = None
 
 
 def promote(stage: environments.Selected, services: Sequence[str] | None, *, write: bool,
@@ -73,23 +63,9 @@ def promote(stage: environments.Selected, services: Sequence[str] | None, *, wri
         item = Promotion(service=name, digest=digest, tag=tag, gate=gate, refused=refused,
                          path=rel)
         if refused is None:
-            assert digest is not None and tag is not None
-            facts = upstream.services[name]
-            version = facts.version if facts.pinned == digest else None
-            try:
-                file = pin_files.read(stage.root, rel)
-                after = pin_files.rewrite(file.data, rel, name, pin_files.Values(
-                    digest=digest, tag=tag, version=version))
-                model, problems = pin_files.candidate(rel, after, name)
-                if problems or model is None:
-                    item = dataclasses.replace(item, refused="; ".join(
-                        p.render() for p in problems) or "the rewritten file does not load")
-                else:
-                    models[name] = model
-                    files[name] = file
-                    item = dataclasses.replace(item, before=file.data, after=after)
-            except pin_files.PinFileError as exc:
-                item = dataclasses.replace(item, refused=str(exc))
+            item, spliced = _splice(stage, upstream, item)
+            if spliced is not None:
+                models[name], files[name] = spliced
         done.append(item)
     preview: Plan | None = None
     preview_error: str | None = None
@@ -99,34 +75,13 @@ def promote(stage: environments.Selected, services: Sequence[str] | None, *, wri
                                               progress)
         found = writegate.verdict(preview, writegate.Write.PROMOTION, models,
                                   override=stage.override, unknown=preview_error)
-        for index, item in enumerate(done):
-            if item.service not in models:
-                continue
-            said = found.lines() if found.unknown is not None else found.lines(item.service)
-            if said:
-                done[index] = dataclasses.replace(item, refused="; ".join(said))
-            elif write and item.changes:
-                try:
-                    pin_files.write(files[item.service], item.after)
-                except pin_files.PinFileError as exc:
-                    done[index] = dataclasses.replace(item, refused=str(exc))
-                    continue
-                done[index] = dataclasses.replace(item, written=True)
+        done = [_gated(item, found, files, write=write) if item.service in models else item
+                for item in done]
     done = [dataclasses.replace(p, evidence=_evidence_line(stage, up.name, p)) for p in done]
     run = PromoteRun(environment=stage.name, upstream=up.name, promotions=tuple(done),
                      preview=preview, preview_error=preview_error)
     if commit and any(p.written for p in done):
-        written = [p for p in done if p.written]
-        title = (f"promote {', '.join(p.service for p in written)} to {stage.name} "
-                 f"from {up.name}")
-        body = "\n".join(p.evidence for p in written)
-        if stage.override:  # the exception the gate applied, recorded with the write
-            body += f"\noverride-window: {stage.override}"
-        try:
-            made = environments.commit_files(stage.root, [p.path or "" for p in written],
-                                             f"{title}\n\n{body}\n")
-        except environments.PipelineError as exc:
-            raise EngineError(f"{exc}; the files are written, not committed") from exc
+        made = _commit(stage, up.name, [p for p in done if p.written])
         # The plan was made of exactly the bytes now committed: it is that commit's.
         run = dataclasses.replace(run, commit=made, preview=preview.model_copy(
             update={"commit": made}) if preview is not None else None)
@@ -135,6 +90,61 @@ def promote(stage: environments.Selected, services: Sequence[str] | None, *, wri
             "worktree": True,
             "uncommitted": tuple(sorted(p.path or "" for p in done if p.written))}))
     return run
+
+
+def _splice(stage: environments.Selected, upstream: promotion.Upstream, item: Promotion,
+            ) -> tuple[Promotion, tuple[Service, pin_files.FileRead] | None]:
+    """The pin of ``item`` (not refused yet: its digest and tag are known) spliced into
+    this environment's service file in memory, with the same byte-preserving rewrite as
+    ``pin``: the item with the file's bytes before and after, and the rewritten service
+    and the file read (None, and the item refused, when the rewrite does not load)."""
+    name, rel, digest, tag = item.service, item.path or "", item.digest, item.tag
+    assert digest is not None and tag is not None
+    facts = upstream.services[name]
+    # The upstream's version belongs to the digest it pins, not to another one.
+    version = facts.version if facts.pinned == digest else None
+    try:
+        file = pin_files.read(stage.root, rel)
+        after = pin_files.rewrite(file.data, rel, name, pin_files.Values(
+            digest=digest, tag=tag, version=version))
+        model, problems = pin_files.candidate(rel, after, name)
+    except pin_files.PinFileError as exc:
+        return dataclasses.replace(item, refused=str(exc)), None
+    if problems or model is None:
+        return dataclasses.replace(item, refused="; ".join(
+            p.render() for p in problems) or "the rewritten file does not load"), None
+    return dataclasses.replace(item, before=file.data, after=after), (model, file)
+
+
+def _gated(item: Promotion, found: writegate.WriteVerdict,
+           files: Mapping[str, pin_files.FileRead], *, write: bool) -> Promotion:
+    """One spliced service after the one gate: refused with its blockers (all of them
+    when the gate could not judge: no plan, no partial trust), else written (``write``)
+    when it changes the file."""
+    said = found.lines() if found.unknown is not None else found.lines(item.service)
+    if said:
+        return dataclasses.replace(item, refused="; ".join(said))
+    if not (write and item.changes):
+        return item
+    try:
+        pin_files.write(files[item.service], item.after)
+    except pin_files.PinFileError as exc:
+        return dataclasses.replace(item, refused=str(exc))
+    return dataclasses.replace(item, written=True)
+
+
+def _commit(stage: environments.Selected, upstream: str, written: Sequence[Promotion]) -> str:
+    """Commit the written files, the evidence of each promotion in the message."""
+    title = (f"promote {', '.join(p.service for p in written)} to {stage.name} "
+             f"from {upstream}")
+    body = "\n".join(p.evidence for p in written)
+    if stage.override:  # the exception the gate applied, recorded with the write
+        body += f"\noverride-window: {stage.override}"
+    try:
+        return environments.commit_files(stage.root, [p.path or "" for p in written],
+                                          f"{title}\n\n{body}\n")
+    except environments.PipelineError as exc:
+        raise EngineError(f"{exc}; the files are written, not committed") from exc
 
 
 def _plan_scoped(stage: environments.Selected, desired: DesiredState,

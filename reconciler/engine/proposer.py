@@ -24,9 +24,9 @@ from reconciler.core.planning import (
 )
 from reconciler.core.plans import Plan, restrict
 from reconciler.core.preflight import Greenfield
+from reconciler.core.promoted import Promotion
 from reconciler.engine.reconciling import environment_rules
 from reconciler.engine.wiring import (
-    Promotion,
     ProposalTarget,
     _candidate,
     _evidence_line,

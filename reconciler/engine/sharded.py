@@ -34,6 +34,7 @@ from reconciler.core.planning import (
 from reconciler.core.plans import Change, Plan
 from reconciler.core.preflight import Greenfield
 from reconciler.core.sanitize import safe
+from reconciler.core.sharding import ShardReport
 from reconciler.engine.reconciling import Reconciler
 from reconciler.engine.watchsteps import WatchSteps
 from reconciler.engine.wayback import revert_after
@@ -563,24 +564,6 @@ class ShardedWatchSteps(WatchSteps):
                   for s, rev in self._held_now().items() if s in planned}
         with contextlib.suppress(self.coordination.CoordinationError):
             await self.etcd.publish(shards)
-
-
-@dataclass(frozen=True)
-class ShardReport:
-    """``reconcile watch-status --shards``: the group as etcd holds it now."""
-
-    group: str
-    target: str
-    count: int
-    members: tuple[str, ...]
-    #: shard, owner (None: nobody), seconds since its last finished reconcile (None:
-    #: never), the commit it reconciled
-    rows: tuple[tuple[int, str | None, float | None, str | None], ...]
-    late: tuple[sharding.ShardAge, ...]
-
-    @property
-    def healthy(self) -> bool:
-        return not self.late and all(owner is not None for _, owner, _, _ in self.rows)
 
 
 async def shard_report(root: Path, *, overrides: Overrides, env: Mapping[str, str],

@@ -212,14 +212,7 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
         found = lastproven.last_proven(name, failed, facts, live, held)
         if isinstance(found, lastproven.NotProven):
             raise EngineError(f"{found.reason}; nothing written", Exit.ERROR)
-        pinned = _pinned(svc)
-        chosen = pin_rules.resolve(pinned, [found.release],
-                                   pin_rules.tag_of(found.release, pinned)) \
-            if found.release.tags else None
-        if not isinstance(chosen, pin_rules.Pin):
-            why = chosen.message if chosen is not None else "the release carries no tag"
-            raise EngineError(f"{name}: cannot pin {found.digest} back: {why}; nothing written",
-                              Exit.ERROR)
+        chosen = _pin_of(svc, found)
         failed_release = live.release_by_digest(failed) if isinstance(live, LiveService) \
             else None
         if isinstance(live, LiveService) and live.deployment is not None \
@@ -232,21 +225,7 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
             evidence=tuple(reverts.evidence_lines(proof)) if proof is not None else (),
             sources=found.sources, path=rel, hold_path=holds.file_name(name, failed))
         items.append(item)
-        data = revert_git.blob(root, head, rel)
-        if data is None:
-            raise EngineError(f"{name}: {rel} is not in commit {head[:12]}; nothing written")
-        try:
-            after = pin_files.rewrite(data, rel, name, pin_files.Values(
-                digest=chosen.digest, tag=chosen.tag, version=chosen.version))
-            model, problems = pin_files.candidate(rel, after, name)
-        except pin_files.PinFileError as exc:
-            raise EngineError(f"{exc}") from exc
-        if problems:
-            raise EngineError(f"{name}: the reverted {rel} would not validate: "
-                              f"{problems[0]}; nothing written", Exit.ERROR)
-        if model is None:  # nothing to judge is nothing the gate could let through
-            raise EngineError(f"{name}: the reverted {rel} does not load as the service; "
-                              "nothing written", Exit.ERROR)
+        data, after, model = _pinned_back(root, head, rel, name, chosen)
         files[rel] = after
         reverted[name] = model
         if holds.held(desired, name, failed) is None:
@@ -285,6 +264,60 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
     except revert_git.RevertGitError as exc:
         raise EngineError(f"{exc}; nothing written") from exc
     applying.crash_point("revert-before-commit")
+    run = RevertRun(key, tuple(items), commit)
+    return await _land(reconciler, root, run, head=head, message=message, newer=newer,
+                       journal=path, pull=pull, rollback=rollback, hook=hook,
+                       progress=progress, fence=fence)
+
+
+def _pin_of(svc: Service, found: lastproven.LastProven) -> pin_rules.Pin:
+    """The pin of ``svc`` back to its last proven release, resolved as ``pin`` resolves a
+    tag: a release without a tag cannot be pinned back (a file names a tag)."""
+    pinned = _pinned(svc)
+    chosen = pin_rules.resolve(pinned, [found.release],
+                               pin_rules.tag_of(found.release, pinned)) \
+        if found.release.tags else None
+    if not isinstance(chosen, pin_rules.Pin):
+        why = chosen.message if chosen is not None else "the release carries no tag"
+        raise EngineError(f"{svc.name}: cannot pin {found.digest} back: {why}; nothing "
+                          "written", Exit.ERROR)
+    return chosen
+
+
+def _pinned_back(root: Path, head: str, rel: str, name: str,
+                 chosen: pin_rules.Pin) -> tuple[bytes, bytes, Service]:
+    """The service's file as ``head`` holds it, that file with ``chosen`` spliced in
+    (every other byte kept), and the service it loads as -- or why not, nothing written."""
+    data = revert_git.blob(root, head, rel)
+    if data is None:
+        raise EngineError(f"{name}: {rel} is not in commit {head[:12]}; nothing written")
+    try:
+        after = pin_files.rewrite(data, rel, name, pin_files.Values(
+            digest=chosen.digest, tag=chosen.tag, version=chosen.version))
+        model, problems = pin_files.candidate(rel, after, name)
+    except pin_files.PinFileError as exc:
+        raise EngineError(f"{exc}") from exc
+    if problems:
+        raise EngineError(f"{name}: the reverted {rel} would not validate: "
+                          f"{problems[0]}; nothing written", Exit.ERROR)
+    if model is None:  # nothing to judge is nothing the gate could let through
+        raise EngineError(f"{name}: the reverted {rel} does not load as the service; "
+                          "nothing written", Exit.ERROR)
+    return data, after, model
+
+
+async def _land(reconciler: Reconciler, root: Path, run: RevertRun, *, head: str,
+                message: str, newer: Mapping[str, str], journal: Path,
+                pull: PullTarget | None, rollback: bool, hook: Hook | None,
+                progress: Progress | None, fence: applying.Fence | None) -> RevertRun:
+    """The revert commit ``run.commit`` (made on ``head``, not yet on the branch) landed:
+    pushed first where the branch tracks a remote (a refusal makes it a pull request and
+    leaves the checkout as it was), proposed when it must not land on the branch, else
+    fast-forwarded -- and, landed, journaled and rolled back (``rollback``). A branch
+    that moved meanwhile is a revert another writer made (found by its key) or
+    ``BranchMoved``."""
+    key, items, commit = run.key, run.items, run.commit
+    assert commit is not None
     instead, how, target = _where_to_land(root, pull, newer)
     if instead is None and target is not None:
         # Pushed before it lands here: a refusal (a protected branch, a branch that
@@ -298,8 +331,9 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
                 raise BranchMoved("the branch moved while the revert was being made; "
                                   "nothing written: run it again (it is re-planned against "
                                   "the new head)")
-            return await _rolled_back(reconciler, root, RevertRun(
-                key, tuple(items), done, already=True), rollback, hook, progress, fence)
+            return await _rolled_back(reconciler, root,
+                                      RevertRun(key, items, done, already=True), rollback,
+                                      hook, progress, fence)
         if pushed.ok:
             how = f"{how}; pushed to {target}"
         elif pushed.refused and pull is not None and pull.repo:
@@ -311,9 +345,9 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
                           base=target.branch if target is not None else None)
         # Journaled with the failed commit: a watcher started again later finds that this
         # commit's way back waits on review, and does not send its release again.
-        _journal_revert(path, key, commit, items, proposed={
+        _journal_revert(journal, key, commit, items, proposed={
             "failed_commit": head, "pull": opened.number, "url": opened.url})
-        return RevertRun(key, tuple(items), commit, pull=opened, why_pr=instead)
+        return RevertRun(key, items, commit, pull=opened, why_pr=instead)
     try:
         landed = revert_git.fast_forward(root, commit)
     except revert_git.RevertGitError as exc:  # a lock held too long: said, never raised
@@ -323,12 +357,12 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
         if done is None:
             raise BranchMoved("the branch moved while the revert was being made; nothing "
                               "written: run it again (it is re-planned against the new head)")
-        return await _rolled_back(reconciler, root, RevertRun(key, tuple(items), done,
-                                                              already=True, how=how), rollback,
-                                  hook, progress, fence)
-    _journal_revert(path, key, commit, items)
+        return await _rolled_back(reconciler, root,
+                                  RevertRun(key, items, done, already=True, how=how),
+                                  rollback, hook, progress, fence)
+    _journal_revert(journal, key, commit, items)
     applying.crash_point("revert-after-commit")
-    return await _rolled_back(reconciler, root, RevertRun(key, tuple(items), commit, how=how),
+    return await _rolled_back(reconciler, root, RevertRun(key, items, commit, how=how),
                               rollback, hook, progress, fence)
 
 

@@ -2,7 +2,8 @@
 ``load_consistent``, ``load_worktree``), reaching the control plane (``connect``), where a
 checkout's state lives (``state_dir``), the notifier, the run's deadline, the NO-GO
 refusal, and the plain typed values the operations hand back and take in (``ApplyRun``,
-``RevertRun``, ``PullTarget``, ``ProposalTarget``, ``Promotion``) with the small promotion
+``RevertRun``, ``PullTarget``, ``ProposalTarget``; ``Promotion`` is ``core.promoted``'s,
+re-exported here) with the small promotion
 and pin helpers more than one operation asks.
 
 The bottom of ``reconciler.engine``: it imports no other module of the engine.
@@ -37,6 +38,7 @@ from reconciler.core.planning import (
 from reconciler.core.planning import plan as _plan
 from reconciler.core.plans import Plan
 from reconciler.core.preflight import Greenfield
+from reconciler.core.promoted import Promotion
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -203,36 +205,11 @@ class ApplyRun:
         return self.reverted is not None and self.reverted.pull is not None
 
     def revert_story(self) -> list[str]:
-        """How the way back ended, in one sentence (empty: no revert was asked for or
-        needed). Whether the rollback is proven is the gate's word -- the one judge's.
-        A sharded watcher that reverted some services and left others (their shards
-        are no longer its own) says both."""
-        told = self._revert_told()
-        if self.reverted is not None and self.revert_error:
-            told.append(f"not reverted by this watcher: {self.revert_error}")
-        return told
+        """How the way back ended, as ``render.revertview.way_back`` words it (empty: no
+        revert was asked for or needed)."""
+        from reconciler.render import revertview  # the view, for callers holding the run
 
-    def _revert_told(self) -> list[str]:
-        done = self.reverted
-        if done is None:
-            return [f"release failed; no revert: {self.revert_error}"] \
-                if self.revert_error else []
-        back = ", ".join(f"{i.service} {i.to_tag} ({i.to[:19]})" for i in done.items)
-        rolled = done.rollback
-        if done.pull is not None:
-            return [f"release failed; the revert to {back} is proposed in pull request "
-                    f"#{done.pull.number} ({done.pull.url}) because {done.why_pr}; nothing "
-                    "rolled back until it is merged"]
-        landed = [f"landed: {done.how}"] if done.how else []
-        if rolled is None:
-            return [f"release failed; reverted in git to {back}; the rollback was not "
-                    "applied", *landed]
-        if reverts.rollback_proven(rolled.plan, rolled.report):
-            return [f"release failed, rolled back to {back} and proven on every cluster",
-                    *landed]
-        pending = reverts.unproven_lines(rolled.report)
-        return [f"release failed, reverted in git to {back}; the rollback is NOT proven: "
-                f"{' | '.join(pending) or 'no gate ran'}", *landed]
+        return revertview.way_back(self.reverted, self.revert_error)
 
 
 #: ``restrict`` keeps the whole plan for an empty selection: a member holding no shard
@@ -301,27 +278,6 @@ class RevertRun:
 
 
 # -- promote (issue 19) -------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Promotion:
-    """One service of ``reconcile promote``: the digest the previous environment proves,
-    the gate it met (soak, windows, freezes), and what was written (or why not)."""
-
-    service: str
-    digest: str | None = None
-    tag: str | None = None
-    gate: promotion.Gate | None = None
-    refused: str | None = None
-    path: str | None = None
-    before: bytes = b""
-    after: bytes = b""
-    written: bool = False
-    evidence: str = ""
-
-    @property
-    def changes(self) -> bool:
-        return self.before != self.after
-
 
 def _candidate(stage: environments.Selected, upstream: promotion.Upstream, name: str,
                now_ms: int) -> tuple[str | None, str | None, promotion.Gate | None, str | None]:

@@ -225,16 +225,22 @@ class _ReleaseView(KindView[PromoteChange | RollbackChange]):
         return f"rolls back {who} ⚠️"
 
 
+def delta_lines(head: str, *, added: str | None, removed: str | None) -> list[str]:
+    """A set-valued field's detail: ``head`` (before → after), then what was added and
+    what was removed, each on its own line and only when there is any -- the egress
+    rules and the grant capabilities read alike."""
+    return ([head] + ([f"  added: {added}"] if added is not None else [])
+            + ([f"  removed: {removed}"] if removed is not None else []))
+
+
 class _EgressView(KindView[EgressChange]):
     title_rank = 2
 
     def detail(self, change: EgressChange) -> list[str]:
-        lines = [f"egress: {rules_text(change.egress_before)} → {rules_text(change.egress_after)}"]
-        if change.egress_added:
-            lines.append(f"  added: {rules_text(change.egress_added)}")
-        if change.egress_removed:
-            lines.append(f"  removed: {rules_text(change.egress_removed)}")
-        return lines
+        return delta_lines(
+            f"egress: {rules_text(change.egress_before)} → {rules_text(change.egress_after)}",
+            added=rules_text(change.egress_added) if change.egress_added else None,
+            removed=rules_text(change.egress_removed) if change.egress_removed else None)
 
     def destructive(self, change: EgressChange, w: Words) -> str | None:
         if change.reason == ReasonCode.EGRESS_REVOKE_ALL:
@@ -270,13 +276,12 @@ class _GrantView(KindView[GrantChange]):
     title_rank = 3
 
     def detail(self, change: GrantChange) -> list[str]:
-        lines = [f"grant for {safe(change.user_id)}: {caps_text(change.capabilities_before)} → "
-                 f"{caps_text(change.capabilities_after)}"]
-        if change.capabilities_added:
-            lines.append(f"  added: {', '.join(change.capabilities_added)}")
-        if change.capabilities_removed:
-            lines.append(f"  removed: {', '.join(change.capabilities_removed)}")
-        return lines
+        return delta_lines(
+            f"grant for {safe(change.user_id)}: {caps_text(change.capabilities_before)} → "
+            f"{caps_text(change.capabilities_after)}",
+            added=", ".join(change.capabilities_added) if change.capabilities_added else None,
+            removed=(", ".join(change.capabilities_removed)
+                     if change.capabilities_removed else None))
 
     def destructive(self, change: GrantChange, w: Words) -> str | None:
         if change.capabilities_removed:

@@ -23,9 +23,9 @@ import os
 from collections.abc import Iterator
 from typing import TextIO, TypeGuard
 
-from reconciler.core.plans import VERBS, Action, Blocker, Plan, Verdict
+from reconciler.core.plans import VERBS, Action, Blocker, Change, Plan, Verdict
 from reconciler.core.preflight import ServicePreflight
-from reconciler.core.review import Origin
+from reconciler.core.review import Origin, Review
 from reconciler.core.sanitize import safe
 from reconciler.render import common, kindviews
 from reconciler.render.common import EVIDENCE_HEADER, EvidenceRow
@@ -166,11 +166,9 @@ def _utf8_file(stream: TextIO) -> TypeGuard[io.TextIOWrapper]:
 _PIECE_LINES = 64
 
 
-def _pieces(plan: Plan, color: bool) -> Iterator[str]:
-    """The text plan in pieces, each ending with a newline: the header, about a service
-    each, the drift and the summary. Joined, they are the text."""
-    plan = common.untrusted(plan)
-    style = _Style(color)
+def _header(plan: Plan, style: _Style) -> list[str]:
+    """What comes before the services: where the plan was made, the verdict when GO
+    with risks, the notes, the review, the risks and the blockers of no one service."""
     out: list[str] = []
     source = common.source_note(plan)
     if source is not None:  # first, before "no changes" can be read beside an edited file
@@ -205,6 +203,46 @@ def _pieces(plan: Plan, color: bool) -> Iterator[str]:
         for blocker in general:
             out.append(_blocker(blocker, style))
         out.append("")
+    return out
+
+
+def _change(change: Change, review: Review | None, pre: ServicePreflight | None,
+            style: _Style) -> list[str]:
+    """One change of a service: its verb and headline (tagged with its origin in a
+    pull request's review), what this PR modified, the reason, the kind's detail, the
+    control plane's preflight answer, and what it was planned against."""
+    verb = VERBS[change.action]
+    tag = ""
+    modified = None
+    if review is not None:
+        tag = _TAGS[review.origin(change.idempotency_key)]
+        modified = review.modification(change.idempotency_key)
+    creates, headline = kindviews.view_of(change).headline(change)
+    out: list[str] = []
+    if creates:
+        out.append("  " + style(f"+ {verb}", "green", "bold")
+                   + f"  {headline}" + style(tag, "dim"))
+    else:
+        out.append("  " + style(f"~ {verb}", "yellow", "bold") + f"  {headline}"
+                   + style(tag, "dim"))
+    if modified is not None:
+        out.append("      " + style(f"this PR: {common.modified_phrase(modified)}", "bold"))
+        out.extend(f"        {line}" for line in common.modified_detail(modified))
+    out.append(f"      reason: {common.reason_text(change.reason)}")
+    out.extend(f"      {line}" for line in kindviews.change_detail(change))
+    if pre is not None:
+        out.extend(_preflight(pre, style))
+    out.append(style(f"      planned against: {kindviews.preconditions_text(change)} · "
+                     f"key {change.idempotency_key}", "dim"))
+    return out
+
+
+def _pieces(plan: Plan, color: bool) -> Iterator[str]:
+    """The text plan in pieces, each ending with a newline: the header, about a service
+    each, the drift and the summary. Joined, they are the text."""
+    plan = common.untrusted(plan)
+    style = _Style(color)
+    out = _header(plan, style)
     # Every per-service lookup is made once here: a 10,000-service plan with a blocker or
     # a drift per service would otherwise scan them all for each service.
     evidence = {e.service: e for e in plan.evidence}
@@ -251,32 +289,9 @@ def _pieces(plan: Plan, color: bool) -> Iterator[str]:
         out.append(style(f"● {name}", "bold"))
         for index in indices:
             change = plan.changes[index]
-            verb = VERBS[change.action]
-            tag = ""
-            modified = None
-            if review is not None:
-                tag = _TAGS[review.origin(change.idempotency_key)]
-                modified = review.modification(change.idempotency_key)
-            creates, headline = kindviews.view_of(change).headline(change)
-            if creates:
-                out.append("  " + style(f"+ {verb}", "green", "bold")
-                           + f"  {headline}" + style(tag, "dim"))
-            else:
-                out.append("  " + style(f"~ {verb}", "yellow", "bold") + f"  {headline}"
-                           + style(tag, "dim"))
-            if modified is not None:
-                out.append("      " + style(f"this PR: {common.modified_phrase(modified)}",
-                                             "bold"))
-                out.extend(f"        {line}" for line in common.modified_detail(modified))
-            out.append(f"      reason: {common.reason_text(change.reason)}")
-            for line in kindviews.change_detail(change):
-                out.append(f"      {line}")
             pre = preflights.get((name, "create" if change.action is Action.CREATE
                                   else "promotion"))
-            if pre is not None:
-                out.extend(_preflight(pre, style))
-            out.append(style(f"      planned against: {kindviews.preconditions_text(change)} · "
-                             f"key {change.idempotency_key}", "dim"))
+            out.extend(_change(change, review, pre, style))
         proof = proofs.get(name)
         if name in converging and proof is not None:
             out.append("  " + style("… not proven converged", "cyan") +

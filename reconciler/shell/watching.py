@@ -37,14 +37,14 @@ from reconciler.core import status as service_status
 from reconciler.core.desired import DesiredState
 from reconciler.core.events import Event, Hook
 from reconciler.core.live import LiveSnapshot
-from reconciler.core.outcomes import ApplyReport, Outcome
+from reconciler.core.outcomes import ApplyReport, ErrorKind, Outcome, RunOutcome
 from reconciler.core.planning import Provenance
 from reconciler.core.plans import Plan, Verdict
 from reconciler.core.sanitize import redact, safe
 from reconciler.core.webview import LiveRead, View, pending_of
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
-from reconciler.render import watchview
+from reconciler.render import revertview, watchview
 from reconciler.shell.control import Control
 from reconciler.shell.controlplane import ControlPlaneError
 from reconciler.shell.endpoints import ConfigError
@@ -74,9 +74,15 @@ class ApplyResult(Protocol):
     @property
     def report(self) -> ApplyReport: ...
 
-    def revert_story(self) -> list[str]:
-        """Issue 20 (``--on-gate-failure revert``): how the way back ended, in lines
-        (empty: no revert was asked for or needed)."""
+    @property
+    def reverted(self) -> revertview.Reverted | None:
+        """Issue 20 (``--on-gate-failure revert``): the revert made after the gate failed
+        (None: none was asked for, needed or made)."""
+        ...
+
+    @property
+    def revert_error(self) -> str | None:
+        """Why no revert was made (or, by a sharded watcher, not of every service)."""
         ...
 
     def revert_proposed(self) -> bool:
@@ -247,22 +253,22 @@ def logging_to(log: Log) -> Iterator[None]:
 
 
 #: Error kinds counted by ``reconcile_errors_total`` (each starts at 0).
-ERROR_KINDS = ("control_plane", "config", "git", "journal", "invalid_desired_state",
-               "apply_refused", "apply_failed", "promotion", "other")
+ERROR_KINDS = tuple(ErrorKind)
 REFUSALS = frozenset({Exit.REFUSED_NO_GO, Exit.REFUSED_STALE, Exit.REFUSED_COMMIT,
                       Exit.REFUSED_EVIDENCE, Exit.REFUSED_MISMATCH, Exit.DECLINED})
 
 
-def error_kind(exc: BaseException) -> str:
+def error_kind(exc: BaseException) -> ErrorKind:
     """What kind of failure an ``EngineError`` is, from its code and its cause."""
     if isinstance(exc, EngineError) and exc.code in REFUSALS:
-        return "apply_refused"
+        return ErrorKind.APPLY_REFUSED
     cause = exc.__cause__
-    for kind, types in (("control_plane", ControlPlaneError), ("config", ConfigError),
-                        ("git", GitError), ("journal", JournalError)):
+    for kind, types in ((ErrorKind.CONTROL_PLANE, ControlPlaneError),
+                        (ErrorKind.CONFIG, ConfigError), (ErrorKind.GIT, GitError),
+                        (ErrorKind.JOURNAL, JournalError)):
         if isinstance(cause, types) or isinstance(exc, types):
             return kind
-    return "other"
+    return ErrorKind.OTHER
 
 
 class Metrics:
@@ -395,14 +401,14 @@ class Metrics:
         self.last_observation.set(time.time())
         self.read_ok.set(1)
 
-    def unreadable(self, kind: str) -> None:
+    def unreadable(self, kind: ErrorKind) -> None:
         """The live side could not be read: the verdict and every plan gauge are unknown,
         not the last plan's."""
         self._set_verdict(None)
         self._unknown()
         self.errors.labels(kind).inc()
 
-    def error(self, kind: str) -> None:
+    def error(self, kind: ErrorKind) -> None:
         self.errors.labels(kind).inc()
 
     def held(self) -> None:
@@ -414,8 +420,8 @@ class Metrics:
         self.changes.clear()
         self.services.unknown()
 
-    def applied(self, outcome: str, report: ApplyReport | None) -> None:
-        self.applies.labels(outcome).inc()
+    def applied(self, outcome: RunOutcome, report: ApplyReport | None) -> None:
+        self.applies.labels(outcome.value).inc()
         if report is None:
             return
         for result in report.results:
@@ -439,8 +445,8 @@ def gate_result(report: ApplyReport) -> str | None:
     return result.value if result is not None else None
 
 
-def apply_outcome(report: ApplyReport) -> str:
-    return report.outcome().value
+def apply_outcome(report: ApplyReport) -> RunOutcome:
+    return report.outcome()
 
 
 def config_file_filter(root: Path) -> Callable[[Change, str], bool]:
@@ -661,8 +667,8 @@ class Watcher:
                 self.broken = key
                 if self.metrics is not None:
                     # No path read: the repo itself (git) failed, not the files in it.
-                    self.metrics.error("git" if loaded.provenance.path is None
-                                       else "invalid_desired_state")
+                    self.metrics.error(ErrorKind.GIT if loaded.provenance.path is None
+                                       else ErrorKind.INVALID_DESIRED_STATE)
                 self.readiness.waiting("no valid desired state to observe yet")
                 self.log.event("invalid", f"{len(rendered)} problem(s); keeping the last "
                                "good desired state" if self.desired else
@@ -691,7 +697,7 @@ class Watcher:
         except EngineError as exc:
             kind = error_kind(exc)
             self.log.event("live-unreadable", f"could not read the live world: {safe(exc)}",
-                           kind=kind)
+                           kind=kind.value)
             self.snapshot = None
             # The fact, not the advice: /readyz is read by probes and on other hosts.
             self.readiness.failed(f"{kind}: {safe(exc.bare, 300)}")
@@ -731,12 +737,12 @@ class Watcher:
             self.log.event("promotion-failed", f"could not propose promotions: "
                            f"{safe(exc) or type(exc).__name__}")
             if self.metrics is not None:
-                self.metrics.error("promotion")
+                self.metrics.error(ErrorKind.PROMOTION)
             return
         for item in done:
             decision = item.decision
             if item.error is not None and self.metrics is not None:
-                self.metrics.error("promotion")
+                self.metrics.error(ErrorKind.PROMOTION)
             if not item.news and item.error is None:
                 continue
             line = watchview.proposal(
@@ -864,28 +870,32 @@ class Watcher:
     async def _apply(self, commit: str) -> None:
         self.log.event("apply", f"applying commit {commit[:12]}")
         ok = parked = False
-        outcome, report = "error", None
+        # A run that raised is counted ERROR (or REFUSED, below); one that returned, as
+        # its report says (``ApplyReport.outcome``).
+        outcome: RunOutcome = RunOutcome.ERROR
+        report: ApplyReport | None = None
         try:
             run = await self.steps.apply(_LogHook(self.log))
             report = run.report
             ok = report.writes_ok and (report.gate is None or report.gate.converged)
             outcome = apply_outcome(report)
             self._say(watchview.applied(commit, report, ok))
-            told = run.revert_story()  # issue 20: --on-gate-failure revert
+            told = revertview.way_back(run.reverted, run.revert_error)  # issue 20
             if told:
                 self.log.event("reverted", f"commit {commit[:12]}: release failed",
                                lines=told, commit=commit)
             parked = run.revert_proposed()
         except EngineError as exc:
             kind = error_kind(exc)
-            outcome = "refused" if kind == "apply_refused" else "error"
+            outcome = (RunOutcome.REFUSED if kind is ErrorKind.APPLY_REFUSED
+                       else RunOutcome.ERROR)
             self.log.event("apply-refused", f"commit {commit[:12]}: {safe(str(exc), 2000)}",
-                           code=int(exc.code), commit=commit, kind=kind)
+                           code=int(exc.code), commit=commit, kind=kind.value)
             if self.metrics is not None:
                 self.metrics.error(kind)
         if self.metrics is not None:
-            if outcome == "failed":
-                self.metrics.error("apply_failed")
+            if outcome is RunOutcome.FAILED:
+                self.metrics.error(ErrorKind.APPLY_FAILED)
             self.metrics.applied(outcome, report)
         if ok:
             self.failed_commit, self.backoff = None, 0.0

@@ -13,28 +13,19 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 import pytest
 
 from reconciler.sandbox.launcher import CONTROL_PLANE, Sandbox
 from tests.e2e_repo import PROJECT, Repo
+from tests.watch.test_health_unit import get  # the endpoints read as the unit tests read them
 from tests.watch.test_watch_e2e import is_plan, watching
 from tests.watch.test_watch_proof import free_port
 
 pytestmark = pytest.mark.integration
 
 RFC3339_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
-
-
-def get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def metrics(port: int) -> dict[str, float]:
