@@ -17,7 +17,8 @@ trees (``record`` appends to the file) answers each of them, whatever parts they
 
 Three commands:
 
-* ``record --file F -- ARGS``: runs ``benchmarks.scale_child ARGS`` (from ``sys.path``,
+* ``record --file F [--module M] -- ARGS``: runs ``python -m M ARGS`` (default
+  ``benchmarks.scale_child``; from ``sys.path``,
   so ``PYTHONPATH`` chooses the tree) with every HTTP reply kept, added to ``F``. The
   identity's ``expiresAt`` is moved into the future so a replay never exchanges it
   again for want of time.
@@ -102,7 +103,7 @@ def _future_identity(body: bytes) -> bytes:
         return body
 
 
-def record(file: Path, child_args: list[str]) -> int:
+def record(file: Path, child_args: list[str], module: str = "benchmarks.scale_child") -> int:
     import httpx  # only the recording side needs it
 
     recording = load(file)
@@ -133,10 +134,10 @@ def record(file: Path, child_args: list[str]) -> int:
         return response
 
     httpx.AsyncClient.send = recording_send  # type: ignore[method-assign,assignment]
-    sys.argv = ["scale_child", *child_args]
+    sys.argv = [module, *child_args]
     code: int | str | None = 0
     try:
-        runpy.run_module("benchmarks.scale_child", run_name="__main__")
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as done:
         code = done.code
     finally:
@@ -267,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record")
     rec.add_argument("--file", type=Path, required=True)
+    rec.add_argument("--module", default="benchmarks.scale_child",
+                     help="what to run (python -m MODULE ARGS); e.g. reconciler for a "
+                          "`reconcile plan` whose plan files are compared")
     rec.add_argument("child", nargs=argparse.REMAINDER)
     srv = sub.add_parser("serve")
     srv.add_argument("--file", type=Path, required=True)
@@ -278,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "record":
         child = args.child[1:] if args.child[:1] == ["--"] else args.child
-        return record(args.file, child)
+        return record(args.file, child, args.module)
     if args.command == "cpu":
         print(f"{cpu_seconds(args.pid):.2f}")
         return 0
