@@ -35,6 +35,10 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("PR comment: a 10,000-service plan into parts", ["benchmarks.comment_bench"]),
     ("scale: 100–10,000 services × 3 and × 10 clusters, batch vs per-item, 20 ms replies",
      ["benchmarks.scale_bench"]),
+    ("scale, replayed: 2,000 and 10,000 services × 3 and × 10 clusters against the replay "
+     "server (reconcile's CPU alone, the server's beside it), median of 5",
+     ["benchmarks.scale_bench", "--live", "replay", "--sizes", "2000,10000",
+      "--clusters", "3,10", "--runs", "5"]),
 ]
 
 #: ``--quick``: the scale curve's small sizes only, nothing else (a smoke run).

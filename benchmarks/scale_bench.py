@@ -30,8 +30,18 @@ The figures are wall times on whatever machine runs this; the sandbox (one contr
 up to ten clusters) shares its cores with the reconcile process, so the load average is
 recorded with every run.
 
+With ``--live replay`` the sandbox only makes the fleet: each tree of ``--trees`` (default
+this checkout) runs one plan and resync against it with every reply recorded, then the
+sandbox stops and ``benchmarks/replay_server.py`` answers on its addresses, from memory,
+by request content. Every run is then against the replay (``--runs`` rounds, each tree
+once per round, alternating which runs first), and the server's own CPU over each run
+(``/proc/PID/stat``) is reported beside reconcile's: the figures are reconcile's, not the
+sandbox's. Written to ``scale-replay.*``; the recording to
+``benchmarks/out/replay-<services>x<clusters>.pickle``.
+
     .venv/bin/python -m benchmarks.scale_bench [--quick] [--sizes 100,1000,10000]
         [--clusters 3,10] [--modes batch,per-item] [--runs 3] [--latency-ms 20]
+        [--live sandbox|replay] [--trees DIR,DIR]
 """
 
 from __future__ import annotations
@@ -52,7 +62,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from benchmarks import fleet
+from benchmarks import fleet, replay_server
 from reconciler.sandbox import cluster as cluster_mod
 from reconciler.sandbox import launcher, store
 
@@ -229,31 +239,40 @@ class Fleet:
 
 
 def run_child(repo: Path, env: Mapping[str, str], resync_if_under: float,
-              audit: Audit, scratch: Path) -> dict[str, Any]:
+              audit: Audit | None, scratch: Path, *, tree: Path = ROOT,
+              server_pid: int | None = None) -> dict[str, Any]:
     """One cold run in its own process; returns its figures (peak RSS its own, read by
     itself), the audit's count, and its CPU time as the kernel accounts it for that
     process (``wait4`` on its pid; ``RUSAGE_CHILDREN`` would also hold every sandbox
-    process stopped so far)."""
-    audit.mark()
+    process stopped so far). ``tree``: the checkout whose reconcile runs (its own
+    ``scale_child``, first on ``sys.path``); ``server_pid``: the replay server, whose CPU
+    around the run is reported beside reconcile's."""
+    if audit is not None:
+        audit.mark()
     errors = scratch / "child.stderr"
+    server_before = replay_server.cpu_seconds(server_pid) if server_pid else None
     started = time.perf_counter()
     with open(errors, "wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.scale_child", "--repo", str(repo),
              "--resync-if-under", str(resync_if_under)],
-            cwd=ROOT, env=dict(env), stdout=subprocess.PIPE, stderr=err)
+            cwd=tree, env={**env, "PYTHONPATH": str(tree)}, stdout=subprocess.PIPE,
+            stderr=err)
         assert proc.stdout is not None
         out = proc.stdout.read()
         proc.stdout.close()
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - started
+    server_cpu = (replay_server.cpu_seconds(server_pid) - server_before
+                  if server_pid and server_before is not None else None)
     if proc.returncode != 0:
         raise ChildFailed(f"scale_child exited {proc.returncode}:\n"
                           f"{errors.read_text(errors='replace')[-3000:]}")
     result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
     result.update({
-        "process_seconds": wall, "audit": audit.since(),
+        "process_seconds": wall, "audit": audit.since() if audit is not None else None,
+        "server_cpu_seconds": server_cpu,
         # The child's own peak RSS comes from the child (VmHWM, see scale_child.maxrss_mb):
         # wait4's ru_maxrss would include this process's size at the fork.
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
@@ -279,6 +298,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
         "plan_peak_rss_mb": max(r["plan_peak_rss_mb"] for r in runs),
         "cpu_seconds": med("cpu_seconds"),
+        "server_cpu_seconds": med("server_cpu_seconds"),
         "requests": first["snapshot_wire"]["requests"],
         "bytes_received": first["snapshot_wire"]["bytes_received"],
         "bytes_sent": first["snapshot_wire"]["bytes_sent"],
@@ -323,11 +343,21 @@ def measure_mode(fleet_: Fleet, mode: str, *, runs: int,
 
 def check(run: Mapping[str, Any], *, mode: str, services: int) -> list[str]:
     """What would make the figures meaningless: rows not answered, the client's count
-    and the sandbox's disagreeing, a mode that did not read the way it is named."""
+    and the sandbox's disagreeing, a mode that did not read the way it is named, a
+    replayed request the recording did not hold."""
     problems = []
     audit = run["audit"]
-    batch_routes = sum(n for routes in audit["clusters"].values()
-                       for r, n in routes.items() if r.endswith("/deployment/apps/status"))
+    if audit is None:  # replayed: no sandbox audited it; every request must be recorded
+        unrecorded = (run["snapshot_wire"]["statuses"].get("599", 0)
+                      + run.get("resync_wire", {}).get("statuses", {}).get("599", 0))
+        if unrecorded:
+            problems.append(f"{unrecorded} requests were not in the recording")
+        audit = {"clusters": {}, "control_plane": {}, "requests": None}
+        batch_routes = 1  # the client's count (below) says whether it paged
+    else:
+        batch_routes = sum(n for routes in audit["clusters"].values()
+                           for r, n in routes.items()
+                           if r.endswith("/deployment/apps/status"))
     batch_method = audit["control_plane"].get("getServicesReleases", 0)
     if mode == "per-item" and (batch_routes or batch_method):
         problems.append(f"per-item mode, yet {batch_routes} batch status and {batch_method} "
@@ -344,7 +374,7 @@ def check(run: Mapping[str, Any], *, mode: str, services: int) -> list[str]:
     if run["blockers"]:
         problems.append(f"{run['blockers']} blockers in the plan")
     counted = run["snapshot_wire"]["requests"] + run.get("resync_wire", {}).get("requests", 0)
-    if run["audit"]["requests"] != counted:
+    if run["audit"] is not None and run["audit"]["requests"] != counted:
         problems.append(f"the sandbox audited {run['audit']['requests']} requests, the "
                         f"client counted {counted}")
     if run.get("resync_same") is False:
@@ -367,7 +397,8 @@ def measure_all(args: argparse.Namespace) -> dict[str, Any]:
         modes = ["per-item"]
     report: dict[str, Any] = {
         # --quick writes beside the full curve, never over it.
-        "name": "scale-quick" if args.quick else "scale",
+        "name": ("scale-quick" if args.quick else "scale")
+        + ("-replay" if args.live == "replay" else ""),
         "latency_ms": args.latency_ms, "batch_switch": available, "seconds": 0.0,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform(), "note": NOTE,
@@ -390,7 +421,10 @@ def measure_all(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"\n--- {services:,} services × {clusters} clusters: {', '.join(todo)}",
                       flush=True)
                 try:
-                    measure_size(args, services, clusters, todo, results)
+                    if args.live == "replay":
+                        measure_replay(args, services, clusters, results)
+                    else:
+                        measure_size(args, services, clusters, todo, results)
                 except (launcher.SandboxError, ChildFailed, OSError) as exc:
                     print(f"    failed: {exc}", flush=True)
                     report["failed"].append({"services": services, "clusters": clusters,
@@ -426,6 +460,66 @@ def measure_size(args: argparse.Namespace, services: int, clusters: int, todo: l
                 print_row(entry)
         finally:
             fleet_.stop()
+
+
+def measure_replay(args: argparse.Namespace, services: int, clusters: int,
+                   results: list[dict[str, Any]]) -> None:
+    """``--live replay``: one seeded sandbox, recorded once by every tree (a plan and a
+    resync each, ``replay_server record``), then stopped and replaced by the replay
+    server on its addresses; then ``--runs`` rounds, each running every tree once
+    (alternating which goes first), with the server's CPU read around each run."""
+    with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp_:
+        tmp = Path(tmp_)
+        fleet_ = Fleet(tmp, services, clusters, 0)  # replies recorded without delay
+        recording = OUT_DIR / f"replay-{services}x{clusters}.pickle"
+        recording.unlink(missing_ok=True)
+        try:
+            print(f"    sandbox seeded and settled in {fleet_.setup['sandbox_seconds']:.1f} s, "
+                  f"repo written in {fleet_.setup['repo_seconds']:.1f} s", flush=True)
+            env = fleet_.env()
+            for tree in args.trees:
+                t = time.perf_counter()
+                done = subprocess.run(
+                    [sys.executable, str(Path(replay_server.__file__)), "record",
+                     "--file", str(recording), "--", "--repo", str(fleet_.repo)],
+                    cwd=tree, env={**env, "PYTHONPATH": str(tree)}, capture_output=True,
+                    check=False)
+                if done.returncode != 0:
+                    raise ChildFailed(f"recording with {tree} exited {done.returncode}:\n"
+                                      f"{done.stderr.decode(errors='replace')[-3000:]}")
+                print(f"    recorded {tree} in {time.perf_counter() - t:.1f} s", flush=True)
+            state_dir, cp_port = fleet_.sb.state_dir, fleet_.sb.control_plane_port
+        finally:
+            fleet_.stop()
+        server = subprocess.Popen(
+            [sys.executable, str(Path(replay_server.__file__)), "serve",
+             "--file", str(recording), "--state", str(state_dir),
+             "--control-plane", f"127.0.0.1:{cp_port}", "--latency-ms", str(args.latency_ms)],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            assert server.stdout is not None
+            ready = server.stdout.readline().decode()
+            if not ready.startswith("READY"):
+                raise ChildFailed(f"the replay server did not start: {ready}"
+                                  f"{server.stdout.read().decode(errors='replace')[-2000:]}")
+            print(f"    replay server: {ready.strip()}", flush=True)
+            by_tree: dict[Path, list[dict[str, Any]]] = {t: [] for t in args.trees}
+            for number in range(args.runs):
+                order = args.trees if number % 2 == 0 else list(reversed(args.trees))
+                for tree in order:
+                    by_tree[tree].append(run_child(
+                        fleet_.repo, env, float("inf"), None, tmp, tree=tree,
+                        server_pid=server.pid))
+            for tree, done_runs in by_tree.items():
+                entry = {"services": services, "clusters": clusters, "mode": "batch",
+                         "live": "replay", "tree": str(tree), "setup": fleet_.setup,
+                         "summary": summarize(done_runs), "runs": done_runs,
+                         "problems": check(done_runs[0], mode="batch", services=services)}
+                results.append(entry)
+                print_row(entry)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
 
 
 def write(report: Mapping[str, Any]) -> None:
@@ -474,17 +568,21 @@ def row(entry: Mapping[str, Any]) -> list[str]:
     if "resync_seconds" in s:
         resync = (f"{s['resync_seconds']:.2f} s, {s['resync_requests']} req "
                   f"(≤{s['resync_max_requests_per_endpoint']}/endpoint)")
-    return [f"{entry['services']:,} × {entry['clusters']}", entry["mode"],
+    mode = entry["mode"]
+    if entry.get("live") == "replay":
+        mode += f", replay ({Path(entry['tree']).name})"
+    return [f"{entry['services']:,} × {entry['clusters']}", mode,
             _s(s["snapshot_seconds"]), _s(s["plan_seconds"]),
             f"{s['requests']:,}", f"{s['control_plane_requests']:,} / "
             f"{s['max_requests_per_cluster']:,}", _bytes(s["bytes_received"]),
-            _mb(s["peak_rss_mb"]), _s(s["cpu_seconds"]), resync,
+            _mb(s["peak_rss_mb"]), _s(s["cpu_seconds"]), _s(s.get("server_cpu_seconds")),
+            resync,
             str(s["runs"]) + (" ⚠" if entry["problems"] else "")]
 
 
 HEADER = ["services × clusters", "mode", "snapshot s", "plan s", "requests",
           "control plane / max per cluster", "bytes read", "peak RSS MB", "CPU s",
-          "resync (unchanged fleet)", "runs"]
+          "server CPU s", "resync (unchanged fleet)", "runs"]
 
 
 def print_row(entry: Mapping[str, Any]) -> None:
@@ -512,7 +610,8 @@ def markdown(report: Mapping[str, Any]) -> str:
         "commit + snapshot + plan + text render, in one fresh process (interpreter start "
         "not included); times are medians over the runs column; requests and bytes are "
         "the snapshot's; peak RSS and CPU are the reconcile process's (resync included); "
-        "resync = a second observation of the unchanged fleet with what the watcher keeps. "
+        "resync = a second observation of the unchanged fleet with what the watcher keeps; "
+        "server CPU = the replay server's over each run (replayed rows only). "
         f"Deadlines raised to {TIMEOUTS[0]:g} s per control-plane call and {TIMEOUTS[1]:g} s "
         "per cluster request (defaults 10 and 5) so that a loaded machine shows slowness, "
         "not timeouts.",
@@ -596,6 +695,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="runs per configuration while a run takes under "
                              f"{REPEAT_UNDER_S:g} s (median reported)")
     parser.add_argument("--latency-ms", type=int, default=20)
+    parser.add_argument("--live", choices=("sandbox", "replay"), default="sandbox",
+                        help="replay: record the seeded sandbox once per tree, then "
+                             "measure against benchmarks/replay_server.py on its addresses "
+                             "(batch mode only; the server's CPU is reported)")
+    parser.add_argument("--trees", type=lambda t: [Path(x).resolve() for x in t.split(",")],
+                        default=[ROOT],
+                        help="with --live replay: checkouts to compare, comma-separated; "
+                             "every round runs each once, alternating the order")
     parser.add_argument("--per-item-max", type=int, default=10_000,
                         help="skip per-item runs past this many service×cluster pairs "
                              "(default 10000: per-item reads of 10,000 services × 3 clusters "
@@ -608,6 +715,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.clusters, args.runs = [100, 1000], [3], 1
+    if args.live == "replay":
+        args.modes = ["batch"]
     if not all(1 <= c <= 10 for c in args.clusters):
         parser.error("--clusters: each between 1 and 10 (127.0.0.2–127.0.0.11)")
     report = measure_all(args)

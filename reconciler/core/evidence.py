@@ -160,7 +160,24 @@ def judge_cluster(observation: Observation, target: Target) -> ClusterProof:
     return _proof(observation.cluster_id, _assess(observation, target))
 
 
+#: Proofs interned by what they say: a 10,000 × 10 plan's 100,000 cluster proofs are a
+#: few dozen distinct values (cluster × digest × reason), and a frozen value may be
+#: shared -- built once, walked once by a renderer. Bounded like ``safe``'s memo.
+_PROOFS: dict[tuple[str, _Assessment], ClusterProof] = {}
+_PROOFS_MAX = 50_000
+
+
 def _proof(cluster: str, assessment: _Assessment) -> ClusterProof:
+    key = (cluster, assessment)
+    made = _PROOFS.get(key)
+    if made is None:
+        if len(_PROOFS) >= _PROOFS_MAX:
+            _PROOFS.clear()
+        made = _PROOFS[key] = _new_proof(cluster, assessment)
+    return made
+
+
+def _new_proof(cluster: str, assessment: _Assessment) -> ClusterProof:
     why, detail, running, last_error = assessment
     if why is None:
         return ClusterProof(cluster=cluster, proof=Proof.CONVERGED, running=running,

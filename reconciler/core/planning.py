@@ -347,7 +347,9 @@ class _Planner:
                                    egress=live.egress)
         # (Egress compared as sets; every other field of the target -- each kind's --
         # must be what the control plane's intent leaves it at.)
-        same = (intended.egress is None) == (target.egress is None) and \
+        # (A different digest decides it at once: the copy below compares every field.)
+        same = target.digest == current and \
+            (intended.egress is None) == (target.egress is None) and \
             evidence.egress_key(intended.egress or ()) == \
             evidence.egress_key(target.egress or ()) and \
             target.model_copy(update={"egress": intended.egress}) == intended

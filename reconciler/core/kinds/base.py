@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import ClassVar, Generic, TypeVar
+from typing import ClassVar, Final, Generic, TypeVar
 
 from pydantic import ConfigDict
 
@@ -83,6 +83,11 @@ class ChangeBase(_Model):
     user_id: str | None = None
 
 
+#: ``json.dumps(..., sort_keys=True, separators=(",", ":"))`` without building an encoder
+#: per call (one per change: 10,000 in a 10,000-service plan); the same text.
+_KEY_ENCODER: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def idempotency_key(action: Action, service_id: str, payload: object,
                     preconditions: Preconditions) -> str:
     """A key derived from the change and what it was planned against.
@@ -91,11 +96,9 @@ def idempotency_key(action: Action, service_id: str, payload: object,
     after a crash replays the first call instead of making a second rollout; a change
     planned against a moved state gets a new key (and the CAS check decides).
     """
-    material = json.dumps(
+    material = _KEY_ENCODER.encode(
         {"action": action.value, "service": service_id, "payload": payload,
-         "pre": preconditions.model_dump(mode="json")},
-        sort_keys=True, separators=(",", ":"),
-    )
+         "pre": preconditions.model_dump(mode="json")})
     return "rcn-" + hashlib.sha256(material.encode()).hexdigest()[:40]
 
 

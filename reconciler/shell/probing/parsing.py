@@ -188,6 +188,11 @@ class Shared:
 
     def __init__(self) -> None:
         self._values: dict[Hashable, Any] = {}
+        #: ``_runtime_of_text``'s answers for a text whose ``healthySince`` was cut out
+        #: and proven ``runtime``'s, by (remainder, where it was cut): the app the status
+        #: names (None: it names none) and the runtime. The nine clusters after the first
+        #: that send an app's status find it in one look-up instead of three.
+        self.cut_texts: dict[tuple[bytes, int], tuple[str | None, ClusterRuntime]] = {}
 
     def get(self, kind: str, raw: Hashable, make: Callable[[Any], T]) -> T:
         """``make(raw)``, or the value an equal ``raw`` of this ``kind`` already made."""
@@ -285,6 +290,12 @@ def _runtime_of_text(app_id: str, content: bytes, shared: Shared | None) -> Pars
     split = _split_healthy(content)
     if split is not None:
         cut, said, at = split
+        known = shared.cut_texts.get((cut, at))
+        if known is not None:  # this text's remainder was read before, all of it
+            named, runtime = known
+            if named is not None and named != app_id:
+                raise Malformed(f"answered for another app ({safe(named, 80)})")
+            return runtime, said
         if not shared.get("healthy-at", (cut, at), lambda _: _is_runtime_s(content, said)):
             split = None
     # Not cut out: the whole text is the key, its healthySince read by the wire models.
@@ -296,7 +307,10 @@ def _runtime_of_text(app_id: str, content: bytes, shared: Shared | None) -> Pars
         raise Malformed(f"answered for another app ({safe(status.app_id, 80)})")
     wire = status
     runtime = shared.get("runtime-text", key, lambda _: _convert(wire, shared))
-    return runtime, since if split is not None else _since(status)
+    if split is not None:
+        shared.cut_texts[(split[0], split[2])] = (status.app_id, runtime)
+        return runtime, since
+    return runtime, _since(status)
 
 
 def _since(status: StatusWire) -> int | None:
