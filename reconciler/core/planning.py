@@ -89,6 +89,11 @@ def target_of(svc: Service, live: LiveService | ReadFailure | None,
     fields: dict[str, object] = {}
     for kind in KINDS:
         fields.update(kind.expect(ask))
+    if desired is not None:
+        # Issue 34: the checks every expected cluster must pass (``kind: Verification``).
+        checks = tuple(name for name, _ in desired.checks_for(svc.name))
+        if checks:
+            fields["checks"] = checks
     return evidence.Target.model_validate({
         "service": svc.name, "app_id": svc.app_id, "digest": svc.release.digest, **fields})
 
