@@ -24,10 +24,13 @@ from reconciler.sandbox.launcher import Sandbox
 
 TEST_CONVERGE_DELAY_MS = 200
 
+#: ``prometheus``: a real Prometheus scraping the ``sandbox`` fixture's clusters.
+pytest_plugins = ["tests.prometheus"]
+
 #: Fixtures that start real processes: a test using any of them (directly or through
 #: another fixture) is an integration test.
 PROCESS_FIXTURES = frozenset({"sandbox", "sandbox_factory", "etcd", "node_server",
-                              "node_tls_server", "run_node_client"})
+                              "node_tls_server", "run_node_client", "prometheus"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

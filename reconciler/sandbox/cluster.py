@@ -55,7 +55,7 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from reconciler.sandbox import batch, controlplane, faults, pki, rollouts, serving, store
+from reconciler.sandbox import apps, batch, controlplane, faults, pki, rollouts, serving, store
 
 JsonDict = dict[str, Any]
 
@@ -189,6 +189,9 @@ class Cluster:
         #: process's start): no app's ``healthySince`` is earlier.
         self.recovered_at = store.now_ms()
         self._in_gap = False
+        #: Issue 34: the apps' own traffic on this ingress and its /metrics (sandbox.apps).
+        self.traffic = apps.Traffic(self.id, self.faults)
+        self.metrics_token = apps.read_metrics_token(self.state_dir)
 
     # -- audit ----------------------------------------------------------------------
 
@@ -566,6 +569,26 @@ class Cluster:
         return {"appId": app_id, "state": "ACTIVE", "runtime": record,
                 "routes": self.routes_of(app_id)}
 
+    # -- the apps' own traffic (issue 34, sandbox.apps) ------------------------------
+
+    def app_views(self) -> list[tuple[str, str, str, int]]:
+        """Every app with a runtime record here: (appId, digest it serves, state, since
+        when (ms) it serves that digest) -- what the synthetic load is counted for."""
+        with self.lock:
+            return [(app_id, str(record.get("resolvedDigest") or ""),
+                     str(record.get("runtimeState") or ""),
+                     int(record.get("_healthySince") or 0))
+                    for app_id, record in self.apps.items()]
+
+    def settle_traffic(self, *, scrape: bool = False) -> None:
+        self.traffic.settle(self.app_views(), scrape=scrape)
+
+    def metrics(self) -> bytes:
+        """``/metrics``: the synthetic load counted up to now, then every series."""
+        self.settle_traffic(scrape=True)
+        running = [(app_id, digest) for app_id, digest, _, _ in self.app_views() if digest]
+        return self.traffic.exposition(running)
+
     # -- [ext] batch status ---------------------------------------------------------
 
     def batch_served(self) -> bool:
@@ -683,13 +706,14 @@ class Handler(serving.JsonHandler):
     server: ClusterServer
 
     def _reply(self, status: int, value: object, raw: bytes | None = None,
-               etag: str | None = None, encoded: bytes | None = None) -> None:
+               etag: str | None = None, encoded: bytes | None = None,
+               headers: dict[str, str] | None = None) -> None:
         cluster = self.server.cluster
         trickle = cluster.faults.get("trickle")
         trickle_ms = faults.param_int(trickle, "ms", 20) if trickle is not None else 0
         result = "ok" if status < 400 else str(status)
         path = self.path.split("?")[0]
-        extra = {"ETag": etag} if etag is not None else None
+        extra = {**(headers or {}), **({"ETag": etag} if etag is not None else {})} or None
         if status == 304:
             # No body, so no Content-Length either (RFC 9110 §15.4.5).
             result = "not-modified"
@@ -705,7 +729,11 @@ class Handler(serving.JsonHandler):
             self.send_json(status, value, trickle_ms=trickle_ms, extra=extra)
         cluster.audit(self.command, path, status, result)
 
-    def _prelude(self) -> bool:
+    def _host(self) -> str:
+        host = self.headers.get("Host") or ""
+        return host.rsplit(":", 1)[0] if ":" in host else host
+
+    def _prelude(self, *, check_host: bool = True) -> bool:
         cluster = self.server.cluster
         if cluster.faults.get("down") is not None:
             cluster.audit(self.command, self.path, 0, "down")
@@ -715,17 +743,44 @@ class Handler(serving.JsonHandler):
             params = cluster.faults.get(kind)
             if params is not None:
                 time.sleep(faults.param_int(params, "ms", default) / 1000)
-        host = (self.headers.get("Host") or "").rsplit(":", 1)[0] if ":" in (
-            self.headers.get("Host") or "") else (self.headers.get("Host") or "")
-        if host != cluster.gateway:
-            self._reply(421, {"error": f"this ingress serves {cluster.gateway}"})
+        if check_host and self._host() != cluster.gateway:
+            self._misdirected()
             return False
         return True
 
+    def _misdirected(self) -> None:
+        self._reply(421, {"error": f"this ingress serves {self.server.cluster.gateway}"})
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
     def do_GET(self) -> None:
+        cluster = self.server.cluster
+        path = self.path.partition("?")[0]
+        if path == apps.METRICS_PATH:
+            # Any Host: Prometheus sends the target's address (sandbox.apps).
+            if self._prelude(check_host=False):
+                self._metrics()
+            return
+        if self._host() != cluster.gateway:
+            if not self._prelude(check_host=False):
+                return
+            with cluster.lock:
+                known, app_id = apps.route_target(cluster.route_table, self._host(), path)
+            if not known:
+                self._misdirected()
+            elif app_id is None:
+                self._reply(404, {"error": f"no route for {self._host()} {path} on cluster "
+                                  f"{cluster.id}", "cluster": cluster.id})
+            else:
+                self._app(app_id, path)
+            return
         if not self._prelude():
             return
-        cluster = self.server.cluster
+        direct = apps.direct_target(path)
+        if direct is not None:
+            self._app(direct, path)
+            return
         cluster.note_gaps()
         path, _, query = self.path.partition("?")
         if path == HEALTH_PATH:
@@ -750,6 +805,33 @@ class Handler(serving.JsonHandler):
         encoded = _encode(body)
         if not self._body_fault(encoded):
             self._reply(200, None, encoded=encoded)
+
+    def _metrics(self) -> None:
+        cluster = self.server.cluster
+        expected = cluster.metrics_token
+        given = self.headers.get("Authorization") or ""
+        if expected is None or not secrets.compare_digest(
+                given.encode("utf-8"), f"Bearer {expected}".encode()):
+            self._reply(401, {"error": "Unauthorized: /metrics wants the Bearer token of "
+                              "<state>/metrics-token"})
+            return
+        body = cluster.metrics()
+        self.send_raw(200, body, content_type=apps.CONTENT_TYPE)
+        cluster.audit(self.command, apps.METRICS_PATH, 200, "ok")
+
+    def _app(self, app_id: str, path: str) -> None:
+        """One real request to ``app_id`` (sandbox.apps): answered, then counted."""
+        cluster = self.server.cluster
+        began = time.monotonic()
+        with cluster.lock:
+            view = cluster.effective(app_id)
+        answer = cluster.traffic.answer(app_id, view, path)
+        if answer.delay_s > 0:
+            time.sleep(answer.delay_s)
+        self._reply(answer.status, answer.body, headers=answer.headers)
+        if answer.digest is not None:
+            cluster.traffic.observe(app_id, answer.digest, answer.status,
+                                    time.monotonic() - began)
 
     def _body_fault(self, encoded: bytes) -> bool:
         """The garbage / truncated faults: True when one of them answered instead."""
@@ -870,6 +952,9 @@ def main(argv: list[str] | None = None) -> int:
     listening = True
     while True:
         cluster.note_gaps()
+        if cluster.traffic.faults_changed():
+            # Count the load so far with the faults it ran under (sandbox.apps).
+            cluster.settle_traffic()
         down = cluster.faults.get("down") is not None
         if down and listening:
             server.shutdown()

@@ -43,6 +43,11 @@ CLUSTER_KINDS: dict[str, str] = {
     "egress-allow": "operator allow-list: hosts=a.example.com,b.example.net:8443",
     "batch-page-error": "the batch status route answers 500 for page=N (0-based, default 0)",
     "batch-route-missing": "health still advertises the batch status route; it answers 404",
+    "app-errors": "the app answers errors for one digest (digest=sha256:... or a prefix, "
+                  "absent: every digest; ratio=R of requests, default 1; code=N, default "
+                  "500; app=A, default every app): real requests and synthetic counters",
+    "app-slow": "the app answers late for one digest (digest=..., seconds=S, default 2; "
+                "app=A): real requests and synthetic latencies",
 }
 CONTROL_PLANE_KINDS: dict[str, str] = {
     "latency": "add ms=N milliseconds before every reply",

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import reconciler.sandbox as sandbox_package
-from reconciler.sandbox import cluster as cluster_mod
 from reconciler.sandbox import (
+    apps,
     controlplane,
     faults,
     pki,
@@ -45,6 +45,7 @@ from reconciler.sandbox import (
     serving,
     store,
 )
+from reconciler.sandbox import cluster as cluster_mod
 
 GATEWAY = "gateway.sandbox.test"
 WALLET = "rReconcileDeployBot"
@@ -128,6 +129,17 @@ class Sandbox:
     @property
     def clusters(self) -> list[str]:
         return list(self.addresses)
+
+    @property
+    def metrics_token_file(self) -> Path:
+        """The Bearer token every cluster's ``/metrics`` wants (``sandbox.apps``)."""
+        return self.state_dir / apps.METRICS_TOKEN_FILE
+
+    def app_url(self, cluster: str, app: str, path: str = "/") -> str:
+        """The direct address of ``app`` through ``cluster`` (``sandbox.apps``): send it
+        with SNI and ``Host`` the gateway hostname."""
+        return (f"https://{self.addresses[cluster]}:{self.mesh_port}"
+                f"{apps.DIRECT_PREFIX}{app}{path if path != '/' else ''}")
 
     def advertised(self) -> dict[str, str]:
         """The gateway's A records: every cluster without a ``dns-missing`` fault."""
@@ -596,6 +608,11 @@ def prepare(state_dir: Path, *, clusters: list[str], seed: Path | None, gateway:
     if not secret_file.exists():
         secret_file.write_text(secrets.token_hex(24) + "\n")
         secret_file.chmod(0o600)
+    # Prometheus reads it as a credentials file: its own secret, never the clusters' one.
+    metrics_token = state_dir / apps.METRICS_TOKEN_FILE
+    if not metrics_token.exists():
+        metrics_token.touch(mode=0o600)
+        metrics_token.write_text(secrets.token_hex(24) + "\n")
     fresh = not (state_dir / store.DB_FILE).exists()
     conn = store.connect(state_dir)
     try:
