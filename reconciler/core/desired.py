@@ -672,7 +672,12 @@ RequestPath = Annotated[str, Strict(), Field(
 class HttpCheck(_Model):
     """A request to the service through each cluster separately (docs/verification.md)."""
 
-    path: RequestPath = Field(description="The request path (and query), e.g. /healthz.")
+    path: RequestPath = Field(description="The request path (and query), e.g. /healthz; "
+                              "{{service}} and {{app}} are filled in.")
+    host: Annotated[str, Strict(), Field(pattern=names.EGRESS_HOST, max_length=253)] | None = \
+        Field(default=None, description="The Host header (the service's public hostname); "
+              "default: the mesh's gateway hostname. TLS is verified against the gateway's "
+              "name, as the probes do.")
     status: Annotated[int, Strict(), Field(ge=100, le=599)] = Field(
         default=200, description="The status every answer must have.")
     body: Annotated[str, Strict(), Field(min_length=1, max_length=1000)] | None = Field(
@@ -680,6 +685,14 @@ class HttpCheck(_Model):
     max_latency_seconds: Annotated[float, Strict(), Field(gt=0, le=120)] | None = Field(
         default=None, alias="maxLatencySeconds",
         description="An answer slower than this fails the measurement.")
+
+    @field_validator("path")
+    @classmethod
+    def _path_placeholders(cls, value: str) -> str:
+        problems = verification.template_problems(value)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
 
 
 class PrometheusCheck(_Model):
