@@ -46,7 +46,14 @@ from reconciler.core.desired import (
     Service,
     VerificationCheck,
 )
-from reconciler.core.live import LiveService, LiveSnapshot, ObservationKind
+from reconciler.core.live import (
+    LiveService,
+    LiveSnapshot,
+    MeshView,
+    Observation,
+    ObservationKind,
+    ReadFailure,
+)
 from reconciler.core.sanitize import safe
 from reconciler.core.verification import (
     CheckResult,
@@ -128,36 +135,57 @@ class Verifier:
     async def verify(self, desired: DesiredState, snapshot: LiveSnapshot) -> LiveSnapshot:
         """``snapshot`` with every checked service's observations carrying their results.
         Unchanged (the same object) when no service is held to checks."""
-        held = [(svc, checks) for svc in desired.services
-                if (checks := desired.checks_for(svc.name))]
-        if not held:
+        observations = await self.checked(
+            desired, snapshot.observations, snapshot.services, snapshot.mesh)
+        if observations is None:
             return snapshot
+        return snapshot.model_copy(update={"observations": observations})
+
+    async def verify_observations(
+            self, desired: DesiredState, observations: Mapping[str, tuple[Observation, ...]],
+            live: Mapping[str, LiveService | ReadFailure], mesh: MeshView,
+    ) -> Mapping[str, tuple[Observation, ...]]:
+        """``observations`` (appId -> one per cluster) with the results of the checks of
+        every service of ``desired`` they cover (the convergence gate's polls read the
+        clusters without a whole snapshot); the same mapping when nothing is checked."""
+        found = await self.checked(desired, observations, live, mesh)
+        return observations if found is None else found
+
+    async def checked(
+            self, desired: DesiredState, observations: Mapping[str, tuple[Observation, ...]],
+            live: Mapping[str, LiveService | ReadFailure], mesh: MeshView,
+    ) -> dict[str, tuple[Observation, ...]] | None:
+        """The observations with the checks' results, or None when nothing is checked."""
+        held = [(svc, checks) for svc in desired.services
+                if svc.app_id in observations and (checks := desired.checks_for(svc.name))]
+        if not held:
+            return None
         began = time.monotonic()
-        addresses = _addresses(snapshot)
+        addresses = _addresses(mesh)
         found = await asyncio.gather(*(
-            self._service(svc, checks, snapshot, addresses) for svc, checks in held))
-        observations = dict(snapshot.observations)
+            self._service(svc, checks, observations.get(svc.app_id, ()),
+                          live.get(svc.service_id), addresses) for svc, checks in held))
+        out = dict(observations)
         for svc, results in zip((s for s, _ in held), found, strict=True):
-            rows = observations.get(svc.app_id)
+            rows = out.get(svc.app_id)
             if rows is None or not results:
                 continue
-            observations[svc.app_id] = tuple(
+            out[svc.app_id] = tuple(
                 replace(o, checks=results[o.cluster_id]) if o.cluster_id in results else o
                 for o in rows)
         self.counters.seconds += time.monotonic() - began
-        return snapshot.model_copy(update={"observations": observations})
+        return out
 
     async def _service(self, svc: Service, checks: Sequence[tuple[str, VerificationCheck]],
-                       snapshot: LiveSnapshot, addresses: Mapping[str, str],
-                       ) -> dict[str, tuple[CheckResult, ...]]:
+                       rows: Iterable[Observation], live: LiveService | ReadFailure | None,
+                       addresses: Mapping[str, str]) -> dict[str, tuple[CheckResult, ...]]:
         digest = svc.release.digest
-        live = snapshot.services.get(svc.service_id)
         control = live.deployment.rollout_generation \
             if isinstance(live, LiveService) and live.deployment is not None else None
         # Only the clusters that prove they run the pinned digest are measured: what a
         # cluster running something else answers is no evidence about this release.
         running: dict[str, int | None] = {}
-        for obs in snapshot.observations.get(svc.app_id, ()):
+        for obs in rows:
             runtime = obs.runtime
             if obs.kind is ObservationKind.ANSWERED and runtime is not None \
                     and runtime.resolved_digest == digest:
@@ -420,14 +448,14 @@ def _samples(status: int, body: Any) -> list[tuple[str, float, str]] | Measureme
     return unknown(f"a {safe(str(kind), 20)} result; an instant vector or scalar is needed")
 
 
-def _addresses(snapshot: LiveSnapshot) -> dict[str, str]:
+def _addresses(mesh: MeshView) -> dict[str, str]:
     """Each cluster's own address, as the prober resolved the gateway: a cluster named by
     two addresses has none (its answers could not be attributed; nor can a check's)."""
     named: dict[str, list[str]] = {}
-    for endpoint in snapshot.mesh.resolved:
+    for endpoint in mesh.resolved:
         if endpoint.cluster_id is not None and endpoint.error is None:
             named.setdefault(endpoint.cluster_id, []).append(endpoint.address)
-    duplicated = set(snapshot.mesh.duplicate_claims)
+    duplicated = set(mesh.duplicate_claims)
     return {c: a[0] for c, a in named.items() if len(a) == 1 and c not in duplicated}
 
 
