@@ -101,7 +101,8 @@ def upstream_facts(name: str, desired: DesiredState,
             app_id=svc.app_id, egress=target_of(svc, live).egress, live=live,
             expected=_expected(snapshot, live), observations=snapshot.observations.get(
                 svc.app_id, ()), pinned=svc.release.digest, tag=svc.release.tag,
-            version=svc.release.version)
+            version=svc.release.version,
+            checks=tuple(name for name, _ in desired.checks_for(svc.name)))
     return promotion.Upstream(name=name, services=facts)
 
 

@@ -556,7 +556,8 @@ async def read_upstream(name: str, root: Path, names: set[str],
             expected=seen.expected_clusters if seen else read.expected_clusters,
             observations=seen.observations if seen else snapshot.observations.get(
                 svc.app_id, ()),
-            pinned=svc.release.digest, tag=svc.release.tag, version=svc.release.version)
+            pinned=svc.release.digest, tag=svc.release.tag, version=svc.release.version,
+            checks=tuple(name for name, _ in scoped.checks_for(svc.name)))
     return promotion.Upstream(name=name, services=facts)
 
 

@@ -81,8 +81,9 @@ def test_a_release_failing_its_check_on_one_cluster_is_not_converged(
     text = done.out + done.err
     assert done.code == Exit.NOT_CONVERGED, text
     # Named: the cluster, the check and the value it measured.
-    assert "sn2" in text and "checkout-works/" in text, text
-    assert "HTTP 500" in text or "failed: 1" in text, text
+    [verdict] = [line for line in text.splitlines() if "checkout on sn2:" in line]
+    assert "check checkout-works/error-ratio failed: 1 (not result < 0.01)" in verdict, text
+    assert "check checkout-works/answers failed: HTTP 500" in verdict, text
     for healthy in ("sn1", "sn3"):
         assert not any(line.lstrip().startswith(f"{healthy}:") and "check" in line
                        for line in text.splitlines()), text
