@@ -36,6 +36,7 @@ from typing import ClassVar
 
 from pydantic import ConfigDict
 
+from reconciler.core.lean import LeanModel
 from reconciler.core.sanitize import safe
 from reconciler.core.values import LeanValue, lean_config
 
@@ -220,3 +221,25 @@ def judge_checks(checks: Iterable[str], results: Iterable[CheckResult], *, diges
     if unknown:
         return ChecksVerdict(Outcome.UNKNOWN, "; ".join(unknown))
     return ChecksVerdict(Outcome.PASS, "")
+
+
+class PlannedCheck(LeanModel):
+    """A check a plan holds a service to, as the plan shows it (text, JSON, Markdown)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str  # "<verification>/<check>"
+    kind: str  # "http" | "prometheus"
+    spec: str  # one line: what is asked and what passes
+    count: int = 1
+    interval_seconds: float = 0.0
+    failure_limit: int = 0
+
+
+class ServiceChecks(LeanModel):
+    """Every check one service is held to on each expected cluster (issue 34)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    service: str
+    checks: tuple[PlannedCheck, ...]
