@@ -30,6 +30,7 @@ from reconciler.core.live import LiveService, LiveSnapshot, Observation
 from reconciler.core.pipeline import Environment, Freeze
 from reconciler.core.planning import target_of
 from reconciler.core.plans import Blocker
+from reconciler.core.verification import CheckResult
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class ClusterRow:
     detail: str
     last_error: str | None
     healthy_since: int | None = None  # [ext] the cluster's own statement (ms)
+    #: Issue 34: the results of the checks the service is held to, taken on this cluster
+    #: (passing, failing with the value, unknown with why); empty when none is declared
+    checks: tuple[CheckResult, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -115,10 +119,12 @@ def _expected(snapshot: LiveSnapshot, live: object) -> tuple[str, ...]:
 def _clusters(proof: ServiceProof, pinned: str,
               observations: Sequence[Observation]) -> tuple[ClusterRow, ...]:
     said = {o.cluster_id: o.healthy_since for o in observations}
+    checked = {o.cluster_id: o.checks for o in observations}
     return tuple(ClusterRow(service=proof.service, cluster=c.cluster, pinned=pinned,
                             running=c.running, proven=c.proof is Proof.CONVERGED,
                             why=c.why.value if c.why else None, detail=c.detail,
-                            last_error=c.last_error, healthy_since=said.get(c.cluster))
+                            last_error=c.last_error, healthy_since=said.get(c.cluster),
+                            checks=checked.get(c.cluster, ()))
                  for c in proof.clusters)
 
 

@@ -202,6 +202,13 @@ class Reconciler:
                    progress: Progress | None = None) -> tuple[Plan, LiveSnapshot]:
         if self.scope is not None:
             desired = self.scope(desired)
+        # Issue 34: a query Prometheus itself cannot parse is bad input, named file:line,
+        # before anything is observed (never an unknown check forever).
+        problems = await verifying.query_problems(desired, self.connection)
+        if problems:
+            raise EngineError(f"{len(problems)} Verification quer"
+                              f"{'y' if len(problems) == 1 else 'ies'} Prometheus cannot "
+                              "parse", Exit.ERROR, tuple(problems))
         snapshot = await self.observe(desired, progress)
         answers = await self.preflights([(desired, provenance)], snapshot)
         made = make_plan(desired, snapshot, provenance, answers)

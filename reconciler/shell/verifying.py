@@ -46,6 +46,7 @@ from reconciler.core.desired import (
     Service,
     VerificationCheck,
 )
+from reconciler.core.diagnostics import Diagnostic
 from reconciler.core.live import (
     LiveService,
     LiveSnapshot,
@@ -464,29 +465,32 @@ def held(desired: DesiredState) -> bool:
     return any(desired.checks_for(s.name) for s in desired.services)
 
 
-async def query_problems(desired: DesiredState, conn: Connection,
-                         ) -> list[tuple[str, int, str]]:
-    """Every ``prometheus`` check Prometheus itself cannot parse: (file, line, message),
-    the line the Verification document starts on. Empty when none is configured."""
+async def query_problems(desired: DesiredState, conn: Connection) -> list[Diagnostic]:
+    """Every ``prometheus`` check Prometheus itself cannot parse (its own parse error, by
+    asking its query API), at the line the Verification document starts on with the
+    check's field. Empty when no Prometheus is configured or none is unparseable; an
+    unreachable Prometheus says nothing here (the checks will be unknown)."""
     source = desired.settings.verification.prometheus \
         if desired.settings.verification is not None else None
     if source is None:
         return []
     verifier = Verifier(conn, source)
-    problems: list[tuple[str, int, str]] = []
+    problems: list[Diagnostic] = []
     try:
         for doc in desired.verifications:
             where = desired.sources.get(f"Verification/{doc.name}")
-            for check in doc.checks:
+            for index, check in enumerate(doc.checks):
                 if check.prometheus is None:
                     continue
                 query = render_query(check.prometheus.query, cluster="c", service="s",
                                      app="a", digest="sha256:" + "0" * 64)
                 problem = await verifier.query_problem(query)
                 if problem is not None:
-                    problems.append((where.path if where else "?", where.line if where else 0,
-                                     f"check {doc.name}/{check.name}: Prometheus cannot parse "
-                                     f"the query: {problem}"))
+                    problems.append(Diagnostic(
+                        where.path if where else "?", where.line if where else 0, 0,
+                        f"checks[{index}].prometheus.query",
+                        f"check {doc.name}/{check.name}: Prometheus cannot parse the "
+                        f"query: {problem}"))
     finally:
         await verifier.aclose()
     return problems

@@ -7,10 +7,12 @@ release is unknown (blocks, never reverted); a healthy release passes."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from reconciler.exitcodes import Exit
@@ -122,14 +124,43 @@ def test_with_prometheus_stopped_the_release_is_unknown_blocks_and_is_not_revert
     assert "Reconcile-Revert:" not in git_out(repo.path, "log", "--format=%B")
 
 
+def queries_answered(prometheus: Prometheus) -> float:
+    """How many instant queries Prometheus has answered (its own counter)."""
+    with httpx.Client(timeout=10) as client:
+        text = client.get(f"{prometheus.url}/metrics").text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("prometheus_http_requests_total{")
+               and 'handler="/api/v1/query"' in line)
+
+
 def test_a_healthy_release_passes_its_checks(
         tmp_path: Path, sandbox: Sandbox, prometheus: Prometheus) -> None:
     repo = configure(tmp_path, sandbox, prometheus.url, HTTP_CHECK, PROMETHEUS_CHECK)
+    before = queries_answered(prometheus)
     began = time.monotonic()
     done = repo.run("apply", str(repo.path), "--auto-approve", "--only", "checkout",
                     timeout=300)
     took = time.monotonic() - began
     assert done.code == Exit.OK, done.out + done.err
+    [polls] = [int(found.group(1)) for found in
+               re.finditer(r"Converged: .* after (\d+) poll\(s\)", done.out)]
+    asked = queries_answered(prometheus) - before
+    # The plan asks each query once to check its syntax; then, per gate poll, one per
+    # cluster running the digest (never more): 3 clusters, one prometheus check.
+    assert 1 + 3 <= asked <= 1 + 3 * polls, (asked, polls, done.out)
     again = repo.run("plan", str(repo.path), "--only", "checkout", "--detailed-exitcode")
     assert again.code == Exit.OK, again.out + again.err
-    print(f"healthy verified apply took {took:.1f}s")
+    assert "checks (on every cluster" in again.out or "check checkout-works/" in again.out
+    print(f"healthy verified apply took {took:.1f}s; {polls} gate poll(s), "
+          f"{asked:g} Prometheus queries")
+
+
+def test_a_query_prometheus_cannot_parse_is_named_at_plan_time(
+        tmp_path: Path, sandbox: Sandbox, prometheus: Prometheus) -> None:
+    broken = PROMETHEUS_CHECK.replace("sum(rate(", "sum(rate((", 1)
+    repo = configure(tmp_path, sandbox, prometheus.url, broken)
+    done = repo.run("plan", str(repo.path), "--only", "checkout")
+    text = done.out + done.err
+    assert done.code == Exit.ERROR, text
+    assert "verifications/checkout.yaml:1" in text, text
+    assert "checks[0].prometheus.query" in text and "parse" in text, text
