@@ -66,6 +66,7 @@ from reconciler.core.verification import (
     render_query,
     series_done,
 )
+from reconciler.shell import tracing
 from reconciler.shell.controlplane import describe_transport_error
 from reconciler.shell.endpoints import Connection, ssl_context
 from reconciler.shell.probing.dialing import origin
@@ -206,6 +207,23 @@ class Verifier:
     async def _check(self, name: str, check: VerificationCheck, svc: Service, digest: str,
                      running: Mapping[str, int | None], addresses: Mapping[str, str],
                      ) -> list[CheckResult]:
+        # A span per check (shell.tracing; nothing while tracing is off): what was asked,
+        # of which clusters, and each cluster's outcome and value.
+        with tracing.span(f"check {name}", **{
+                "reconcile.service": svc.name, "reconcile.digest": digest,
+                "reconcile.check": name,
+                "reconcile.check.kind": "http" if check.http is not None else "prometheus",
+                "reconcile.clusters": ",".join(sorted(running))}) as span:
+            results = await self._series(name, check, svc, digest, running, addresses)
+            if span is not None:
+                span.set_attributes({
+                    f"reconcile.check.{r.cluster}": f"{r.outcome.value} {r.value}".strip()
+                    for r in results})
+            return results
+
+    async def _series(self, name: str, check: VerificationCheck, svc: Service, digest: str,
+                      running: Mapping[str, int | None], addresses: Mapping[str, str],
+                      ) -> list[CheckResult]:
         clusters = sorted(running)
         began = time.monotonic()
         measure: Callable[[Sequence[str]], Awaitable[dict[str, Measurement]]]
