@@ -18,13 +18,18 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from reconciler.core.desired import PrometheusSource, Verification
+from reconciler.core.desired import (
+    PrometheusSource,
+    SourceRef,
+    Verification,
+    VerificationSettings,
+)
 from reconciler.core.live import LiveSnapshot
 from reconciler.core.planning import Provenance, plan
 from reconciler.core.verification import Outcome
 from reconciler.shell import tracing
 from reconciler.shell.servicemetrics import ServiceMetrics
-from reconciler.shell.verifying import Verifier
+from reconciler.shell.verifying import Verifier, query_problems
 from tests.live.fakes import connection
 from tests.plan import builders as b
 
@@ -237,3 +242,32 @@ def test_a_span_per_check_and_the_metric(prom: FakePrometheus) -> None:
     metrics.unknown()
     [family] = [f for f in metrics.collect() if f.name == "reconcile_verification_result"]
     assert all(s.value != s.value for s in family.samples)  # NaN while unknown
+
+
+def desired_for_syntax(prom: FakePrometheus, timeout: float = 2.0) -> Any:
+    desired = desired_with(verification("sum(rate(x[1m])"))
+    settings = desired.settings.model_copy(update={"verification": VerificationSettings(
+        prometheus=PrometheusSource(url=prom.url, timeoutSeconds=timeout))})
+    sources = {**desired.sources, "Verification/works": SourceRef(
+        path="verifications/checkout.yaml", line=7)}
+    return desired.model_copy(update={"settings": settings, "sources": sources})
+
+
+def test_a_query_prometheus_cannot_parse_is_a_diagnostic_at_its_document(
+        prom: FakePrometheus) -> None:
+    prom.reply = lambda q: (400, json.dumps({
+        "status": "error", "errorType": "bad_data",
+        "error": 'invalid parameter "query": 1:15: parse error: unclosed left parenthesis'
+    }).encode(), 0.0)
+    [problem] = asyncio.run(query_problems(desired_for_syntax(prom), connection()))
+    assert (problem.path, problem.line) == ("verifications/checkout.yaml", 7)
+    assert problem.field == "checks[0].prometheus.query"
+    assert "works/errors" in problem.message and "unclosed left parenthesis" in problem.message
+
+
+def test_a_hanging_prometheus_says_nothing_about_syntax_within_its_timeout(
+        prom: FakePrometheus) -> None:
+    prom.reply = lambda q: (200, b"{}", 5.0)
+    began = time.monotonic()
+    assert asyncio.run(query_problems(desired_for_syntax(prom, 0.5), connection())) == []
+    assert time.monotonic() - began < 3.0
