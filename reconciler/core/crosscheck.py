@@ -112,7 +112,8 @@ def _verification(document: Verification) -> tuple[Loc, ...]:
                 0 if services == "all" else len(services))),
             *(("checks", index, "prometheus") for index in range(len(document.checks))),
             *(("checks", index, "prometheus", "query")
-              for index in range(len(document.checks))))
+              for index in range(len(document.checks))),
+            *(("checks", index, "http", "host") for index in range(len(document.checks))))
 
 
 @lru_cache(maxsize=256)
@@ -257,6 +258,50 @@ def _verifications(documents: Sequence[Located], declared: Collection[str],
                         "add verification.prometheus.url to the Settings document"))
     problems.extend(_clashes(names, _labeller("verification name"),
                              rule="one Verification document per name"))
+    if complete:
+        problems.extend(_unrouted_hosts(documents))
+    return problems
+
+
+def _serves(pattern: str, host: str) -> bool:
+    """Whether a route hostname (``*.`` for one label) takes ``host``."""
+    if pattern.startswith("*."):
+        head, _, rest = host.partition(".")
+        return bool(head) and rest == pattern[2:]
+    return pattern == host
+
+
+def _unrouted_hosts(documents: Sequence[Located]) -> list[Diagnostic]:
+    """An ``http`` check's ``host`` that none of the Route documents of the services it
+    holds serves -- when those services declare routes here at all (a repo that manages
+    no route of a service cannot say which hostnames reach it). Caught here, not as a
+    failing check (a ``421`` from every cluster), which would read as the release's
+    failure."""
+    served: dict[str, list[str]] = {}
+    for doc in documents:
+        route = doc.document
+        if isinstance(route, Route):
+            hosts = served.setdefault(route.owner.service, [])
+            hosts.extend(route.match.domains if route.match.domains is not None
+                         else [route.owner.hostname] if route.owner.hostname else [])
+    problems: list[Diagnostic] = []
+    for doc in documents:
+        verification = doc.document
+        if not isinstance(verification, Verification):
+            continue
+        services = sorted(served) if verification.scope.services == "all" \
+            else [s for s in verification.scope.services if s in served]
+        for index, check in enumerate(verification.checks):
+            host = check.http.host if check.http is not None else None
+            if host is None:
+                continue
+            for service in services:
+                if not any(_serves(p, host) for p in served[service]):
+                    problems.append(doc.at(
+                        ("checks", index, "http", "host"),
+                        f"no Route document of service {service!r} serves host {host!r} "
+                        f"(its routes serve {', '.join(sorted(set(served[service])))}): the "
+                        "check would only ever be refused"))
     return problems
 
 

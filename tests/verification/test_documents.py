@@ -116,3 +116,22 @@ def test_a_check_named_twice_is_refused(repo: Path, validate: Callable[..., Run]
     assert run.code == 1
     assert any(FILE in e and "check 'health' is also checks[0]" in e for e in run.lines), \
         run.out
+
+
+def test_an_http_host_no_route_of_the_service_serves_is_named(
+        repo: Path, validate: Callable[..., Run]) -> None:
+    # The reference repo routes checkout's shop.sandbox.test (routes/shop.yaml).
+    write(repo, GOOD.replace("      path: /healthz\n",
+                             "      path: /healthz\n      host: shop.example.net\n"))
+    run = validate(str(repo))
+    assert run.code == 1
+    assert named(run, line_of(repo, "host: shop.example.net"), "checks[0].http.host",
+                 "no Route document of service 'checkout' serves host 'shop.example.net'"), \
+        run.out
+
+
+def test_an_http_host_a_route_serves_is_valid(repo: Path, validate: Callable[..., Run]) -> None:
+    write(repo, GOOD.replace("      path: /healthz\n",
+                             "      path: /healthz\n      host: shop.sandbox.test\n"))
+    run = validate(str(repo))
+    assert run.code == 0, run.out + run.err
