@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
-from reconciler.core.desired import Grant, Hold, Route, Service, Settings
+from reconciler.core.desired import Grant, Hold, Route, Service, Settings, Verification
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "desired-state.schema.json"
 SCHEMA_ID = "https://reconcile.invalid/schemas/desired-state.schema.json"
@@ -31,7 +31,7 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 def generate() -> dict[str, Any]:
     """The schema as a JSON-ready dict (deterministic: same models, same output)."""
-    kinds = (Settings, Service, Grant, Hold, Route)
+    kinds = (Settings, Service, Grant, Hold, Route, Verification)
     refs, top = models_json_schema(
         [(model, "validation") for model in kinds],
         by_alias=True,
@@ -42,8 +42,8 @@ def generate() -> dict[str, Any]:
         "$id": SCHEMA_ID,
         "title": "reconcile desired-state document",
         "description": "One YAML document of a reconcile config repo: a Settings (one per "
-        "repo), a Service, a Grant, a Hold or a Route, told apart by `kind`. Generated from "
-        "the pydantic models in reconciler/core/desired.py by `python -m "
+        "repo), a Service, a Grant, a Hold, a Route or a Verification, told apart by "
+        "`kind`. Generated from the pydantic models in reconciler/core/desired.py by `python -m "
         "reconciler.schemagen`; do not edit by hand.",
         "oneOf": [refs[(model, "validation")] for model in kinds],
         "$defs": top.get("$defs", {}),

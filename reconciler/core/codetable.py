@@ -48,12 +48,22 @@ def table() -> str:
         "converged).",
         Why.ROLLOUT_FAILED: "The rollout failed or mismatched (not converged).",
     }
+    # Issue 34: the checks a service is held to (``core.verification``), appended last.
+    checks: dict[StrEnum, str] = {
+        Why.CHECK_FAILED: "The cluster runs the pinned digest but fails a check it is held "
+        "to (a Verification document); the check and the value are named (not converged: "
+        "a stated failure, which `--on-gate-failure revert` reverts).",
+        Why.CHECK_UNKNOWN: "A check the service is held to could not be read for this cluster "
+        "(Prometheus unreachable, no samples, a timeout, a result for another digest or "
+        "rollout generation): unproven, like a silent cluster -- never a pass.",
+    }
     why_docs: dict[StrEnum, str] = {**cluster,
                 **{w: t for k in kinds.PROVERS if not k.optional_actions
                    for w, t in k.whys.items()},
                 **rollout,
                 **{w: t for k in kinds.PROVERS if k.optional_actions
-                   for w, t in k.whys.items()}}
+                   for w, t in k.whys.items()},
+                **checks}
     sections: list[tuple[str, dict[StrEnum, str]]] = [
         ("Blockers (the plan is NO-GO)", {c: docs[c] for c in BlockerCode}),
         ("Drift (shown apart from changes)", {c: docs[c] for c in DriftCode}),

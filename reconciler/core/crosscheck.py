@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Any, Final
 
 from reconciler.core import routedocs
-from reconciler.core.desired import Grant, Hold, Route, Service, Settings
+from reconciler.core.desired import Document, Grant, Hold, Route, Service, Settings, Verification
 from reconciler.core.diagnostics import NO_POSITION, Diagnostic, field_path
 
 Loc = tuple[str | int, ...]
@@ -43,7 +43,7 @@ class Located:
     ``at`` gave it when the file was loaded.
     """
 
-    document: Settings | Service | Grant | Hold | Route
+    document: Document
     path: str
     line: int
     column: int
@@ -105,12 +105,23 @@ _HOLD: Final[tuple[Loc, ...]] = (("service",), ("digest",))
 _ROUTE: Final[tuple[Loc, ...]] = (("owner",), ("owner", "service"), ("name",), ("priority",))
 
 
+def _verification(document: Verification) -> tuple[Loc, ...]:
+    services = document.scope.services
+    return (("name",), ("scope", "services"),
+            *(("scope", "services", index) for index in range(
+                0 if services == "all" else len(services))),
+            *(("checks", index, "prometheus") for index in range(len(document.checks))),
+            *(("checks", index, "prometheus", "query")
+              for index in range(len(document.checks))),
+            *(("checks", index, "http", "host") for index in range(len(document.checks))))
+
+
 @lru_cache(maxsize=256)
 def _grant(entries: int) -> tuple[Loc, ...]:
     return tuple(("services", index, "service") for index in range(entries))
 
 
-def kept_paths(document: Settings | Service | Grant | Hold | Route) -> tuple[Loc, ...] | None:
+def kept_paths(document: Document) -> tuple[Loc, ...] | None:
     """The paths of ``document`` that the rules of this module, ``core.routedocs`` and
     ``shell.validating`` (a ``Settings`` ``stateDir``) may point at once it is
     validated; None: every path (the ``Settings`` document). A rule that points at
@@ -124,10 +135,12 @@ def kept_paths(document: Settings | Service | Grant | Hold | Route) -> tuple[Loc
         return _HOLD
     if isinstance(document, Route):
         return _ROUTE
+    if isinstance(document, Verification):
+        return _verification(document)
     return None
 
 
-def keep(document: Settings | Service | Grant | Hold | Route, path: str, line: int,
+def keep(document: Document, path: str, line: int,
          column: int, positions: Mapping[Loc, Position]) -> Located:
     """``document`` located, keeping only the positions ``kept_paths`` names (each as
     ``Located.at`` finds it in ``positions``: its own, or its nearest written
@@ -212,6 +225,83 @@ def check(documents: Sequence[Located], *, complete: bool = True,
         rule="one Hold document per (service, digest)"))
     problems.extend(routedocs.check_documents(
         [d for d in documents if isinstance(d.document, Route)], declared, complete=complete))
+    problems.extend(_verifications(documents, declared, settings, complete=complete))
+    return problems
+
+
+def _verifications(documents: Sequence[Located], declared: Collection[str],
+                   settings: Sequence[Located], *, complete: bool) -> list[Diagnostic]:
+    """Issue 34: a Verification names declared services, is named once, and a
+    ``prometheus`` check has a Prometheus to ask (``verification.prometheus``)."""
+    problems: list[Diagnostic] = []
+    names: dict[str, list[tuple[Located, Loc]]] = {}
+    source = settings[0].document if len(settings) == 1 else None
+    prometheus = isinstance(source, Settings) and source.verification is not None \
+        and source.verification.prometheus is not None
+    for doc in documents:
+        verification = doc.document
+        if not isinstance(verification, Verification):
+            continue
+        names.setdefault(verification.name, []).append((doc, ("name",)))
+        services = verification.scope.services
+        if complete and services != "all":
+            for index, service in enumerate(services):
+                if service not in declared:
+                    problems.append(doc.at(("scope", "services", index),
+                                           _undeclared(service, declared)))
+        if complete and not prometheus:
+            for index, check in enumerate(verification.checks):
+                if check.prometheus is not None:
+                    problems.append(doc.at(
+                        ("checks", index, "prometheus"),
+                        f"check {check.name!r} asks Prometheus, but the Settings name none: "
+                        "add verification.prometheus.url to the Settings document"))
+    problems.extend(_clashes(names, _labeller("verification name"),
+                             rule="one Verification document per name"))
+    if complete:
+        problems.extend(_unrouted_hosts(documents))
+    return problems
+
+
+def _serves(pattern: str, host: str) -> bool:
+    """Whether a route hostname (``*.`` for one label) takes ``host``."""
+    if pattern.startswith("*."):
+        head, _, rest = host.partition(".")
+        return bool(head) and rest == pattern[2:]
+    return pattern == host
+
+
+def _unrouted_hosts(documents: Sequence[Located]) -> list[Diagnostic]:
+    """An ``http`` check's ``host`` that none of the Route documents of the services it
+    holds serves -- when those services declare routes here at all (a repo that manages
+    no route of a service cannot say which hostnames reach it). Caught here, not as a
+    failing check (a ``421`` from every cluster), which would read as the release's
+    failure."""
+    served: dict[str, list[str]] = {}
+    for doc in documents:
+        route = doc.document
+        if isinstance(route, Route):
+            hosts = served.setdefault(route.owner.service, [])
+            hosts.extend(route.match.domains if route.match.domains is not None
+                         else [route.owner.hostname] if route.owner.hostname else [])
+    problems: list[Diagnostic] = []
+    for doc in documents:
+        verification = doc.document
+        if not isinstance(verification, Verification):
+            continue
+        services = sorted(served) if verification.scope.services == "all" \
+            else [s for s in verification.scope.services if s in served]
+        for index, check in enumerate(verification.checks):
+            host = check.http.host if check.http is not None else None
+            if host is None:
+                continue
+            for service in services:
+                if not any(_serves(p, host) for p in served[service]):
+                    problems.append(doc.at(
+                        ("checks", index, "http", "host"),
+                        f"no Route document of service {service!r} serves host {host!r} "
+                        f"(its routes serve {', '.join(sorted(set(served[service])))}): the "
+                        "check would only ever be refused"))
     return problems
 
 

@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, Strict, field_validator, model_validator
 
-from reconciler.core import names, routepaths
+from reconciler.core import names, routepaths, verification
 from reconciler.core.lean import LeanModel
 from reconciler.core.names import Capability, MediaType
 
@@ -333,6 +333,22 @@ class Tracing(_Model):
         default="reconcile", alias="serviceName")
 
 
+class PrometheusSource(_Model):
+    """The Prometheus a ``prometheus`` check asks (issue 34; docs/verification.md)."""
+
+    url: HttpUrl = Field(description="Its base URL, e.g. http://127.0.0.1:9090 (the "
+                         "query API is /api/v1/query under it).")
+    timeout_seconds: Annotated[float, Strict(), Field(gt=0, le=120)] = Field(
+        default=5.0, alias="timeoutSeconds",
+        description="One query's bound; a reply not in time is unknown, never a pass.")
+
+
+class VerificationSettings(_Model):
+    """Where per-cluster verification reads its metrics (docs/verification.md)."""
+
+    prometheus: PrometheusSource | None = None
+
+
 class Settings(_Model):
     """One per repo: where the live world is and how to treat it. Holds no secrets."""
 
@@ -352,6 +368,7 @@ class Settings(_Model):
         "(reconcile watch --coordinate).")
     notifications: Notifications | None = None
     tracing: Tracing | None = None
+    verification: VerificationSettings | None = None
 
     @model_validator(mode="after")
     def _state_dir_outside_the_repo(self) -> Settings:
@@ -648,6 +665,117 @@ class Hold(_Model):
                        description="When the hold was placed (RFC 3339, UTC).")
 
 
+RequestPath = Annotated[str, Strict(), Field(
+    min_length=1, max_length=2048, pattern=names.anchored(r"/[^\x00-\x20#]*"))]
+
+
+class HttpCheck(_Model):
+    """A request to the service through each cluster separately (docs/verification.md)."""
+
+    path: RequestPath = Field(description="The request path (and query), e.g. /healthz; "
+                              "{{service}} and {{app}} are filled in.")
+    host: Annotated[str, Strict(), Field(pattern=names.EGRESS_HOST, max_length=253)] | None = \
+        Field(default=None, description="The Host header (the service's public hostname); "
+              "default: the mesh's gateway hostname. TLS is verified against the gateway's "
+              "name, as the probes do.")
+    status: Annotated[int, Strict(), Field(ge=100, le=599)] = Field(
+        default=200, description="The status every answer must have.")
+    body: Annotated[str, Strict(), Field(min_length=1, max_length=1000)] | None = Field(
+        default=None, description="Text the answer's body must contain.")
+    max_latency_seconds: Annotated[float, Strict(), Field(gt=0, le=120)] | None = Field(
+        default=None, alias="maxLatencySeconds",
+        description="An answer slower than this fails the measurement.")
+
+    @field_validator("path")
+    @classmethod
+    def _path_placeholders(cls, value: str) -> str:
+        problems = verification.template_problems(value)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
+
+class PrometheusCheck(_Model):
+    """A PromQL query evaluated per cluster (docs/verification.md)."""
+
+    query: Annotated[str, Strict(), Field(min_length=1, max_length=10_000)] = Field(
+        description="An instant query. {{cluster}}, {{service}}, {{app}} and {{digest}} are "
+        "filled per cluster; without {{cluster}} it is asked once and its samples are told "
+        "apart by their `cluster` label.")
+    success_condition: Annotated[str, Strict(), Field(min_length=1, max_length=500)] = Field(
+        alias="successCondition",
+        description="`result OP NUMBER` (OP <, <=, >, >=, ==, !=), several joined by `and`.")
+
+    @field_validator("query")
+    @classmethod
+    def _placeholders(cls, value: str) -> str:
+        problems = verification.template_problems(value)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
+    @field_validator("success_condition")
+    @classmethod
+    def _condition(cls, value: str) -> str:
+        verification.parse_condition(value)  # ValueError says what is wrong
+        return value
+
+
+class VerificationCheck(_Model):
+    """One check: an ``http`` or a ``prometheus`` measurement, taken ``count`` times
+    ``intervalSeconds`` apart; more than ``failureLimit`` failures fail it."""
+
+    name: Identifier
+    http: HttpCheck | None = None
+    prometheus: PrometheusCheck | None = None
+    count: Annotated[int, Strict(), Field(ge=1, le=100)] = 1
+    interval_seconds: Annotated[float, Strict(), Field(ge=0, le=600)] = Field(
+        default=1.0, alias="intervalSeconds")
+    failure_limit: Annotated[int, Strict(), Field(ge=0, le=99)] = Field(
+        default=0, alias="failureLimit")
+    timeout_seconds: Annotated[float, Strict(), Field(gt=0, le=120)] = Field(
+        default=5.0, alias="timeoutSeconds")
+
+    @model_validator(mode="after")
+    def _one_measurement(self) -> VerificationCheck:
+        if (self.http is None) == (self.prometheus is None):
+            raise LocatedError((), "a check is exactly one of `http` or `prometheus`")
+        if self.failure_limit >= self.count:
+            raise LocatedError(("failureLimit",), f"must be less than count ({self.count}): "
+                               "a check that may fail every measurement proves nothing")
+        return self
+
+
+class VerificationScope(_Model):
+    services: tuple[Identifier, ...] | Literal["all"] = Field(
+        description="The services held to these checks (Service names), or `all`.")
+
+
+class Verification(_Model):
+    """Checks a service must pass on every cluster before it is proven there (issue 34):
+    the judge counts a cluster converged only when it runs the pinned digest AND passes
+    them. Scoped to the environment whose desired-state root holds the document."""
+
+    api_version: Literal["reconcile/v1"] = Field(alias="apiVersion")
+    kind: Literal["Verification"]
+    name: Identifier
+    scope: VerificationScope
+    checks: tuple[VerificationCheck, ...] = Field(min_length=1, max_length=20)
+
+    @model_validator(mode="after")
+    def _unique_checks(self) -> Verification:
+        seen: dict[str, int] = {}
+        for index, check in enumerate(self.checks):
+            if check.name in seen:
+                raise LocatedError(("checks", index, "name"), f"check {check.name!r} is "
+                                   f"also checks[{seen[check.name]}]")
+            seen[check.name] = index
+        return self
+
+    def applies_to(self, service: str) -> bool:
+        return self.scope.services == "all" or service in self.scope.services
+
+
 #: Seed 11.2 ``TManagedRouteKind``: the canonical gateway-managed route purposes.
 class ManagedRouteKind(StrEnum):
     LETSENCRYPT_HTTP01_FORWARD = "letsencrypt-http01-forward"
@@ -796,14 +924,15 @@ class Route(_Model):
         return (self.owner.service, self.owner.hostname, self.owner.route_ref)
 
 
-Document = Settings | Service | Grant | Hold | Route
+Document = Settings | Service | Grant | Hold | Route | Verification
 DOCUMENT_KINDS: dict[str, type[Settings] | type[Service] | type[Grant] | type[Hold]
-                    | type[Route]] = {
+                    | type[Route] | type[Verification]] = {
     "Settings": Settings,
     "Service": Service,
     "Grant": Grant,
     "Hold": Hold,
     "Route": Route,
+    "Verification": Verification,
 }
 
 
@@ -822,12 +951,19 @@ class DesiredState(_Model):
     grants: tuple[Grant, ...]
     holds: tuple[Hold, ...] = ()
     routes: tuple[Route, ...] = ()
+    verifications: tuple[Verification, ...] = ()
     sources: dict[str, SourceRef] = Field(
         default_factory=dict, description="'Kind/name' -> where it was declared."
     )
 
     def service_by_name(self, name: str) -> Service | None:
         return next((s for s in self.services if s.name == name), None)
+
+    def checks_for(self, service: str) -> tuple[tuple[str, VerificationCheck], ...]:
+        """Issue 34: the checks ``service`` is held to, each named
+        ``<verification>/<check>``, in document order (empty: none)."""
+        return tuple((f"{v.name}/{c.name}", c) for v in self.verifications
+                     if v.applies_to(service) for c in v.checks)
 
     def desired_grants(self) -> dict[tuple[str, str], frozenset[Capability]]:
         """(userId, serviceId) -> capabilities, resolving service names to ids."""

@@ -14,9 +14,16 @@ else is a bug, so the rules live here and nowhere else:
   mismatched one has not converged, and one with no status has proven nothing;
 - a cluster that is silent, or answers without the facts above, leaves the service
   **unproven**, never converged: missing evidence is not evidence of convergence;
+- issue 34: a service held to checks (``Target.checks``, from ``kind: Verification``)
+  is proven on a cluster only when the cluster proves the digest *and* every check passed
+  there for that digest and rollout generation (``core.verification.judge_checks``); a
+  check that could not be read (missing, unknown, bound to another digest or generation)
+  leaves the cluster **unproven** (``check_unknown``), exactly like a silent cluster --
+  never a pass; a failing check is the cluster's **stated** failure (``check_failed``),
+  naming the check and the value;
 - a cluster that is not converged *and says why* (a ``lastError``, an operator's dropped
-  egress) has **stated** its failure (``ClusterProof.stated``): what apply will meet,
-  known before it sends anything (a plan's risks, ``core.planning``); a rollout the
+  egress, a failing check) has **stated** its failure (``ClusterProof.stated``): what
+  apply will meet, known before it sends anything (a plan's risks, ``core.planning``); a rollout the
   control plane reports failed or mismatched is **terminal** (``ServiceProof.terminal``):
   waiting cannot prove it, so the convergence gate stops polling it.
 
@@ -57,6 +64,7 @@ from reconciler.core.live import (
 from reconciler.core.sanitize import safe
 from reconciler.core.targets import Target
 from reconciler.core.values import LeanValue, lean_config
+from reconciler.core.verification import Outcome, judge_checks
 from reconciler.core.whys import Assessment, Why
 
 __all__ = [
@@ -104,7 +112,7 @@ class ClusterProof(LeanValue):
             return None
         if self.last_error:
             return self.last_error
-        if self.why is Why.EGRESS_DROPPED:
+        if self.why in (Why.EGRESS_DROPPED, Why.CHECK_FAILED):
             return self.detail
         return None
 
@@ -155,9 +163,27 @@ def expected_clusters(*sources: Iterable[str]) -> tuple[str, ...]:
 _Assessment = Assessment
 
 
-def judge_cluster(observation: Observation, target: Target) -> ClusterProof:
-    """One cluster's answer about one app, against what ``target`` requires."""
-    return _proof(observation.cluster_id, _assess(observation, target))
+def judge_cluster(observation: Observation, target: Target, *,
+                  generation: int | None = None) -> ClusterProof:
+    """One cluster's answer about one app, against what ``target`` requires (and, for
+    its checks, the control plane's rollout ``generation`` when known)."""
+    return _proof(observation.cluster_id,
+                  _checked(observation, target, _assess(observation, target), generation))
+
+
+def _checked(observation: Observation, target: Target, assessment: _Assessment,
+             generation: int | None) -> _Assessment:
+    """Issue 34: an assessment that proves the release, held to the target's checks on
+    this cluster. Judged per cluster (results differ where runtimes are shared); only
+    a cluster otherwise proven is asked -- what it runs comes first."""
+    if not target.checks or assessment[0] is not None:
+        return assessment
+    verdict = judge_checks(target.checks, observation.checks, digest=target.digest,
+                           generation=generation)
+    if verdict.outcome is Outcome.PASS:
+        return assessment
+    why = Why.CHECK_FAILED if verdict.outcome is Outcome.FAIL else Why.CHECK_UNKNOWN
+    return why, verdict.detail, assessment[2], assessment[3]
 
 
 #: Proofs interned by what they say: a 10,000 × 10 plan's 100,000 cluster proofs are a
@@ -257,16 +283,21 @@ def judge(target: Target, live: LiveService | ReadFailure | None,
     # Clusters running the same app usually send one and the same (shared) runtime:
     # judged once per runtime, named per cluster.
     assessed: dict[int, _Assessment] = {}
+    # Issue 34: check results count for the control plane's current rollout only.
+    generation = live.deployment.rollout_generation \
+        if isinstance(live, LiveService) and live.deployment is not None else None
 
     def one(cluster: str) -> ClusterProof | None:
         observation = by_cluster.get(cluster) or Observation(
             cluster_id=cluster, kind=ObservationKind.SILENT, reason="never probed")
         runtime = observation.runtime
         if observation.kind is not ObservationKind.ANSWERED or runtime is None:
-            return judge_cluster(observation, target)
+            return judge_cluster(observation, target, generation=generation)
         assessment = assessed.get(id(runtime))
         if assessment is None:
             assessment = assessed[id(runtime)] = _assess(observation, target)
+        # Check results are the cluster's own, never shared with its runtime.
+        assessment = _checked(observation, target, assessment, generation)
         if pending_only and assessment[0] is None:
             return None  # converged: proven, and not kept
         return _proof(cluster, assessment)

@@ -23,6 +23,7 @@ from reconciler.core.lean import LeanModel as LeanModel  # re-exported: its home
 from reconciler.core.names import Capability
 from reconciler.core.routing import GatewayRoute
 from reconciler.core.values import LeanValue
+from reconciler.core.verification import CheckResult
 
 
 class _Model(LeanModel):
@@ -197,6 +198,11 @@ class Observation(LeanValue):
     #: it differs from cluster to cluster where the rest of a status is the same. Not part
     #: of the plan's wire format (plans that involve no soak read as they always did).
     healthy_since: Annotated[int | None, Field(exclude=True)] = None
+    #: Issue 34: the results of the checks the service is held to, taken through this
+    #: cluster (``shell.verifying``), each bound to the digest and rollout generation it
+    #: was taken for; the judge reads them (``core.verification.judge_checks``). Left out
+    #: of the wire when empty, so plans of fleets without checks read as they always did.
+    checks: Annotated[tuple[CheckResult, ...], Field(exclude_if=lambda v: not v)] = ()
 
 
 class Confirmation(_Model):

@@ -62,6 +62,7 @@ from reconciler.core.live import (
 from reconciler.core.plans import Blocker, Drift, Plan, Risk, ServiceEvidence
 from reconciler.core.provenance import Provenance
 from reconciler.core.sanitize import safe
+from reconciler.core.verification import PlannedCheck, ServiceChecks
 
 __all__ = [
     "Bound", "PreflightAsk", "Provenance", "absent", "app_id_owner", "bind", "bound_requests",
@@ -89,8 +90,42 @@ def target_of(svc: Service, live: LiveService | ReadFailure | None,
     fields: dict[str, object] = {}
     for kind in KINDS:
         fields.update(kind.expect(ask))
+    if desired is not None:
+        # Issue 34: the checks every expected cluster must pass (``kind: Verification``).
+        checks = tuple(name for name, _ in desired.checks_for(svc.name))
+        if checks:
+            fields["checks"] = checks
     return evidence.Target.model_validate({
         "service": svc.name, "app_id": svc.app_id, "digest": svc.release.digest, **fields})
+
+
+def planned_checks(desired: DesiredState) -> tuple[ServiceChecks, ...]:
+    """Issue 34: the checks each service is held to, as a plan shows them."""
+    out: list[ServiceChecks] = []
+    for svc in sorted(desired.services, key=lambda s: s.name):
+        checks = desired.checks_for(svc.name)
+        if not checks:
+            continue
+        shown: list[PlannedCheck] = []
+        for name, check in checks:
+            if check.http is not None:
+                http = check.http
+                spec = f"GET {http.path} expects HTTP {http.status}"
+                if http.body is not None:
+                    spec += f", body contains {http.body!r}"
+                if http.max_latency_seconds is not None:
+                    spec += f", within {http.max_latency_seconds:g}s"
+                kind = "http"
+            else:
+                assert check.prometheus is not None
+                spec = f"{check.prometheus.query} → {check.prometheus.success_condition}"
+                kind = "prometheus"
+            shown.append(PlannedCheck(name=name, kind=kind, spec=safe(spec, 600),
+                                      count=check.count,
+                                      interval_seconds=check.interval_seconds,
+                                      failure_limit=check.failure_limit))
+        out.append(ServiceChecks(service=svc.name, checks=tuple(shown)))
+    return tuple(out)
 
 
 _DRIFT_OF_WHY = {
@@ -444,6 +479,7 @@ class _Planner:
             proofs=tuple(self.proofs),
             risks=risks,
             preflights=tuple(sorted(self.preflights, key=lambda p: (p.service, p.purpose))),
+            verifications=planned_checks(self.desired),
         )
 
 

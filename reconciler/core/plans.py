@@ -40,6 +40,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import ConfigDict, Field
 
@@ -61,6 +62,7 @@ from reconciler.core.lean import LeanModel
 from reconciler.core.live import Observation
 from reconciler.core.preflight import ServicePreflight
 from reconciler.core.review import Review
+from reconciler.core.verification import ServiceChecks
 
 __all__ = [
     "ACTION_ORDER", "SAID_LIMIT", "VERBS", "Action", "Blocker", "Change", "ChangeBase",
@@ -234,6 +236,10 @@ class Plan(_Model):
     #: what the reading side wants the reader to know once, e.g. a cluster that advertised
     #: batch reads but had to be read app by app (the evidence is the same, the cost is not)
     notes: tuple[str, ...] = ()
+    #: Issue 34: the checks each service is held to (``kind: Verification``); left out of
+    #: the wire when none, so plans of fleets without checks read as they always did.
+    verifications: Annotated[tuple[ServiceChecks, ...],
+                             Field(exclude_if=lambda v: not v)] = ()
 
     @property
     def verdict(self) -> Verdict:

@@ -21,6 +21,14 @@ Owns the rules that make a promotion into an environment NO-GO, and say *when* i
   number, is after ``now``, or is before the rollout was created (the release's first
   observation when the rollout gives no creation time) is unknown too, never "soaked";
   so is a cluster's ``healthySince`` that is not positive or is after ``now``.
+  Issue 34: the soak counts *verified* time. The previous environment proves the digest
+  only when its clusters also pass the checks its ``Verification`` documents hold the
+  service to (the one judge, ``core.verification``): while one cluster fails a check, or
+  a check cannot be read, the digest is not proven there and the clock does not run (the
+  promotion waits, ``not_proven_upstream``, naming the cluster, the check and the
+  value). A check is measured when asked; a failure that healed between two asks is seen
+  only through the query's own window (``max_over_time(...[<soak>])``: the metrics
+  history is the evidence of continuity, docs/verification.md).
 - ``window_closed`` (``core.windows``) and ``frozen`` (``Freeze`` documents), which an
   emergency override (``--override-window REASON``) lifts, said in the plan's notes.
 
@@ -71,6 +79,9 @@ class UpstreamService:
     pinned: str | None = None  # the digest the previous environment's repo pins
     tag: str | None = None
     version: str | None = None
+    #: Issue 34: the checks the previous environment holds the service to (its
+    #: ``Verification`` documents); their results ride on ``observations``.
+    checks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -207,7 +218,8 @@ def _upstream_proof(upstream: Upstream, service: str, digest: str,
     if facts is None:
         return None, blocked(f"{upstream.name} declares no service {service!r}")
     proof = judge(Target(service=service, app_id=facts.app_id, digest=digest,
-                         egress=facts.egress), facts.live, facts.expected, facts.observations)
+                         egress=facts.egress, checks=facts.checks), facts.live,
+                  facts.expected, facts.observations)
     if proof.proof is Proof.CONVERGED:
         return proof, None
     pending = proof.pending()

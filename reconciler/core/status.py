@@ -30,6 +30,7 @@ from reconciler.core.live import LiveService, LiveSnapshot, Observation
 from reconciler.core.pipeline import Environment, Freeze
 from reconciler.core.planning import target_of
 from reconciler.core.plans import Blocker
+from reconciler.core.verification import CheckResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,9 @@ class ClusterRow:
     replicas: str | None = None
     egress: tuple[str, ...] | None = None
     routes: tuple[str, ...] | None = None
+    #: Issue 34: the results of the checks the service is held to, taken on this cluster
+    #: (passing, failing with the value, unknown with why); empty when none is declared
+    checks: tuple[CheckResult, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +111,8 @@ def upstream_facts(name: str, desired: DesiredState,
             app_id=svc.app_id, egress=target_of(svc, live).egress, live=live,
             expected=_expected(snapshot, live), observations=snapshot.observations.get(
                 svc.app_id, ()), pinned=svc.release.digest, tag=svc.release.tag,
-            version=svc.release.version)
+            version=svc.release.version,
+            checks=tuple(name for name, _ in desired.checks_for(svc.name)))
     return promotion.Upstream(name=name, services=facts)
 
 
@@ -146,7 +151,8 @@ def _clusters(proof: ServiceProof, pinned: str, observations: Sequence[Observati
             proven=c.proof is Proof.CONVERGED, why=c.why.value if c.why else None,
             detail=c.detail, last_error=c.last_error,
             healthy_since=obs.healthy_since if obs is not None else None,
-            replicas=replicas, egress=egress, routes=routes))
+            replicas=replicas, egress=egress, routes=routes,
+            checks=obs.checks if obs is not None else ()))
     return tuple(out)
 
 

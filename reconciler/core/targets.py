@@ -33,3 +33,6 @@ class Target(LeanModel):
     #: the owner keys (appId, hostname, routeRef) of deleted routes no expected cluster
     #: may still serve (``kinds.route.gone_keys``)
     routes_gone: tuple[tuple[str, str | None, str | None], ...] = ()
+    #: Issue 34: the checks (``<verification>/<check>``) every expected cluster must pass
+    #: for the digest before it is proven there (empty: none declared, none asked).
+    checks: tuple[str, ...] = ()

@@ -36,11 +36,16 @@ class Why(StrEnum):
     ROLLOUT_STATUS_UNKNOWN = "rollout_status_unknown"
     ROLLOUT_IN_PROGRESS = "rollout_in_progress"
     ROLLOUT_FAILED = "rollout_failed"
+    # issue 34: the checks the service is held to (``core.verification``), judged on a
+    # cluster whose release is otherwise proven
+    CHECK_FAILED = "check_failed"
+    CHECK_UNKNOWN = "check_unknown"
 
 
 #: The judge's own whys (silence, the rollout) that are a gap in evidence (unproven) rather
 #: than evidence of something else; each kind adds its own (``Kind.unproven``).
-JUDGE_UNPROVEN = frozenset({Why.SILENT, Why.SERVICE_UNREADABLE, Why.ROLLOUT_STATUS_UNKNOWN})
+JUDGE_UNPROVEN = frozenset({Why.SILENT, Why.SERVICE_UNREADABLE, Why.ROLLOUT_STATUS_UNKNOWN,
+                            Why.CHECK_UNKNOWN})
 
 #: What one cluster's answer proves, without the cluster's name: (why, detail, running,
 #: last_error); ``why`` None means converged.

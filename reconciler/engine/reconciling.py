@@ -74,6 +74,7 @@ from reconciler.shell import (
     greenfield,
     observing,
     tracing,
+    verifying,
 )
 from reconciler.shell.controlplane import (
     ControlPlaneClient,
@@ -157,6 +158,11 @@ class Reconciler:
             # tracing is on (shell.tracing; nothing is imported or done otherwise).
             tracing.setup(desired.settings, env)
             self.prober = tracing.TracedProber(self.connection, signer_key=signer)
+            # Issue 34: the checks services are held to, measured per cluster (nothing is
+            # dialled unless a Verification document holds a service to a check).
+            self.verifier = verifying.Verifier(
+                self.connection, desired.settings.verification.prometheus
+                if desired.settings.verification is not None else None)
             self.client = tracing.TracedClient(self.connection, token=token)
         except (ConfigError, tracing.TracingError) as exc:  # nothing opened: clients dial lazily
             raise EngineError(str(exc)) from exc
@@ -173,6 +179,7 @@ class Reconciler:
                                   overrides=self.overrides).values
 
     async def __aexit__(self, *exc: object) -> None:
+        await self.verifier.aclose()
         await self.prober.aclose()
         await self.client.aclose()
 
@@ -182,7 +189,8 @@ class Reconciler:
         try:
             return await observing.observe_async(desired, self.connection, env=self.env,
                                                  prober=self.prober, client=self.client,
-                                                 progress=progress, memory=self.memory)
+                                                 progress=progress, memory=self.memory,
+                                                 verifier=self.verifier)
         except ControlPlaneError as exc:
             raise EngineError(f"control plane {self.connection.control_plane_url}: {exc}",
                               hint=_next_step(exc, self.connection, self.explained())) from exc
@@ -194,6 +202,13 @@ class Reconciler:
                    progress: Progress | None = None) -> tuple[Plan, LiveSnapshot]:
         if self.scope is not None:
             desired = self.scope(desired)
+        # Issue 34: a query Prometheus itself cannot parse is bad input, named file:line,
+        # before anything is observed (never an unknown check forever).
+        problems = await verifying.query_problems(desired, self.connection)
+        if problems:
+            raise EngineError(f"{len(problems)} Verification quer"
+                              f"{'y' if len(problems) == 1 else 'ies'} Prometheus cannot "
+                              "parse", Exit.ERROR, tuple(problems))
         snapshot = await self.observe(desired, progress)
         answers = await self.preflights([(desired, provenance)], snapshot)
         made = make_plan(desired, snapshot, provenance, answers)
@@ -471,7 +486,10 @@ class Reconciler:
                 self._read_services([s.service_id for s in polling.values()]))
             # Each set only grows: what DNS named, and what the service's rollout targets
             # now (a target not probed in this poll is silent in it, never skipped).
-            mesh_clusters.update((await self.prober.resolve()).expected_clusters)
+            mesh = await self.prober.resolve()
+            mesh_clusters.update(mesh.expected_clusters)
+            # Issue 34: the checks, on the clusters this poll shows running the digest.
+            seen = await self.verifier.verify_observations(desired, observations, live, mesh)
             expected = {name: evidence.expected_clusters(
                 targets[name], mesh_clusters, _targets(live[svc.service_id]))
                 for name, svc in polling.items()}
@@ -479,7 +497,7 @@ class Reconciler:
             fresh = {name: evidence.judge(target_of(svc, live[svc.service_id], desired,
                                                     changes=changes),
                                           live[svc.service_id], expected[name],
-                                          observations.get(svc.app_id, ()))
+                                          seen.get(svc.app_id, ()))
                      for name, svc in polling.items()}
             settled.update((name, p) for name, p in fresh.items() if p.terminal)
             proofs = tuple(fresh[name] if name in fresh else settled[name]
@@ -545,7 +563,8 @@ async def read_upstream(name: str, root: Path, names: set[str],
             expected=seen.expected_clusters if seen else read.expected_clusters,
             observations=seen.observations if seen else snapshot.observations.get(
                 svc.app_id, ()),
-            pinned=svc.release.digest, tag=svc.release.tag, version=svc.release.version)
+            pinned=svc.release.digest, tag=svc.release.tag, version=svc.release.version,
+            checks=tuple(name for name, _ in scoped.checks_for(svc.name)))
     return promotion.Upstream(name=name, services=facts)
 
 

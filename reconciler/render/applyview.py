@@ -26,7 +26,7 @@ from reconciler.core.events import (
     PostApply,
     PreApply,
 )
-from reconciler.core.evidence import Proof, ServiceProof
+from reconciler.core.evidence import Proof, ServiceProof, Why
 from reconciler.core.outcomes import EXPIRED, ApplyReport, Outcome
 from reconciler.core.plans import Action, Change
 from reconciler.core.sanitize import safe
@@ -177,7 +177,12 @@ def summary(report: ApplyReport) -> tuple[list[str], list[str]]:
                 err.append(f"  ✗ {safe(proof.service)}: {safe(proof.rollout_detail)}")
             for c in proof.pending():
                 last = f"; lastError: {safe(c.last_error)}" if c.last_error else ""
-                if c.proof is Proof.NOT_CONVERGED and c.running == proof.digest:
+                if c.why is Why.CHECK_FAILED:
+                    # Issue 34: it runs the release, and the release fails its checks there.
+                    err.append(f"  ✗ {safe(proof.service)} on {safe(c.cluster)}: FAILING "
+                               f"CHECK: runs the pinned {safe(proof.digest)}, but "
+                               f"{safe(c.detail)}")
+                elif c.proof is Proof.NOT_CONVERGED and c.running == proof.digest:
                     # The digest is right; something else (a route, egress, replicas) is
                     # not: one digest said once, and what is wrong.
                     err.append(f"  ✗ {safe(proof.service)} on {safe(c.cluster)}: DIVERGED: "

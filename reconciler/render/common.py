@@ -287,6 +287,20 @@ def terminal_json(text: str) -> str:
     return safe_json_text(text)
 
 
+def check_lines(plan: Plan) -> dict[str, list[str]]:
+    """Issue 34: per service, one line per check it is held to on every cluster."""
+    out: dict[str, list[str]] = {}
+    for held in plan.verifications:
+        lines = out.setdefault(held.service, [])
+        for check in held.checks:
+            series = f"{check.count}× {check.interval_seconds:g}s apart" \
+                if check.count > 1 else "once"
+            limit = f", {check.failure_limit} failure(s) allowed" if check.failure_limit else ""
+            lines.append(f"{safe(check.name, 200)} ({safe(check.kind, 20)}, {series}{limit}): "
+                         f"{safe(check.spec, 600)}")
+    return out
+
+
 def reason_text(code: str) -> str:
     return f"{code}: {REASONS[code]}" if code in REASONS else code
 

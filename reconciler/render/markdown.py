@@ -537,9 +537,11 @@ class _Index:
     converging: set[str] = field(default_factory=set)
     proofs: dict[str, ServiceProof] = field(default_factory=dict)
     preflights: dict[str, list[ServicePreflight]] = field(default_factory=dict)
+    checks: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         plan = self.plan
+        self.checks = common.check_lines(plan)
         self.proofs = {p.service: p for p in plan.proofs}
         for pre in plan.preflights:
             self.preflights.setdefault(pre.service, []).append(pre)
@@ -601,6 +603,10 @@ def _service(index: _Index, name: str, group: str) -> _Section:
     ev = index.evidence.get(name)
     if ev is not None:
         segs.append(_evidence(ev))
+    held = index.checks.get(name)
+    if held:
+        segs.append(_details(f"Checks: {len(held)}, on every cluster, for the pinned digest",
+                             [f"- {code(line, 1000)}\n" for line in held]))
     title = label + (" · " + " · ".join(bits) if bits else "") + "\n\n"
     return _Section(group, title, segs, again=f"{label} (continued)\n\n", names=(name,))
 

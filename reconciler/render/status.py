@@ -99,6 +99,13 @@ def text(status: Status, *, clusters: bool = False) -> str:
               _short(c.running), "yes" if c.proven else f"no ({c.why})",
               _at(c.healthy_since) if c.proven else "-", safe(c.last_error or "-", 120)]
              for r in status.rows for c in r.clusters])]
+        checked = [(r, c, k) for r in status.rows for c in r.clusters for k in c.checks]
+        if checked:
+            # Issue 34: each check on each cluster: passing, failing with the value,
+            # unknown with why.
+            out += ["", "checks (per cluster, for the digest they were taken for):"]
+            out += [f"  {r.environment}/{safe(c.service)} @ {safe(c.cluster)}: "
+                    f"{safe(k.sentence(), 400)}" for r, c, k in checked]
     return "\n".join(out) + "\n"
 
 
@@ -121,7 +128,13 @@ def document(status: Status) -> dict[str, Any]:
                           "proven": c.proven, "why": c.why,
                           "since": r.since if c.proven else None,
                           "healthy_since": c.healthy_since,
-                          "last_error": safe(c.last_error, 600) if c.last_error else None}
+                          "last_error": safe(c.last_error, 600) if c.last_error else None,
+                          # issue 34: only where checks are declared (else as before)
+                          **({"checks": [{"check": k.check, "outcome": k.outcome.value,
+                                          "value": safe(k.value, 80),
+                                          "why": safe(k.why, 300), "digest": k.digest,
+                                          "generation": k.generation}
+                                         for k in c.checks]} if c.checks else {})}
                          for c in r.clusters],
         }
 

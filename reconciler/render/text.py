@@ -258,6 +258,7 @@ def _pieces(plan: Plan, color: bool) -> Iterator[str]:
     proofs = {p.service: p for p in plan.proofs}
     preflights = {(p.service, p.purpose): p for p in plan.preflights}
     rows = common.EvidenceRows()
+    checks = common.check_lines(plan)  # issue 34: empty without Verification documents
     for name in plan.services():
         if len(out) >= _PIECE_LINES:
             out.append("")  # the piece's final newline
@@ -282,6 +283,7 @@ def _pieces(plan: Plan, color: bool) -> Iterator[str]:
             else:
                 out.append(style(f"= {name}", "dim") + style(
                     f"  no changes · {common.agreement(ev)}", "dim"))
+            out.extend(style(f"    check {line}", "dim") for line in checks.get(name, ()))
             continue
         # A service's lines are one piece once written (same text when joined): 10,000
         # services' evidence tables as 300,000 line strings were 40 MB of peak RSS.
@@ -306,6 +308,9 @@ def _pieces(plan: Plan, color: bool) -> Iterator[str]:
         if ev is not None:
             out.append("    evidence:")
             out.extend(_table(rows(ev), "      "))
+        if name in checks:
+            out.append("    checks (on every cluster, for the pinned digest):")
+            out.extend(f"      {line}" for line in checks[name])
         out.append("")
         out[first:] = ["\n".join(out[first:])]
     if plan.drift:

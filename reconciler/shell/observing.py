@@ -22,6 +22,10 @@ cluster, its health request and one batch request answered ``304``. Every cluste
 observation carries the time it was made (``Observation.observed_at``; a ``304`` is a
 fresh confirmation), which ``core.freshness`` holds against a maximum age.
 
+Issue 34: for a repo whose services are held to checks (``kind: Verification``), the
+snapshot's observations then carry the checks' results (``shell.verifying``), taken on
+the clusters that prove the pinned digest; a repo without checks pays nothing for it.
+
 It must not print (progress goes through ``shell.progress``), decide anything about
 plans, or read the token anywhere but ``controlplane.token_from_env``.
 """
@@ -39,7 +43,7 @@ from reconciler.core.kinds import route as route_kind
 from reconciler.core.live import LiveService, LiveSnapshot
 from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import redact
-from reconciler.shell import heap
+from reconciler.shell import heap, verifying
 from reconciler.shell.controlplane import (
     ControlPlaneClient,
     ControlPlaneError,
@@ -128,6 +132,7 @@ async def observe_async(
     prober: Prober | None = None,
     client: ControlPlaneClient | None = None,
     memory: Memory | None = None,
+    verifier: verifying.Verifier | None = None,
 ) -> LiveSnapshot:
     """One snapshot. ``prober``/``client`` may be shared by a caller already in a loop
     (apply, watch: the DNS answer, the per-cluster tokens and the clusters' ETags then
@@ -138,12 +143,25 @@ async def observe_async(
     # ``shell.heap``; every reply's response is released once read, so none waits for it).
     try:
         with heap.bulk():
-            return await _observe(desired, conn, env=env, progress=progress, prober=prober,
-                                  client=client, memory=memory)
+            snapshot = await _observe(desired, conn, env=env, progress=progress,
+                                      prober=prober, client=client, memory=memory)
     finally:
         # What the pass left in cycles (a request cancelled at its deadline: its
         # connection) is collected now, while the event loop still runs, not at exit.
         heap.sweep()
+    if not verifying.held(desired):
+        return snapshot  # no service is held to checks: nothing more is asked
+    # Issue 34: the checks, on the clusters this snapshot shows running each pinned
+    # digest; their results ride on the observations, where the judge reads them.
+    own = verifier is None
+    if verifier is None:
+        verifier = verifying.Verifier(conn, desired.settings.verification.prometheus
+                                      if desired.settings.verification else None)
+    try:
+        return await verifier.verify(desired, snapshot)
+    finally:
+        if own:
+            await verifier.aclose()
 
 
 async def _observe(

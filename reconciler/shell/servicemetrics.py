@@ -7,7 +7,10 @@ side is unread or the watcher is suspended), ``reconcile_service_proven_clusters
 ``reconcile_service_expected_clusters`` (NaN while unknown: unknown is not 0),
 ``reconcile_service_last_transition_timestamp_seconds`` (when the verdict last changed
 between the judge's three words, as seen by this process), and ``reconcile_commit_info``
-(commit, desired_tree) of the last plan.
+(commit, desired_tree) of the last plan. Issue 34: ``reconcile_verification_result``
+(service, cluster, check) for each check a service is held to on each expected cluster:
+1 passing, 0 failing, NaN unknown (no result, unreadable, or the live side unread) --
+unknown is not 0; only services with declared checks have such series.
 
 Cardinality: four series per managed service and one for the commit -- 40,001 series
 for 10,000 services. A service's info series changes identity only when its pin or its
@@ -32,6 +35,7 @@ from reconciler.core.desired import DesiredState
 from reconciler.core.evidence import Proof
 from reconciler.core.plans import Plan
 from reconciler.core.sanitize import redact
+from reconciler.core.verification import Outcome
 
 UNKNOWN = "unknown"
 
@@ -55,6 +59,8 @@ class ServiceMetrics(Collector):
         self._known = False
         self._commit: tuple[str, str] | None = None
         self._transitions: dict[str, tuple[str, float]] = {}  # service -> (verdict, when)
+        #: (service, cluster, check) -> 1 pass, 0 fail, NaN unknown (issue 34)
+        self._checks: tuple[tuple[str, str, str, float], ...] = ()
 
     def observe(self, plan: Plan, desired: DesiredState | None) -> None:
         """The rows of a new plan (``desired`` gives the pinned tags; the plan's proofs
@@ -74,6 +80,7 @@ class ServiceMetrics(Collector):
                                        if c.proof is Proof.CONVERGED),
                             expected=len(proof.clusters)))
         self._transitions = transitions  # services no longer managed are forgotten
+        self._checks = _check_rows(plan)
         self._rows, self._known = tuple(rows), True
         self._commit = (plan.commit or "", plan.desired_tree or "")
 
@@ -110,9 +117,40 @@ class ServiceMetrics(Collector):
             if moved is not None:
                 since.add_metric([name], moved[1])
         yield from (info, proven, expected, since)
+        checks = GaugeMetricFamily(
+            "reconcile_verification_result", "each check a service is held to, per cluster: "
+            "1 passing, 0 failing, NaN unknown (docs/verification.md)",
+            labels=["service", "cluster", "check"])
+        for service, cluster, check, value in self._checks:
+            checks.add_metric([redact(service), redact(cluster), redact(check)],
+                              value if known else nan)
+        yield checks
         commit_info = GaugeMetricFamily(
             "reconcile_commit_info", "1 for the commit (and desired-state tree) of the "
             "last plan", labels=["commit", "desired_tree"])
         if commit is not None:
             commit_info.add_metric([commit[0], commit[1]], 1.0)
         yield commit_info
+
+
+_VALUE = {Outcome.PASS: 1.0, Outcome.FAIL: 0.0}
+
+
+def _check_rows(plan: Plan) -> tuple[tuple[str, str, str, float], ...]:
+    """Every (service, expected cluster, declared check) with its value in ``plan``: a
+    result taken for another digest, or none at all, is NaN (unknown)."""
+    nan = float("nan")
+    evidence = {e.service: e for e in plan.evidence}
+    rows: list[tuple[str, str, str, float]] = []
+    for held in plan.verifications:
+        ev = evidence.get(held.service)
+        if ev is None:
+            continue
+        results = {(o.cluster_id, r.check): r for o in ev.observations for r in o.checks
+                   if r.digest == ev.desired_digest}
+        for cluster in ev.expected_clusters:
+            for check in held.checks:
+                found = results.get((cluster, check.name))
+                rows.append((held.service, cluster, check.name,
+                             _VALUE.get(found.outcome, nan) if found else nan))
+    return tuple(rows)

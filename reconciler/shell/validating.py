@@ -49,6 +49,7 @@ from reconciler.core.desired import (
     Service,
     Settings,
     SourceRef,
+    Verification,
     state_dir_message,
 )
 from reconciler.core.diagnostics import Diagnostic, field_path, sorted_diagnostics
@@ -256,6 +257,7 @@ def _assemble(located: Sequence[crosscheck.Located]) -> DesiredState | None:
     grants: list[Grant] = []
     holds: list[Hold] = []
     routes: list[Route] = []
+    verifications: list[Verification] = []
     for doc in located:
         model = doc.document
         if isinstance(model, Service):
@@ -270,11 +272,15 @@ def _assemble(located: Sequence[crosscheck.Located]) -> DesiredState | None:
         elif isinstance(model, Route):
             routes.append(model)
             key = f"Route/{model.name}"
+        elif isinstance(model, Verification):
+            verifications.append(model)
+            key = f"Verification/{model.name}"
         else:
             key = "Settings"
         sources.setdefault(key, SourceRef(path=doc.path, line=doc.line))
     return DesiredState(settings=settings[0], services=tuple(services), grants=tuple(grants),
-                        holds=tuple(holds), routes=tuple(routes), sources=sources)
+                        holds=tuple(holds), routes=tuple(routes),
+                        verifications=tuple(verifications), sources=sources)
 
 
 # --------------------------------------------------------------------------- documents
@@ -284,7 +290,8 @@ _KINDS: Final = tuple(DOCUMENT_KINDS)
 
 def validate_document(
     document: YamlDocument,
-) -> tuple[Settings | Service | Grant | Hold | Route | None, list[Diagnostic]]:
+) -> tuple[Settings | Service | Grant | Hold | Route | Verification | None,
+           list[Diagnostic]]:
     """One document against its kind's model: the model, or the diagnostics."""
     value = document.value
 

@@ -72,7 +72,7 @@ GOLDEN_GITHUB = [
     "::error file=repo/services/a.yaml,line=1,col=1,title=apiVersion::required key "
     "`apiVersion` is missing (expected reconcile/v1)",
     "::error file=repo/services/a.yaml,line=1,col=7,title=kind::unknown kind 'Nope'; "
-    "expected one of Settings, Service, Grant, Hold, Route",
+    "expected one of Settings, Service, Grant, Hold, Route, Verification",
     "::error file=repo/services/search.yaml,line=11,col=11,title=release.digest::"
     "'sha256:zz",  # ...the rest of the digest and the rule
 ]
@@ -297,7 +297,7 @@ def test_sarif_over_a_broken_repo(broken: Path, validate: Callable[..., Run],
         ("repo/services/search.yaml", {"startLine": 11, "startColumn": 11}),
     ]
     assert results[3]["message"]["text"] == \
-        "unknown kind 'Nope'; expected one of Settings, Service, Grant, Hold, Route"
+        "unknown kind 'Nope'; expected one of Settings, Service, Grant, Hold, Route, Verification"
     assert results[1]["properties"] == {"field": "services[0].we%ird:key,x"}
 
 

@@ -42,7 +42,7 @@ def test_schema_is_a_valid_2020_12_schema_with_one_branch_per_kind() -> None:
     assert SCHEMA["$id"]
     kinds = [SCHEMA["$defs"][ref["$ref"].rsplit("/", 1)[1]]["properties"]["kind"]["const"]
              for ref in SCHEMA["oneOf"]]
-    assert kinds == ["Settings", "Service", "Grant", "Hold", "Route"]
+    assert kinds == ["Settings", "Service", "Grant", "Hold", "Route", "Verification"]
 
 
 @pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.relative_to(EXAMPLES).as_posix())
