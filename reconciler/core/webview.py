@@ -25,6 +25,7 @@ from typing import Any
 
 from reconciler.core.evidence import Proof
 from reconciler.core.status import ClusterRow, ServiceRow, Status
+from reconciler.core.verification import Outcome
 from reconciler.core.whys import JUDGE_UNPROVEN, Why
 
 
@@ -100,6 +101,13 @@ class View:
         field(default_factory=dict)
     #: a commit's link: a template with ``{commit}`` (None: commits are not linked)
     commit_url: str | None = None
+
+
+def checks_of(row: ClusterRow) -> tuple[ClusterCheck, ...]:
+    """The verification results the judge read for this cluster (``core.verification``),
+    in the view's words: passing, failing with the value, unknown with why."""
+    return tuple(ClusterCheck(name=r.check, ok={Outcome.PASS: True, Outcome.FAIL: False}.get(
+        r.outcome), detail=r.sentence()) for r in row.checks)
 
 
 def cell_state(row: ServiceRow, live: LiveRead) -> CellState:

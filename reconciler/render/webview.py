@@ -37,6 +37,7 @@ from reconciler.core.webview import (
     HistoryItem,
     View,
     cell_state,
+    checks_of,
     cluster_state,
 )
 
@@ -577,7 +578,8 @@ def _cluster_rows(row: ServiceRow, view: View) -> str:
     out = []
     for c in row.clusters:
         state = cluster_state(c, view.live)
-        checks = view.verification.get((row.environment, row.service, c.cluster), ())
+        checks = view.verification.get((row.environment, row.service, c.cluster)) \
+            or checks_of(c)
         why = "" if c.proven else f"<small>{_e(c.why, 80)}: {_e(c.detail, 300)}</small>"
         error = f"<small>stated: {_e(c.last_error, 300)}</small>" if c.last_error else ""
         out.append(

@@ -250,3 +250,26 @@ def test_a_served_fleet_is_filtered_and_paged_by_the_watcher() -> None:
     # a file is never paged: every row, filtered in the browser
     whole = parse(webview.document(big, "all", served=False))
     assert len([1 for t, a in whole.tags if t == "tr" and "data-name" in a]) == 1_203
+
+
+def test_a_clusters_verification_results_are_shown_in_words() -> None:
+    """The judge's check results on a cluster (``ClusterRow.checks``, core.verification)
+    reach the service page with no mapping given: failing with the value, unknown with
+    why."""
+    from dataclasses import replace
+
+    from reconciler.core.verification import CheckResult, Outcome
+
+    status = fleet()
+    digest = status.rows[0].pinned
+    results = (
+        CheckResult(check="errors/ratio", cluster="c0", service="svc-00000", digest=digest,
+                    generation=3, outcome=Outcome.FAIL, value="0.52", why="result < 0.01"),
+        CheckResult(check="errors/http", cluster="c0", service="svc-00000", digest=digest,
+                    generation=3, outcome=Outcome.UNKNOWN, why="Prometheus unreachable"))
+    rows = tuple(replace(r, clusters=tuple(replace(c, checks=results) if c.cluster == "c0"
+                                           else c for c in r.clusters))
+                 if r.service == "svc-00000" else r for r in status.rows)
+    page = webview.document(view(replace(status, rows=rows)), "service", "svc-00000")
+    assert "check errors/ratio failed: 0.52 (result &lt; 0.01)" in page
+    assert "check errors/http is unknown (Prometheus unreachable)" in page
