@@ -62,6 +62,19 @@ def _pr_repo() -> Path:
     return pr
 
 
+def pin_checkout_v250(repo: Path, sandbox: launcher.Sandbox) -> str:
+    """Push checkout v2.5.0 to the sandbox's registry and pin it in ``repo``'s checkout
+    file in place of v2.4.0 (uncommitted); its digest."""
+    checkout = repo / "services" / "checkout.yaml"
+    text = checkout.read_text(encoding="utf-8")
+    pinned = next(line.split("digest:", 1)[1].strip() for line in text.splitlines()
+                  if line.strip().startswith("digest:"))
+    new = sandbox.push("checkout", "v2.5.0")
+    checkout.write_text(text.replace(pinned, new).replace("tag: v2.4.0", "tag: v2.5.0"),
+                        encoding="utf-8")
+    return new
+
+
 def _revert_repo(sandbox: launcher.Sandbox) -> Path:
     """A throwaway git repo of the reference repo whose last commit promotes checkout to
     a new release v2.5.0 -- which the demo then makes sn3 refuse (issue 20)."""
@@ -73,13 +86,7 @@ def _revert_repo(sandbox: launcher.Sandbox) -> Path:
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-qm", "base"], check=True)
-    checkout = repo / "services" / "checkout.yaml"
-    text = checkout.read_text(encoding="utf-8")
-    pinned = next(line.split("digest:", 1)[1].strip() for line in text.splitlines()
-                  if line.strip().startswith("digest:"))
-    new = sandbox.push("checkout", "v2.5.0")
-    checkout.write_text(text.replace(pinned, new).replace("tag: v2.4.0", "tag: v2.5.0"),
-                        encoding="utf-8")
+    new = pin_checkout_v250(repo, sandbox)
     subprocess.run([*git, "commit", "-qam", "promote checkout to v2.5.0"], check=True)
     sandbox.fault("sn3", "refuse-digest", digest=new)
     return repo

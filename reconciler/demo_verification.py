@@ -28,7 +28,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from reconciler.demo import REPO, ROOT, _step
+from reconciler.demo import REPO, ROOT, _step, pin_checkout_v250
 from reconciler.sandbox import launcher
 from reconciler.sandbox import prometheus as prometheus_server
 
@@ -93,13 +93,7 @@ def _repo(sandbox: launcher.Sandbox, prometheus_url: str) -> Path:
 
 def _promote(repo: Path, sandbox: launcher.Sandbox) -> str:
     """Pin checkout's v2.5.0 in a commit; sn2's app answers errors for that digest only."""
-    checkout = repo / "services" / "checkout.yaml"
-    text = checkout.read_text(encoding="utf-8")
-    pinned = next(line.split("digest:", 1)[1].strip() for line in text.splitlines()
-                  if line.strip().startswith("digest:"))
-    new = sandbox.push("checkout", "v2.5.0")
-    checkout.write_text(text.replace(pinned, new).replace("tag: v2.4.0", "tag: v2.5.0"),
-                        encoding="utf-8")
+    new = pin_checkout_v250(repo, sandbox)
     _git(repo, "commit", "-qam", "promote checkout to v2.5.0")
     sandbox.fault("sn2", "app-errors", digest=new)
     return new

@@ -689,10 +689,16 @@ class HttpCheck(_Model):
     @field_validator("path")
     @classmethod
     def _path_placeholders(cls, value: str) -> str:
-        problems = verification.template_problems(value)
-        if problems:
-            raise ValueError("; ".join(problems))
-        return value
+        return _templated(value)
+
+
+def _templated(value: str) -> str:
+    """A check's text whose ``{{…}}`` placeholders are all known (``ValueError`` naming
+    the others)."""
+    problems = verification.template_problems(value)
+    if problems:
+        raise ValueError("; ".join(problems))
+    return value
 
 
 class PrometheusCheck(_Model):
@@ -709,10 +715,7 @@ class PrometheusCheck(_Model):
     @field_validator("query")
     @classmethod
     def _placeholders(cls, value: str) -> str:
-        problems = verification.template_problems(value)
-        if problems:
-            raise ValueError("; ".join(problems))
-        return value
+        return _templated(value)
 
     @field_validator("success_condition")
     @classmethod
