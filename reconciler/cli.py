@@ -16,7 +16,7 @@ from typing import Any
 from reconciler import __version__
 from reconciler.exitcodes import Exit
 
-#: Each module registers one command (``register(subparsers)``).
+#: Each module registers one command or two (``register(subparsers)``), in this order.
 COMMAND_MODULES: tuple[str, ...] = (
     "reconciler.commands.validate",
     "reconciler.commands.plan",
@@ -36,6 +36,53 @@ COMMAND_MODULES: tuple[str, ...] = (
     "reconciler.commands.sandbox",
     "reconciler.commands.completion",
 )
+
+#: Each command's name, module and one-line help, so that ``reconcile --version``,
+#: ``reconcile --help`` and ``reconcile plan --help`` import no command module but the one
+#: that runs: importing all of them cost 0.14 s of CPU on every start (issue 33).
+#: ``tests/test_start_time.py`` checks this against what each module registers.
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("validate", "reconciler.commands.validate",
+     "check a desired-state repo and report every problem"),
+    ("plan", "reconciler.commands.plan", "show what apply would change, and on what evidence"),
+    ("show", "reconciler.commands.show", "render a saved plan (no network)"),
+    ("config", "reconciler.commands.config",
+     "show the effective connection settings and where each came from"),
+    ("comment", "reconciler.commands.comment",
+     "post a plan, or why there is none, on a GitHub pull request (one living comment)"),
+    ("apply", "reconciler.commands.apply", "apply a plan and wait until every cluster proves it"),
+    ("watch", "reconciler.commands.watch", "re-plan on every edit and on drift; apply with --apply"),
+    ("watch-status", "reconciler.commands.watch_status",
+     "show the shards of a group of watchers: owners and ages"),
+    ("watch-ctl", "reconciler.commands.watchcontrol",
+     "suspend, resume or reconcile-now a running `reconcile watch`"),
+    ("history", "reconciler.commands.history",
+     "past applies from the journal: commit, outcomes, gate, duration"),
+    ("pin", "reconciler.commands.pin",
+     "pin a service to the digest of a tag the control plane observed"),
+    ("revert", "reconciler.commands.revert",
+     "pin a failed release's service back to its last proven release"),
+    ("release-hold", "reconciler.commands.revert",
+     "remove the hold on a service's digest, by a commit"),
+    ("freeze", "reconciler.commands.freeze",
+     "stop every promotion into an environment, until a time or until unfreeze (commits "
+     "freezes/NAME.yaml)"),
+    ("unfreeze", "reconciler.commands.freeze",
+     "allow promotions into an environment again (commits the removal)"),
+    ("promote", "reconciler.commands.promote",
+     "pin in ENV the digests the previous environment proves (soak, windows, freezes, holds, "
+     "policies checked before anything is written)"),
+    ("status", "reconciler.commands.status",
+     "service × environment: pinned, proven on how many clusters, since when, what the next "
+     "promotion waits for"),
+    ("sandbox", "reconciler.commands.sandbox",
+     "run a local control plane and cluster mesh (for trying reconcile)"),
+    ("completion", "reconciler.commands.completion",
+     "print a shell completion script (bash, zsh or tcsh)"),
+)
+
+#: ``reconcile completion`` generates its scripts from every command's parser.
+_NEEDS_EVERY_PARSER = frozenset({"completion"})
 
 
 class UsageError(Exception):
@@ -115,7 +162,10 @@ class Parser(argparse.ArgumentParser):
         return parsed
 
 
-def build_parser() -> Parser:
+def build_parser(command: str | None = None) -> Parser:
+    """The whole parser, or (given the ``command`` about to run) one whose other commands
+    are stubs named and helped from ``COMMANDS``: the same top-level ``--help``, choices
+    and "did you mean", without importing their modules. ``completion`` needs them all."""
     parser = Parser(
         prog="reconcile",
         description="Declarative GitOps reconciler: validate, plan, apply, watch.",
@@ -125,7 +175,13 @@ def build_parser() -> Parser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser,
                                        help="what to do (reconcile COMMAND --help for its "
                                        "options)")
+    lazy = command is not None and command not in _NEEDS_EVERY_PARSER
     for module_name in COMMAND_MODULES:
+        stubs = [(name, line) for name, module, line in COMMANDS if module == module_name]
+        if lazy and stubs and command not in (name for name, _ in stubs):
+            for name, line in stubs:
+                subparsers.add_parser(name, help=line)
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -137,10 +193,17 @@ def build_parser() -> Parser:
     return parser
 
 
+def _command_of(argv: Sequence[str]) -> str:
+    """The command about to run: the first word that is not a flag (the top level's own
+    flags, ``--version`` and ``--help``, take no value). ``""`` when there is none."""
+    return next((word for word in argv if not word.startswith("-")), "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command_of(words))
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(words)
     except UsageError as exc:
         print(f"{exc}\n(see: {exc.prog} --help)", file=sys.stderr)
         return Exit.USAGE
