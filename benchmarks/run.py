@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS: list[tuple[str, list[str]]] = [
     ("start: --version, plan --help, completion beside python -c pass, median of 10",
      ["benchmarks.start_bench"]),
+    ("start, bytecode never written (PYTHONDONTWRITEBYTECODE=1): the same, median of 10",
+     ["benchmarks.start_bench", "--no-bytecode"]),
     ("validate: 5,000 services + 500 grants vs check-jsonschema", ["benchmarks.validate_bench"]),
     ("sandbox start and stop: control plane + 3 clusters, median of 10",
      ["benchmarks.sandbox_start_bench"]),

@@ -6,11 +6,14 @@ each a fresh process, and takes the median of each one's CPU (user + system, the
 operating system's own accounting of the finished child) and wall time. Every command
 builds the whole parser, so this is what completion, pre-commit hooks and each CI step
 pay before any work. Bytecode caches are allowed (one warm-up run of each writes them),
-as on an installed copy. Results go to ``benchmarks/out/start.json``. Target (issue 33):
+as on an installed copy; ``--no-bytecode`` measures instead a checkout whose bytecode is
+never written (``PYTHONDONTWRITEBYTECODE=1`` with an empty ``PYTHONPYCACHEPREFIX``: every
+start compiles the project's sources, as on a developer machine that sets it). Results go
+to ``benchmarks/out/start.json`` (``start-no-bytecode.json``). Target (issue 33):
 ``--version`` ≤ 0.15 s of CPU and ``plan --help`` ≤ 0.25 s where a bare interpreter
 takes about 0.02 s; the ratio to the bare interpreter travels between machines.
 
-    .venv/bin/python -m benchmarks.start_bench [--runs 10]
+    .venv/bin/python -m benchmarks.start_bench [--runs 10] [--no-bytecode]
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "out" / "start.json"
+OUT_NO_BYTECODE = ROOT / "benchmarks" / "out" / "start-no-bytecode.json"
 #: The console script, as a user runs it (``-m reconciler`` would add runpy's cost).
 CLI = [str(Path(sys.executable).parent / "reconcile")]
 COMMANDS: dict[str, list[str]] = {
@@ -52,14 +57,25 @@ def once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--no-bytecode", action="store_true",
+                        help="never read or write bytecode caches: every start compiles")
     args = parser.parse_args(argv)
     # As installed: bytecode is cached (a developer's PYTHONDONTWRITEBYTECODE would make
-    # every run compile the sources again and measure the compiler).
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    # every run compile the sources again and measure the compiler), unless asked.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    with tempfile.TemporaryDirectory() as empty:
+        if args.no_bytecode:
+            env |= {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": empty}
+        return measure(args.runs, env, OUT_NO_BYTECODE if args.no_bytecode else OUT)
+
+
+def measure(runs: int, env: dict[str, str], out: Path) -> int:
+    """Run every command ``runs`` times in turn; print and write the medians to ``out``."""
     for command in COMMANDS.values():
         once(command, env)  # warm-up: writes the bytecode caches, fills the page cache
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in COMMANDS}
-    for _ in range(args.runs):
+    for _ in range(runs):
         for name, command in COMMANDS.items():
             samples[name].append(once(command, env))
     bare = statistics.median(cpu for cpu, _ in samples["python -c pass"])
@@ -75,10 +91,11 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_min_s": round(min(c for c, _ in runs), 4),
             "cpu_max_s": round(max(c for c, _ in runs), 4), "cpu_vs_bare": round(ratio, 2)}
         print(f"{name:28} {cpu:15.3f} {wall:16.3f} {ratio:11.1f}")
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps({"runs": args.runs, "load": load, "commands": figures},
-                              indent=2) + "\n", encoding="utf-8")
-    print(f"load {load:.2f}; written to {OUT.relative_to(ROOT)}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"runs": runs, "load": load, "bytecode": "PYTHONPYCACHEPREFIX"
+                               not in env, "commands": figures}, indent=2) + "\n",
+                   encoding="utf-8")
+    print(f"load {load:.2f}; written to {out.relative_to(ROOT)}")
     return 0
 
 

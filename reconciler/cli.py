@@ -51,7 +51,8 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("comment", "reconciler.commands.comment",
      "post a plan, or why there is none, on a GitHub pull request (one living comment)"),
     ("apply", "reconciler.commands.apply", "apply a plan and wait until every cluster proves it"),
-    ("watch", "reconciler.commands.watch", "re-plan on every edit and on drift; apply with --apply"),
+    ("watch", "reconciler.commands.watch",
+     "re-plan on every edit and on drift; apply with --apply"),
     ("watch-status", "reconciler.commands.watch_status",
      "show the shards of a group of watchers: owners and ages"),
     ("watch-ctl", "reconciler.commands.watchcontrol",
@@ -201,6 +202,11 @@ def _command_of(argv: Sequence[str]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
+    if words == ["--version"]:
+        # Answered before any parser is built (a sixth of the start's CPU): what
+        # argparse's version action prints, for completion, pre-commit and CI steps.
+        print(f"reconcile {__version__}")
+        return Exit.OK
     parser = build_parser(_command_of(words))
     try:
         args = parser.parse_args(words)

@@ -116,3 +116,12 @@ def test_the_probe_sees_what_a_command_loads_when_it_runs() -> None:
     modules = loaded("show", "/nonexistent-plan.json")
     assert "reconciler.shell.discovery" in modules
     assert "pydantic" in modules
+
+
+def test_the_early_version_answer_is_the_parsers(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--version"]) == 0
+    early = capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        cli.build_parser().parse_args(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr() == early
