@@ -179,7 +179,7 @@ def build_parser(command: str | None = None) -> Parser:
     lazy = command is not None and command not in _NEEDS_EVERY_PARSER
     for module_name in COMMAND_MODULES:
         stubs = [(name, line) for name, module, line in COMMANDS if module == module_name]
-        if lazy and stubs and command not in (name for name, _ in stubs):
+        if lazy and stubs and all(name != command for name, _ in stubs):
             for name, line in stubs:
                 subparsers.add_parser(name, help=line)
             continue
