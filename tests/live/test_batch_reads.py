@@ -32,6 +32,7 @@ from reconciler.shell import observing
 from reconciler.shell.controlplane import ControlPlaneClient
 from reconciler.shell.endpoints import Connection, Overrides
 from reconciler.shell.probing import Prober
+from tests import sandboxes
 from tests.e2e_repo import make_repo
 
 pytestmark = pytest.mark.integration
@@ -43,11 +44,7 @@ HEALTH_PATH = "/api/v3/cluster/health"
 
 @pytest.fixture(scope="module")
 def sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[launcher.Sandbox]:
-    sandbox = launcher.start(tmp_path_factory.mktemp("batch") / "sandbox")
-    try:
-        yield sandbox
-    finally:
-        sandbox.stop()
+    yield from sandboxes.for_module(tmp_path_factory, "batch")
 
 
 @pytest.fixture(autouse=True)

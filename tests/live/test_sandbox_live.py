@@ -31,6 +31,7 @@ from reconciler.shell.controlplane import (
 from reconciler.shell.endpoints import Connection, Overrides
 from reconciler.shell.observing import observe, observe_async
 from reconciler.shell.probing import Prober
+from tests import sandboxes
 
 pytestmark = pytest.mark.integration
 
@@ -40,11 +41,7 @@ CANARY = "canary-0d6f2b9e8a7c4135"
 
 @pytest.fixture(scope="module")
 def sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[launcher.Sandbox]:
-    sandbox = launcher.start(tmp_path_factory.mktemp("live") / "sandbox")
-    try:
-        yield sandbox
-    finally:
-        sandbox.stop()
+    yield from sandboxes.for_module(tmp_path_factory, "live")
 
 
 @pytest.fixture(autouse=True)
