@@ -7,13 +7,18 @@ is one line: ``yield from sandboxes.for_module(tmp_path_factory, "name", ...)``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from reconciler.core.desired import DesiredState, Service, Settings
 from reconciler.sandbox import launcher
 from reconciler.sandbox.launcher import Sandbox
+
+#: the apps every sandbox cluster runs (its seed)
+APPS = ("checkout", "catalog", "search", "notifications")
 
 
 def for_module(factory: pytest.TempPathFactory, name: str, **start: Any) -> Iterator[Sandbox]:
@@ -25,3 +30,15 @@ def for_module(factory: pytest.TempPathFactory, name: str, **start: Any) -> Iter
         yield sandbox
     finally:
         sandbox.stop()
+
+
+def desired(sb: Sandbox) -> DesiredState:
+    """A desired state naming the sandbox's apps, with its own settings: what the live-side
+    readers are asked about (the digest is not one the sandbox runs; these tests read)."""
+    settings = Settings.model_validate(json.loads(sb.settings_yaml()))
+    services = tuple(Service.model_validate({
+        "apiVersion": "reconcile/v1", "kind": "Service", "name": name,
+        "serviceId": f"svc-{name}", "appId": name,
+        "release": {"registryHost": "registry.sandbox.test", "repository": f"shop/{name}",
+                    "digest": "sha256:" + "a" * 64}}) for name in APPS)
+    return DesiredState(settings=settings, services=services, grants=())
