@@ -55,9 +55,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "(default: the current directory's), at the desired-state path the "
                         "plan names inside its repository; never to the path recorded when "
                         "it was planned")
-    stages.add_env_flag(parser, override=True)
-    options.add_connection_flags(parser)
-    options.add_tracing_flag(parser)
+    stages.add_live_flags(parser)
     parser.set_defaults(handler=run)
 
 

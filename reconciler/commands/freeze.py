@@ -17,6 +17,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from reconciler.commands import options
 from reconciler.exitcodes import Exit
 
 
@@ -27,8 +28,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Write a kind: Freeze document at the pipeline root and commit it: "
         "every plan promoting into the environment is NO-GO (frozen) until it ends or "
         "`reconcile unfreeze` removes it. Without --until it ends only with unfreeze.")
-    parser.add_argument("path", nargs="?", default=".", metavar="PATH",
-                        help="inside the repo (default: the current directory)")
+    options.add_path_argument(parser)
     parser.add_argument("--env", metavar="NAME", dest="env_name", action="append",
                         required=True, help="the environment to freeze (repeatable)")
     parser.add_argument("--reason", required=True, help="why, shown in every blocked plan")
@@ -46,8 +46,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "unfreeze", help="allow promotions into an environment again (commits the removal)",
         description="Remove every committed freeze covering the environment (a freeze of "
         "several environments loses this one only) and commit.")
-    undo.add_argument("path", nargs="?", default=".", metavar="PATH",
-                      help="inside the repo (default: the current directory)")
+    options.add_path_argument(undo)
     undo.add_argument("--env", metavar="NAME", dest="env_name", required=True,
                       help="the environment to unfreeze")
     undo.add_argument("--no-commit", action="store_true", help="remove the files only")

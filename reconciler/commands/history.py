@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from reconciler.commands import stages
+from reconciler.commands import options, stages
 from reconciler.core.sanitize import safe
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
@@ -30,9 +30,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "commit, the plan's digest and change count, the control plane it ran against, each "
         "change's outcome, the convergence gate's result and the duration. A damaged "
         "journal is named (path and line), never skipped.")
-    parser.add_argument("path", nargs="?", default=".", metavar="PATH",
-                        help="the config repo whose journal to read (default: .); its state "
-                        "directory is found as apply finds it")
+    options.add_path_argument(parser, help="the config repo whose journal to read (default: .); "
+                                           "its state directory is found as apply finds it")
     parser.add_argument("--journal", metavar="FILE",
                         help="read this journal file instead of the repo's")
     parser.add_argument("--format", choices=("text", "json"), default="text",

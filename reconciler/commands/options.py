@@ -50,6 +50,13 @@ def read_token(name: str) -> str | None:
     return token
 
 
+def add_path_argument(parser: argparse.ArgumentParser,
+                      help: str = "inside the repo (default: the current directory)") -> None:
+    """The optional PATH most commands take first: where the desired state (or the repo)
+    is, the current directory when left out; ``help`` says what the command reads there."""
+    parser.add_argument("path", nargs="?", default=".", metavar="PATH", help=help)
+
+
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "live-world overrides",

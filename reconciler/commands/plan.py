@@ -31,10 +31,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "plan", help="show what apply would change, and on what evidence",
         description="Read the desired state, read the control plane and every cluster, and "
         "show the difference.")
-    parser.add_argument("path", nargs="?", default=".", metavar="PATH",
-                        help="where the desired state is: its directory or any directory "
-                        "below it (the nearest one above holding a Settings document is "
-                        "used; default: the current directory)")
+    options.add_path_argument(parser, help="where the desired state is: its directory or any "
+                                           "directory below it (the nearest one above holding a "
+                                           "Settings document is used; default: the current "
+                                           "directory)")
     parser.add_argument("--base", metavar="REF",
                         help="also plan the desired state at git REF (e.g. the PR's base) "
                         "against the same live snapshot, and say which changes this branch "
@@ -60,9 +60,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="0 no changes and every cluster proven converged, 2 GO with work "
                         "for apply (changes, or a service not proven converged), 3 NO-GO, "
                         "1 error")
-    stages.add_env_flag(parser, override=True)
-    options.add_connection_flags(parser)
-    options.add_tracing_flag(parser)
+    stages.add_live_flags(parser)
     parser.set_defaults(handler=run)
 
 

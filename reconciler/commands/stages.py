@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reconciler.commands import selection
+from reconciler.commands import options, selection
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 
@@ -50,3 +50,11 @@ def select(args: argparse.Namespace, path: str, *, command: str,
     if stage is None:
         return selection.desired_root(path, command=command), None
     return stage.root, stage
+
+
+def add_live_flags(parser: argparse.ArgumentParser) -> None:
+    """What a command that plans against the live side takes (plan, apply): the
+    environment (overriding the place), the connection overrides and the trace."""
+    add_env_flag(parser, override=True)
+    options.add_connection_flags(parser)
+    options.add_tracing_flag(parser)

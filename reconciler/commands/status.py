@@ -34,8 +34,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Read each environment once (batch reads, no plan) and show, per "
         "service and environment, the pinned digest/tag, how many expected clusters prove "
         "it, since when, and what blocks the next promotion and when it is eligible.")
-    parser.add_argument("path", nargs="?", default=".", metavar="PATH",
-                        help="inside the repo (default: the current directory)")
+    options.add_path_argument(parser)
     stages.add_env_flag(parser)
     parser.add_argument("--clusters", action="store_true",
                         help="also show service × cluster: pinned, running, proven, since, "

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler import __version__
-from reconciler.commands import output, stages
+from reconciler.commands import options, output, stages
 from reconciler.core.diagnostics import Diagnostic
 from reconciler.exitcodes import Exit
 
@@ -51,10 +51,10 @@ def register(subparsers: Any) -> None:
         description="Load every *.yaml/*.yml under PATH, validate each document and the "
         "rules between them, and print every problem as path:line:col: field: message.",
     )
-    parser.add_argument("path", nargs="?", default=".", metavar="PATH",
-                        help="the desired-state directory or any directory below it (the "
-                        "nearest one above holding a Settings document is used), or one "
-                        "YAML file to check on its own (default: the current directory)")
+    options.add_path_argument(parser, help="the desired-state directory or any directory below it "
+                                           "(the nearest one above holding a Settings document is "
+                                           "used), or one YAML file to check on its own (default: "
+                                           "the current directory)")
     parser.add_argument("--format", choices=FORMATS, default="text",
                         help="output format (default: text); github: Actions workflow-command "
                         "annotations; sarif: a SARIF 2.1.0 log")

@@ -49,8 +49,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Follow a checked-out config repo: re-validate and re-plan on each "
         "change, re-read the live side periodically, and (with --apply) apply GO plans "
         "from clean commits.")
-    parser.add_argument("path", nargs="?", default=".", metavar="PATH",
-                        help="the checked-out config repo to follow (default: .)")
+    options.add_path_argument(parser, help="the checked-out config repo to follow (default: .)")
     parser.add_argument("--apply", action="store_true",
                         help="apply GO plans, only from a clean committed revision")
     parser.add_argument("--timeout", type=durations.seconds, metavar="DURATION",

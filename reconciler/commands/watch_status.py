@@ -26,8 +26,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Read a group of sharded watchers (watch --coordinate) from etcd: each "
         "shard's owner and its last finished reconcile. Exit 1 when a shard has no owner "
         "or was not reconciled for two resync intervals.")
-    parser.add_argument("path", nargs="?", default=".", metavar="PATH",
-                        help="the config repo the watchers follow (default: .)")
+    options.add_path_argument(parser, help="the config repo the watchers follow (default: .)")
     parser.add_argument("--shards", action="store_true", required=True,
                         help="show the shards (the only view so far)")
     parser.add_argument("--coordinate", metavar="etcd://HOST:PORT[,...][/GROUP]",

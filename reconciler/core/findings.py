@@ -10,17 +10,11 @@ Pure: no I/O imports.
 
 from __future__ import annotations
 
-from pydantic import ConfigDict
-
 from reconciler.core.codes import BlockerCode, DriftCode
-from reconciler.core.lean import LeanModel
+from reconciler.core.lean import CoreModel
 
 
-class _Model(LeanModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Blocker(_Model):
+class Blocker(CoreModel):
     """Why the plan must not be applied. ``code`` is stable; ``message`` names who and where."""
 
     code: BlockerCode
@@ -32,7 +26,7 @@ class Blocker(_Model):
     upstream_code: str | None = None
 
 
-class Drift(_Model):
+class Drift(CoreModel):
     """Live state that differs from what the repo and the control plane intend."""
 
     code: DriftCode

@@ -1,6 +1,7 @@
 """The base of every pydantic model of the core: one fields set per shape, not per instance.
 
-Owns ``LeanModel``. Pydantic keeps, in every instance, the set of field names it was
+Owns ``LeanModel``, and ``CoreModel``: a frozen, closed ``LeanModel`` (the base most core
+values share). Pydantic keeps, in every instance, the set of field names it was
 given (``model_fields_set``): a set object of its own, 216 bytes and more -- often more
 than the instance's values. At fleet scale the core holds hundreds of thousands of
 models (a desired state of 10,000 services is 40,000 ``Service``/``Release``/
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 #: Per class, one set object per distinct set of explicitly given field names; a class
 #: built with more shapes than ``_MAX_SHAPES`` keeps a set per instance past those.
@@ -42,3 +43,10 @@ class LeanModel(BaseModel):
                 return
         if len(shapes) < _MAX_SHAPES:
             shapes.append(given)
+
+
+class CoreModel(LeanModel):
+    """A value of the core: frozen (the shared fields sets rely on it) and closed (a field
+    the class does not declare is a mistake, never silently kept)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")

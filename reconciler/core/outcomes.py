@@ -9,15 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import StrEnum
 
-from pydantic import ConfigDict
-
 from reconciler.core.evidence import ServiceProof
-from reconciler.core.lean import LeanModel
+from reconciler.core.lean import CoreModel
 from reconciler.core.plans import Change
-
-
-class _Model(LeanModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Outcome(StrEnum):
@@ -115,14 +109,14 @@ def ended(*, writes_ok: bool, outcomes: Iterable[str], gate: bool | None) -> Run
 EXPIRED = "not sent: --timeout expired"
 
 
-class ChangeResult(_Model):
+class ChangeResult(CoreModel):
     change: Change
     outcome: Outcome
     detail: str = ""
     code: str | None = None  # the control plane's error code, when it gave one
 
 
-class GateReport(_Model):
+class GateReport(CoreModel):
     """The convergence gate: the judge's word on every gated service at the last poll."""
 
     attempts: int
@@ -146,7 +140,7 @@ class GateReport(_Model):
         return tuple(p for p in self.pending() if p.terminal)
 
 
-class ApplyReport(_Model):
+class ApplyReport(CoreModel):
     results: tuple[ChangeResult, ...]
     gate: GateReport | None = None
     #: ``apply --timeout``, in seconds, when one bounds the run

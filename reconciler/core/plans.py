@@ -42,7 +42,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from reconciler.core.codes import SILENT_CLUSTER_CODES, BlockerCode, RiskCode
 from reconciler.core.evidence import Proof, ServiceProof
@@ -58,7 +58,7 @@ from reconciler.core.kinds import (
     ReleaseRef,
     kind_of,
 )
-from reconciler.core.lean import LeanModel
+from reconciler.core.lean import CoreModel
 from reconciler.core.live import Observation
 from reconciler.core.preflight import ServicePreflight
 from reconciler.core.review import Review
@@ -72,8 +72,6 @@ __all__ = [
 ]
 
 
-class _Model(LeanModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Verdict(StrEnum):
@@ -92,7 +90,7 @@ def _plain(text: str) -> str:
     return text
 
 
-class Risk(_Model):
+class Risk(CoreModel):
     """A write the plan allows that apply is already known not to prove: ``cluster``
     said why it does not run (or is failing at) ``digest``, the control plane's current
     rollout of ``service``; ``reason`` is what it said (sanitized), ``message`` the one
@@ -141,7 +139,7 @@ def _listed(names: list[str], limit: int = 3) -> str:
     return f"{', '.join(names[:limit])} and {len(names) - limit} more"
 
 
-class RiskGroup(_Model):
+class RiskGroup(CoreModel):
     """Risks with one cause: the same ``code`` on the same ``cluster`` with the same
     words (``reason``), over every service it affects (``risks``, one each). Derived
     (``Plan.risk_groups``), never saved."""
@@ -181,7 +179,7 @@ class RiskGroup(_Model):
             f"; apply will not prove them until {cluster} recovers"
 
 
-class ServiceEvidence(_Model):
+class ServiceEvidence(CoreModel):
     """Per expected cluster, what it said about one service's app, or why it was silent."""
 
     service: str
@@ -198,7 +196,7 @@ class ServiceEvidence(_Model):
         return set(self.expected_clusters) <= answered
 
 
-class Plan(_Model):
+class Plan(CoreModel):
     """``plan = f(desired, live)``: a value; rendered, saved, and applied unchanged."""
 
     created_at: int  # ms since epoch, taken from the snapshot (keeps planning pure)

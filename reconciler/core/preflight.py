@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import ConfigDict, JsonValue, ValidationError
+from pydantic import JsonValue, ValidationError
 
 from reconciler.core.codes import BlockerCode, UpstreamBlockerCode
 from reconciler.core.desired import Service
 from reconciler.core.greenfield import PreflightBlocker
-from reconciler.core.lean import LeanModel
+from reconciler.core.lean import CoreModel
 from reconciler.core.names import is_digest
 from reconciler.core.sanitize import safe
 from reconciler.core.wireshape import WireModel, decode_value, problem
@@ -48,8 +48,6 @@ CREATE_CAPABILITY = "deployment:create-greenfield"
 CREATE_METHOD = "createGreenfieldDeployment"
 
 
-class _Model(LeanModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Decision(StrEnum):
@@ -60,12 +58,12 @@ class Decision(StrEnum):
 Tristate = bool | Literal["unknown"]
 
 
-class AuthorizationCheck(_Model):
+class AuthorizationCheck(CoreModel):
     capability: str
     granted: bool
 
 
-class Platform(_Model):
+class Platform(CoreModel):
     """One platform of the requested OCI index (``IOciPlatformDescriptorSummary``)."""
 
     os: str
@@ -76,12 +74,12 @@ class Platform(_Model):
     manifest_present: bool
 
 
-class ProposedResource(_Model):
+class ProposedResource(CoreModel):
     capability: str
     resource_name: str
 
 
-class Report(_Model):
+class Report(CoreModel):
     """The parts of a valid ``IDeploymentPreflightReport`` a plan shows and binds to.
 
     ``currentImage``, ``runtimeTasks``, ``runtimeAttestation``, ``platformBindings`` and
@@ -141,7 +139,7 @@ INDEX_MEDIA_TYPES = frozenset({"application/vnd.oci.image.index.v1+json",
                                "application/vnd.docker.distribution.manifest.list.v2+json"})
 
 
-class ServicePreflight(_Model):
+class ServicePreflight(CoreModel):
     """One service's preflight as the plan shows it: what was asked, what came back, and
     what reconcile itself checked. ``blocked`` is whether it stops the plan; the blockers
     themselves are in ``Plan.blockers`` (one list, one verdict)."""
@@ -218,6 +216,8 @@ class _SourceWire(WireModel):
     configuration_digest: str
 
 
+# Platform's fields again on purpose: this is the wire's shape, Platform what is kept of it
+# (each string bounded by safe() in _platforms), so no wire value reaches a plan unchecked.
 class _PlatformWire(WireModel):
     os: str
     architecture: str
@@ -496,7 +496,7 @@ def contradictions(report: Report, svc: Service) -> list[tuple[BlockerCode, str 
 
 # -- what a create change carries -------------------------------------------------------
 
-class Fence(_Model):
+class Fence(CoreModel):
     """``IGreenfieldDeploymentFence``: what the creation is bound to. Taken from the
     preflight report the plan saw (``configurationDigest`` is the report's
     ``source.configurationDigest``: the control plane's, not our intent digest), so a
@@ -518,12 +518,12 @@ class Fence(_Model):
                 "targetNamespace": self.target_namespace}
 
 
-class Destination(_Model):
+class Destination(CoreModel):
     host: str
     port: int
 
 
-class NewService(_Model):
+class NewService(CoreModel):
     """The ``service`` part of ``createGreenfieldDeployment`` [ext]."""
 
     name: str
@@ -544,7 +544,7 @@ class NewService(_Model):
         return body
 
 
-class Creation(_Model):
+class Creation(CoreModel):
     """Everything apply sends to create one service: the preflight request data exactly
     as the plan sent it (wire shape, no identity), the fence from the report the plan
     saw (None while there is no GO report: the plan is NO-GO then), and the service."""

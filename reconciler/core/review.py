@@ -31,12 +31,10 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Protocol
 
-from pydantic import ConfigDict
-
 from reconciler.core.desired import DesiredState
 from reconciler.core.findings import Blocker
 from reconciler.core.kinds import KINDS, Change, kind_of
-from reconciler.core.lean import LeanModel
+from reconciler.core.lean import CoreModel
 from reconciler.core.live import EgressRule
 
 
@@ -52,8 +50,6 @@ class Plan(Protocol):
     def verdict(self) -> StrEnum: ...
 
 
-class _Model(LeanModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Origin(StrEnum):
@@ -76,7 +72,7 @@ class Target(StrEnum):
 
 
 
-class BlockerRef(_Model):
+class BlockerRef(CoreModel):
     """A blocker as the review compares it (code, service, cluster, and the control
     plane's preflight code) with its sentence."""
 
@@ -90,14 +86,14 @@ class BlockerRef(_Model):
     upstream_code: str | None = None
 
 
-class ReleaseAt(_Model):
+class ReleaseAt(CoreModel):
     """A release as one side of a modified change names it."""
 
     digest: str | None = None
     tags: tuple[str, ...] = ()
 
 
-class FieldChange(_Model):
+class FieldChange(CoreModel):
     """One field of a creation that the base and the head set differently."""
 
     field: str
@@ -105,7 +101,7 @@ class FieldChange(_Model):
     head: str
 
 
-class ModifiedChange(_Model):
+class ModifiedChange(CoreModel):
     """A target both plans change, differently: the head's change replaces the base's.
 
     The ``*_vs_base`` fields compare the head's change with the base's pending one; the
@@ -138,7 +134,7 @@ class ModifiedChange(_Model):
     fields: tuple[FieldChange, ...] = ()
 
 
-class RemovedChange(_Model):
+class RemovedChange(CoreModel):
     """A change the base would make to a target the head no longer changes (kept small:
     a sentence)."""
 
@@ -148,7 +144,7 @@ class RemovedChange(_Model):
     idempotency_key: str
 
 
-class Review(_Model):
+class Review(CoreModel):
     """The PR's part of the plan. The plan it is attached to is the head's."""
 
     base_ref: str

@@ -24,9 +24,10 @@ import json
 import re
 import sqlite3
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from reconciler.sandbox import store
+from reconciler.sandbox.callers import Authenticating, Caller
 
 JsonDict = dict[str, Any]
 Method = Callable[[sqlite3.Connection, JsonDict], JsonDict]
@@ -46,18 +47,8 @@ _HOST = re.compile(r"(?:\*\.)?(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9
 _PATH = re.compile(r"/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*")
 
 
-class Caller(Protocol):
-    @property
-    def user_id(self) -> str: ...
-
-    @property
-    def admin(self) -> bool: ...
-
-
-class Plane(Protocol):
-    """What this module needs of ``controlplane.ControlPlane``."""
-
-    def caller(self, conn: sqlite3.Connection, req: JsonDict) -> Caller: ...
+#: What this module needs of ``controlplane.ControlPlane``: who calls.
+Plane = Authenticating
 
 
 class Gateway:

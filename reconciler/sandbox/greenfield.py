@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from reconciler.sandbox import preflight, registry, rollouts, seeding, store
+from reconciler.sandbox.callers import Authenticating, Caller
 
 JsonDict = dict[str, Any]
 Method = Callable[[sqlite3.Connection, JsonDict], JsonDict]
@@ -43,19 +44,8 @@ FENCE_KEYS = ("sourceServiceId", "sourceRevision", "version", "ociIndexDigest",
 TERMINAL = frozenset({"promoted", "failed", "rolled-back"})
 
 
-class Caller(Protocol):
-    @property
-    def user_id(self) -> str: ...
-
-    @property
-    def admin(self) -> bool: ...
-
-
-class Plane(Protocol):
-    """What this module needs from the control plane."""
-
-    def caller(self, conn: sqlite3.Connection, req: JsonDict) -> Caller: ...
-
+class Plane(Authenticating, Protocol):
+    """What this module needs from the control plane: who calls, and the rest below."""
     def replay(self, conn: sqlite3.Connection, method: str, req: JsonDict,
                key: str) -> tuple[str, JsonDict | None]: ...
 

@@ -191,29 +191,28 @@ class Control:
         with self._lock:
             if self._suspension is not None:
                 return Answer(200, {**self._state_locked(), "changed": False})
-            suspension = Suspension(self.clock(), reason)
-            try:
-                self._record(suspension)
-            except OSError as exc:
-                return Answer(500, {"error": f"cannot record the suspension in "
-                                    f"{self.state_file}: {exc.strerror or exc}; "
-                                    "not suspended"})
-            self._suspension, self._requested = suspension, False
-            return Answer(200, {**self._state_locked(), "changed": True})
+            return self._switch(Suspension(self.clock(), reason),
+                                doing="record the suspension in", otherwise="not suspended")
 
     def _resume(self) -> Answer:
         with self._lock:
             if self._suspension is None:
                 return Answer(200, {**self._state_locked(), "changed": False})
-            try:
-                self._record(None)
-            except OSError as exc:
-                return Answer(500, {"error": f"cannot remove the suspension from "
-                                    f"{self.state_file}: {exc.strerror or exc}; still "
-                                    "suspended"})
-            # Resuming starts a cycle at once: what changed meanwhile is planned now.
-            self._suspension, self._requested = None, True
-            return Answer(200, {**self._state_locked(), "changed": True})
+            return self._switch(None, doing="remove the suspension from",
+                                otherwise="still suspended")
+
+    def _switch(self, suspension: Suspension | None, *, doing: str, otherwise: str) -> Answer:
+        """Suspend (``suspension``) or resume (None), the state file first: a state the
+        file does not hold would be lost by a restart, so when it cannot be written the
+        answer is 500 and nothing changes. Called with the lock held."""
+        try:
+            self._record(suspension)
+        except OSError as exc:
+            return Answer(500, {"error": f"cannot {doing} {self.state_file}: "
+                                f"{exc.strerror or exc}; {otherwise}"})
+        # Resuming starts a cycle at once: what changed meanwhile is planned now.
+        self._suspension, self._requested = suspension, suspension is None
+        return Answer(200, {**self._state_locked(), "changed": True})
 
     def _reconcile(self) -> Answer:
         with self._lock:

@@ -113,6 +113,20 @@ class ConfigError(ValueError):
     """
 
 
+def required_variable(env: Mapping[str, str], variable: str, *, what: str, setting: str,
+                      set_to: str) -> str:
+    """The value of ``variable`` (the one the settings field ``setting`` names), stripped;
+    a ConfigError naming the variable, the field and what to set it to when it is unset
+    or blank. The value itself is never in the message: it is a secret or points at one."""
+    value = env.get(variable, "").strip()
+    if not value:
+        raise ConfigError(
+            f"{what} is missing: environment variable {variable} is unset or empty "
+            f"({setting} names it); set it to {set_to} "
+            '(for the sandbox: eval "$(reconcile sandbox env)")')
+    return value
+
+
 SourceKind = Literal["flag", "env", "settings", "default"]
 _RANK: Mapping[str, int] = {"default": -1, "settings": 0, "env": 1, "flag": 2}
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -130,42 +131,44 @@ def sinks(config: Notifications, env: Mapping[str, str],
           ) -> tuple[list[Sink], list[str]]:
     """The sinks ``config`` names, and the problems of those that cannot be used (their
     secret is missing: said, and that sink left out; the others still deliver)."""
+    def secret(variable: str | None, path: str | None, what: str) -> str:
+        value = read_secret(env, variable=variable, path=path, what=what)
+        assert value is not None  # the settings require a variable or a file for these
+        return value
+
+    def webhook(i: int) -> Sink:
+        hook, what = config.webhooks[i], f"notifications.webhooks[{i}]"
+        url = hook.url or secret(hook.url_env, hook.url_file, f"{what} URL")
+        token = read_secret(env, variable=hook.token_env, path=hook.token_file,
+                            what=f"{what} token")
+        return WebhookSink(f"webhooks[{i}]", _kinds(hook.on, config.on), url, token)
+
+    def slack(i: int) -> Sink:
+        hook = config.slack[i]
+        url = secret(hook.url_env, hook.url_file, f"notifications.slack[{i}] URL")
+        return SlackSink(f"slack[{i}]", _kinds(hook.on, config.on), url)
+
+    def github() -> Sink:
+        gh = config.github
+        assert gh is not None
+        token = secret(gh.token_env or (None if gh.token_file else "GITHUB_TOKEN"),
+                       gh.token_file, "notifications.github token")
+        return GitHubSink("github", _kinds(gh.on, config.on), api_url=gh.api_url,
+                          repository=gh.repository, token=token, context=gh.context,
+                          deployments=gh.deployments, target_url=gh.target_url)
+
+    builds: list[Callable[[], Sink]] = [
+        *(functools.partial(webhook, i) for i in range(len(config.webhooks))),
+        *(functools.partial(slack, i) for i in range(len(config.slack))),
+        *([github] if config.github is not None else [])]
     out: list[Sink] = []
     problems: list[str] = []
-    for i, hook in enumerate(config.webhooks):
-        what = f"notifications.webhooks[{i}]"
+    for build in builds:
+        # One sink's missing secret is said and that sink left out; the others deliver.
         try:
-            url = hook.url or read_secret(env, variable=hook.url_env, path=hook.url_file,
-                                          what=f"{what} URL")
-            token = read_secret(env, variable=hook.token_env, path=hook.token_file,
-                                what=f"{what} token")
+            out.append(build())
         except SecretError as exc:
             problems.append(str(exc))
-            continue
-        assert url is not None
-        out.append(WebhookSink(f"webhooks[{i}]", _kinds(hook.on, config.on), url, token))
-    for i, slack in enumerate(config.slack):
-        try:
-            url = read_secret(env, variable=slack.url_env, path=slack.url_file,
-                              what=f"notifications.slack[{i}] URL")
-        except SecretError as exc:
-            problems.append(str(exc))
-            continue
-        assert url is not None
-        out.append(SlackSink(f"slack[{i}]", _kinds(slack.on, config.on), url))
-    gh = config.github
-    if gh is not None:
-        try:
-            token = read_secret(env, variable=gh.token_env or (
-                None if gh.token_file else "GITHUB_TOKEN"), path=gh.token_file,
-                what="notifications.github token")
-        except SecretError as exc:
-            problems.append(str(exc))
-        else:
-            assert token is not None
-            out.append(GitHubSink("github", _kinds(gh.on, config.on), api_url=gh.api_url,
-                                  repository=gh.repository, token=token, context=gh.context,
-                                  deployments=gh.deployments, target_url=gh.target_url))
     return out, problems
 
 

@@ -52,7 +52,7 @@ from reconciler.shell.controlplane import (
     token_from_env,
 )
 from reconciler.shell.controlplane.fleet import Memory as Memory
-from reconciler.shell.endpoints import ConfigError, Connection, ssl_context
+from reconciler.shell.endpoints import ConfigError, Connection, required_variable, ssl_context
 from reconciler.shell.keys import load_signer_key
 from reconciler.shell.probing import Prober
 from reconciler.shell.progress import NullProgress, Progress
@@ -60,12 +60,9 @@ from reconciler.shell.progress import NullProgress, Progress
 
 def signer_key_path(conn: Connection, env: Mapping[str, str]) -> Path:
     """The signer key file named by the variable the settings name."""
-    value = env.get(conn.signer_key_env, "").strip()
-    if not value:
-        raise ConfigError(
-            f"the cluster signer key is missing: environment variable {conn.signer_key_env} "
-            "is unset or empty (mesh.signer.keyFileEnv names it); set it to the path of the "
-            'cluster signer key (for the sandbox: eval "$(reconcile sandbox env)")')
+    value = required_variable(env, conn.signer_key_env, what="the cluster signer key",
+                              setting="mesh.signer.keyFileEnv",
+                              set_to="the path of the cluster signer key")
     path = Path(value).expanduser()
     if not path.is_file():
         # Never echo the value: it may be the key itself (a hex seed pasted by mistake).

@@ -248,39 +248,34 @@ def _validate_loaded(loaded: LoadedFile) -> _FileOutcome:
     return _FileOutcome(loaded.path, tuple(documents), tuple(diagnostics))
 
 
+#: Each kind of document but Settings: the DesiredState field its models are collected in,
+#: in file order, and the key its first place is recorded under in ``DesiredState.sources``
+#: (the engine and the views look a document's file and line up by that key).
+_COLLECTED: Final[tuple[tuple[type[Any], str, Callable[[Any], str]], ...]] = (
+    (Service, "services", lambda m: f"Service/{m.name}"),
+    (Grant, "grants", lambda m: f"Grant/{m.user_id}"),
+    (Hold, "holds", lambda m: f"Hold/{m.service}/{m.digest}"),
+    (Route, "routes", lambda m: f"Route/{m.name}"),
+    (Verification, "verifications", lambda m: f"Verification/{m.name}"),
+)
+
+
 def _assemble(located: Sequence[crosscheck.Located]) -> DesiredState | None:
     settings = [d.document for d in located if isinstance(d.document, Settings)]
     if len(settings) != 1:
         return None
     sources: dict[str, SourceRef] = {}
-    services: list[Service] = []
-    grants: list[Grant] = []
-    holds: list[Hold] = []
-    routes: list[Route] = []
-    verifications: list[Verification] = []
+    collected: dict[str, list[Any]] = {name: [] for _, name, _ in _COLLECTED}
     for doc in located:
-        model = doc.document
-        if isinstance(model, Service):
-            services.append(model)
-            key = f"Service/{model.name}"
-        elif isinstance(model, Grant):
-            grants.append(model)
-            key = f"Grant/{model.user_id}"
-        elif isinstance(model, Hold):
-            holds.append(model)
-            key = f"Hold/{model.service}/{model.digest}"
-        elif isinstance(model, Route):
-            routes.append(model)
-            key = f"Route/{model.name}"
-        elif isinstance(model, Verification):
-            verifications.append(model)
-            key = f"Verification/{model.name}"
-        else:
-            key = "Settings"
+        model, key = doc.document, "Settings"
+        for kind, name, key_of in _COLLECTED:
+            if isinstance(model, kind):
+                collected[name].append(model)
+                key = key_of(model)
+                break
         sources.setdefault(key, SourceRef(path=doc.path, line=doc.line))
-    return DesiredState(settings=settings[0], services=tuple(services), grants=tuple(grants),
-                        holds=tuple(holds), routes=tuple(routes),
-                        verifications=tuple(verifications), sources=sources)
+    return DesiredState(settings=settings[0], sources=sources,
+                        **{name: tuple(models) for name, models in collected.items()})
 
 
 # --------------------------------------------------------------------------- documents

@@ -130,12 +130,18 @@ def test_complete_evidence_plans_a_go_create_that_converges_everywhere(
     assert len(creations(sandbox)) == 1
 
 
-def test_a_saved_plan_with_a_create_applies_what_was_reviewed(
-        repo: Repo, sandbox: Sandbox, tmp_path: Path) -> None:
+def _saved_plan_with_ledger(repo: Repo, tmp_path: Path) -> Path:
+    """Commit the ledger service (a create) and save its plan, as a reviewer would."""
     with_ledger(repo)
     saved = tmp_path / "plan.json"
     made = repo.run("plan", str(repo.path), "--out", str(saved))
     assert made.code == Exit.OK, made.out + made.err
+    return saved
+
+
+def test_a_saved_plan_with_a_create_applies_what_was_reviewed(
+        repo: Repo, sandbox: Sandbox, tmp_path: Path) -> None:
+    saved = _saved_plan_with_ledger(repo, tmp_path)
     applied = repo.run("apply", str(saved), "--auto-approve", cwd=repo.path)
     assert applied.code == Exit.OK, applied.out + applied.err
     assert len(creations(sandbox)) == 1
@@ -405,10 +411,7 @@ def test_a_platform_manifest_pinned_is_oci_index_media_type_required(
 
 def test_a_saved_plan_whose_fresh_preflight_reports_another_configuration_digest_is_refused(
         repo: Repo, sandbox: Sandbox, tmp_path: Path) -> None:
-    with_ledger(repo)
-    saved = tmp_path / "plan.json"
-    made = repo.run("plan", str(repo.path), "--out", str(saved))
-    assert made.code == Exit.OK, made.out + made.err
+    saved = _saved_plan_with_ledger(repo, tmp_path)
     reviewed = next(p for p in json.loads(saved.read_text())["preflights"]
                     if p["service"] == "ledger")["configuration_digest"]
     # Something the control plane folds into the configuration changed since the review.

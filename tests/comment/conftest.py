@@ -111,21 +111,7 @@ def split_into(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
 
 def make_big_plan_file(path: Path, services: int) -> Path:
     """The reference plan plus ``services`` promotions with evidence: many parts."""
-    desired, live = b.reference_desired(), b.reference_live()
-    template = desired.service_by_name("checkout")
-    assert template is not None
-    svc_live = live.services["svc-checkout"]
-    extra, extra_live, extra_obs = [], {}, {}
-    for i in range(services):
-        name = f"svc{i:04d}"
-        extra.append(template.model_copy(update={
-            "name": name, "service_id": f"svc-{name}", "app_id": name, "egress": None}))
-        extra_live[f"svc-{name}"] = svc_live.model_copy(update={"service_id": f"svc-{name}",
-                                                               "name": name})
-        extra_obs[name] = live.observations["checkout"]
-    desired = desired.model_copy(update={"services": (*desired.services, *extra)})
-    live = live.model_copy(update={"services": {**live.services, **extra_live},
-                                   "observations": {**live.observations, **extra_obs}})
+    desired, live = b.many_services(services)
     output.save_plan(path, plan(desired, live, Provenance(
         commit="f" * 40, path="/runner/work/fleet/desired", root="/runner/work/fleet")))
     return path

@@ -7,12 +7,15 @@ import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+if TYPE_CHECKING:
+    from reconciler.sandbox.launcher import Sandbox
 
 NODE_DIR = Path(__file__).resolve().parents[2] / "interop" / "node"
 
@@ -87,3 +90,14 @@ def make_loopback_pki(directory: Path) -> tuple[Path, Path, Path]:
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption()))
     return paths
+
+
+def typedrequest_url(sandbox: Sandbox) -> str:
+    """The sandbox control plane's TypedRequest endpoint, as the Node client is given it."""
+    base = sandbox.control_plane_url.rstrip("/")
+    return base if base.endswith("/typedrequest") else base + "/typedrequest"
+
+
+def node_env(sandbox: Sandbox) -> dict[str, str]:
+    """What the Node client needs to reach the sandbox: its CA and the token (never argv)."""
+    return {"NODE_EXTRA_CA_CERTS": str(sandbox.ca_file), "RECONCILE_TOKEN": sandbox.token}

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from interop_harness import RunNodeClient
 
-from reconciler.sandbox import launcher
 from reconciler.sandbox.launcher import Sandbox
+from tests import sandboxes
 
 pytestmark = [pytest.mark.node, pytest.mark.integration,
               pytest.mark.xdist_group("interop-sandbox")]
@@ -27,12 +27,8 @@ SERVICES = ["svc-catalog", "svc-checkout", "svc-notifications", "svc-search"]
 
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    sb = launcher.start(tmp_path_factory.mktemp("interop-batch") / "sandbox",
-                        converge_delay_ms=CONVERGE_DELAY_MS)
-    try:
-        yield sb
-    finally:
-        sb.stop()
+    yield from sandboxes.for_module(tmp_path_factory, "interop-batch",
+                                    converge_delay_ms=CONVERGE_DELAY_MS)
 
 
 def _fire(sandbox: Sandbox, run_node_client: RunNodeClient,

@@ -7,7 +7,7 @@ stdin, never the argv. The last tests send the same envelopes to the sandbox and
 real ``TypedRouter`` and require the same answer: a sandbox that is more lenient (or says
 more) than the real thing lets the client pass tests it would fail in production.
 
-One sandbox serves the module (read-only tests): started with ``launcher.start`` and the
+One sandbox serves the module (read-only tests): started by ``tests.sandboxes`` with the
 same options as the shared ``sandbox`` fixture, which is per test and would cost a start
 per test.
 """
@@ -20,10 +20,10 @@ from typing import Any
 
 import httpx
 import pytest
-from interop_harness import NodeServer, RunNodeClient
+from interop_harness import NodeServer, RunNodeClient, node_env, typedrequest_url
 
-from reconciler.sandbox import launcher
 from reconciler.sandbox.launcher import Sandbox
+from tests import sandboxes
 
 pytestmark = [pytest.mark.node, pytest.mark.integration, pytest.mark.xdist_group("interop-sandbox")]
 
@@ -34,21 +34,8 @@ CONVERGE_DELAY_MS = 200  # as tests/conftest.py
 
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    sb = launcher.start(tmp_path_factory.mktemp("interop") / "sandbox",
-                        converge_delay_ms=CONVERGE_DELAY_MS)
-    try:
-        yield sb
-    finally:
-        sb.stop()
-
-
-def typedrequest_url(sandbox: Sandbox) -> str:
-    base = sandbox.control_plane_url.rstrip("/")
-    return base if base.endswith("/typedrequest") else base + "/typedrequest"
-
-
-def node_env(sandbox: Sandbox) -> dict[str, str]:
-    return {"NODE_EXTRA_CA_CERTS": str(sandbox.ca_file), "RECONCILE_TOKEN": sandbox.token}
+    yield from sandboxes.for_module(tmp_path_factory, "interop",
+                                    converge_delay_ms=CONVERGE_DELAY_MS)
 
 
 def test_identity_exchange_then_get_service(sandbox: Sandbox,

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from interop_harness import RunNodeClient
+from interop_harness import RunNodeClient, node_env, typedrequest_url
 
-from reconciler.sandbox import launcher
 from reconciler.sandbox.launcher import Sandbox
+from tests import sandboxes
 
 pytestmark = [pytest.mark.node, pytest.mark.integration,
               pytest.mark.xdist_group("interop-routes")]
@@ -22,21 +22,8 @@ HOST = "shop.sandbox.test"
 
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    sb = launcher.start(tmp_path_factory.mktemp("interop-routes") / "sandbox",
-                        converge_delay_ms=200)
-    try:
-        yield sb
-    finally:
-        sb.stop()
-
-
-def url(sandbox: Sandbox) -> str:
-    base = sandbox.control_plane_url.rstrip("/")
-    return base if base.endswith("/typedrequest") else base + "/typedrequest"
-
-
-def env(sandbox: Sandbox) -> dict[str, str]:
-    return {"NODE_EXTRA_CA_CERTS": str(sandbox.ca_file), "RECONCILE_TOKEN": sandbox.token}
+    yield from sandboxes.for_module(tmp_path_factory, "interop-routes",
+                                    converge_delay_ms=200)
 
 
 def test_sync_then_list_then_replay_then_delete(sandbox: Sandbox,
@@ -47,39 +34,39 @@ def test_sync_then_list_then_replay_then_delete(sandbox: Sandbox,
                        "path": "/.well-known/acme-challenge/"},
              "action": {"type": "forward", "target": {"appId": "checkout", "port": 8089}},
              "priority": 200, "managedRouteKind": "letsencrypt-http01-forward"}
-    synced = run_node_client(url(sandbox), "syncGatewayClientRoute",
+    synced = run_node_client(typedrequest_url(sandbox), "syncGatewayClientRoute",
                              {"ownership": ownership, "route": route},
-                             with_identity=True, env=env(sandbox))
+                             with_identity=True, env=node_env(sandbox))
     assert synced.returncode == 0, synced.out
     assert synced.out["response"]["changed"] is True
     assert synced.out["response"]["route"]["route"]["managedRouteKind"] == \
         "letsencrypt-http01-forward"
 
-    listed = run_node_client(url(sandbox), "getGatewayClientRoutes", {"appId": "checkout"},
-                             with_identity=True, env=env(sandbox))
+    listed = run_node_client(typedrequest_url(sandbox), "getGatewayClientRoutes",
+                             {"appId": "checkout"}, with_identity=True, env=node_env(sandbox))
     assert listed.returncode == 0, listed.out
     [mine] = listed.out["response"]["routes"]
     assert mine["ownership"] == ownership
     assert mine["route"]["priority"] == 200
     assert mine["route"]["match"]["transport"] == "tcp"  # the default, written out
 
-    replay = run_node_client(url(sandbox), "syncGatewayClientRoute",
+    replay = run_node_client(typedrequest_url(sandbox), "syncGatewayClientRoute",
                              {"ownership": ownership, "route": mine["route"]},
-                             with_identity=True, env=env(sandbox))
+                             with_identity=True, env=node_env(sandbox))
     assert replay.out["response"]["changed"] is False
 
-    deleted = run_node_client(url(sandbox), "syncGatewayClientRoute",
+    deleted = run_node_client(typedrequest_url(sandbox), "syncGatewayClientRoute",
                               {"ownership": ownership, "delete": True},
-                              with_identity=True, env=env(sandbox))
+                              with_identity=True, env=node_env(sandbox))
     assert deleted.out["response"] == {"route": None, "changed": True}
 
 
 def test_another_clients_route_is_a_typed_response_error(
         sandbox: Sandbox, run_node_client: RunNodeClient) -> None:
     theirs = {"appId": "status-page", "hostname": HOST, "routeRef": "status"}
-    result = run_node_client(url(sandbox), "syncGatewayClientRoute",
+    result = run_node_client(typedrequest_url(sandbox), "syncGatewayClientRoute",
                              {"ownership": theirs, "delete": True},
-                             with_identity=True, env=env(sandbox))
+                             with_identity=True, env=node_env(sandbox))
     assert result.returncode == 1
     assert result.out["errorClass"] == "TypedResponseError", result.out
     assert result.out["data"]["code"] == "ROUTE_OWNED_BY_ANOTHER_CLIENT"

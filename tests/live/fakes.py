@@ -24,6 +24,19 @@ from cryptography.hazmat.primitives.serialization import (
 
 from reconciler.shell.endpoints import Connection
 
+#: a Settings document for the sandbox's addresses, read by the connection tests (copy it
+#: before changing it)
+SETTINGS: dict[str, Any] = {
+    "apiVersion": "reconcile/v1", "kind": "Settings",
+    "controlPlane": {"url": "https://127.0.0.1:18443", "tokenEnv": "RECONCILE_TOKEN",
+                     "caFile": "ca.pem"},
+    "mesh": {"gateway": "gateway.sandbox.test", "port": 18444, "caFile": "ca.pem",
+             "resolve": ["127.0.0.2", "127.0.0.3", "127.0.0.4"],
+             "clusters": ["sn1", "sn2", "sn3"],
+             "signer": {"walletAddress": "rBot", "appId": "reconcile",
+                        "keyFileEnv": "RECONCILE_SIGNER_KEY"}},
+}
+
 CANARY = "canary-tok-7f3a9c1e5b2d4f6a8c0e"
 BATCH_PATH = "/host/api/v3/baas/deployment/apps/status"
 GATEWAY = "gateway.test"

@@ -22,7 +22,6 @@ import pytest
 
 from reconciler import engine
 from reconciler.core import freshness
-from reconciler.core.desired import DesiredState, Service, Settings
 from reconciler.core.evidence import Proof
 from reconciler.core.live import LiveSnapshot, Observation, ObservationKind
 from reconciler.core.plans import Plan, Verdict
@@ -32,22 +31,19 @@ from reconciler.shell import observing
 from reconciler.shell.controlplane import ControlPlaneClient
 from reconciler.shell.endpoints import Connection, Overrides
 from reconciler.shell.probing import Prober
+from tests import sandboxes
 from tests.e2e_repo import make_repo
+from tests.sandboxes import APPS, desired
 
 pytestmark = pytest.mark.integration
 
-APPS = ("checkout", "catalog", "search", "notifications")
 BATCH_PATH = "/host/api/v3/baas/deployment/apps/status"
 HEALTH_PATH = "/api/v3/cluster/health"
 
 
 @pytest.fixture(scope="module")
 def sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[launcher.Sandbox]:
-    sandbox = launcher.start(tmp_path_factory.mktemp("batch") / "sandbox")
-    try:
-        yield sandbox
-    finally:
-        sandbox.stop()
+    yield from sandboxes.for_module(tmp_path_factory, "batch")
 
 
 @pytest.fixture(autouse=True)
@@ -59,16 +55,6 @@ def _clean_faults(request: pytest.FixtureRequest) -> Iterator[None]:
     sandbox.clear_faults()
     yield
     sandbox.clear_faults()
-
-
-def desired(sb: launcher.Sandbox) -> DesiredState:
-    settings = Settings.model_validate(json.loads(sb.settings_yaml()))
-    services = tuple(Service.model_validate({
-        "apiVersion": "reconcile/v1", "kind": "Service", "name": name,
-        "serviceId": f"svc-{name}", "appId": name,
-        "release": {"registryHost": "registry.sandbox.test", "repository": f"shop/{name}",
-                    "digest": "sha256:" + "a" * 64}}) for name in APPS)
-    return DesiredState(settings=settings, services=services, grants=())
 
 
 def conn_for(sb: launcher.Sandbox, tmp: Path) -> Connection:

@@ -14,17 +14,7 @@ import pytest
 from reconciler.commands import options
 from reconciler.core.desired import Settings
 from reconciler.shell.endpoints import ConfigError, Connection, Overrides, ssl_context
-
-SETTINGS: dict[str, Any] = {
-    "apiVersion": "reconcile/v1", "kind": "Settings",
-    "controlPlane": {"url": "https://127.0.0.1:18443", "tokenEnv": "RECONCILE_TOKEN",
-                     "caFile": "ca.pem"},
-    "mesh": {"gateway": "gateway.sandbox.test", "port": 18444, "caFile": "ca.pem",
-             "resolve": ["127.0.0.2", "127.0.0.3", "127.0.0.4"],
-             "clusters": ["sn1", "sn2", "sn3"],
-             "signer": {"walletAddress": "rBot", "appId": "reconcile",
-                        "keyFileEnv": "RECONCILE_SIGNER_KEY"}},
-}
+from tests.live.fakes import SETTINGS
 
 
 def settings(**mesh: Any) -> Settings:

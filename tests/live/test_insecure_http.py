@@ -7,7 +7,6 @@ the CLI, against a real listener on this machine's non-loopback address."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -19,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from reconciler.exitcodes import Exit
-from tests.e2e_repo import EXAMPLES, PROJECT, git
+from tests.e2e_repo import EXAMPLES, PROJECT
+from tests.repo_copy import committed_copy
 
 TOKEN = "canary-cleartext-token-4be1"
 
@@ -94,12 +94,7 @@ def listener() -> Iterator[Listener]:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "config"
-    shutil.copytree(EXAMPLES, path)
-    git(path, "init", "-q")
-    git(path, "add", "-A")
-    git(path, "commit", "-qm", "desired state")
-    return path
+    return committed_copy(EXAMPLES, tmp_path / "config", "desired state")
 
 
 def run(repo: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

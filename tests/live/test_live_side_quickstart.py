@@ -24,7 +24,8 @@ from cryptography.hazmat.primitives import serialization
 
 from reconciler.sandbox.launcher import Sandbox
 from reconciler.shell.keys import load_signer_key
-from tests.e2e_repo import EXAMPLES, git
+from tests.e2e_repo import EXAMPLES
+from tests.repo_copy import committed_copy
 
 pytestmark = pytest.mark.integration
 
@@ -46,11 +47,7 @@ def doc_block() -> str:
 
 
 def reference_repo(tmp: Path) -> Path:
-    repo = tmp / "config"
-    shutil.copytree(EXAMPLES, repo)
-    git(repo, "init", "-q")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "the reference desired state, unedited")
+    repo = committed_copy(EXAMPLES, tmp / "config", "the reference desired state, unedited")
     assert (repo / "settings.yaml").read_bytes() == (EXAMPLES / "settings.yaml").read_bytes()
     return repo
 

@@ -19,6 +19,7 @@ from reconciler.shell.probing import Prober
 from reconciler.shell.progress import StderrProgress
 from tests.live.fakes import (
     CANARY,
+    SETTINGS,
     FakeControlPlane,
     FakeMesh,
     connection,
@@ -26,17 +27,6 @@ from tests.live.fakes import (
     signer_pem,
     three_clusters,
 )
-
-SETTINGS: dict[str, Any] = {
-    "apiVersion": "reconcile/v1", "kind": "Settings",
-    "controlPlane": {"url": "https://127.0.0.1:18443", "tokenEnv": "RECONCILE_TOKEN",
-                     "caFile": "ca.pem"},
-    "mesh": {"gateway": "gateway.sandbox.test", "port": 18444, "caFile": "ca.pem",
-             "resolve": ["127.0.0.2", "127.0.0.3", "127.0.0.4"],
-             "clusters": ["sn1", "sn2", "sn3"],
-             "signer": {"walletAddress": "rBot", "appId": "reconcile",
-                        "keyFileEnv": "RECONCILE_SIGNER_KEY"}},
-}
 
 
 def service(name: str) -> Service:

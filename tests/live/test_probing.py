@@ -276,17 +276,23 @@ def test_a_black_holed_cluster_costs_one_timeout_and_the_pass_ends_in_time() -> 
         assert by_cluster(rows)["sn3"].kind is ObservationKind.SILENT
 
 
+def _delay_deployment_reads(mesh: FakeMesh, host: str, seconds: float) -> None:
+    """The cluster at ``host`` answers its deployment reads only after ``seconds``; its
+    health and identity at once (a cluster that is slow, or dark, after naming itself)."""
+    original = mesh.handle
+
+    async def delayed(request: Any) -> Any:
+        if request.url.host == host and "/deployment/" in request.url.path:
+            await asyncio.sleep(seconds)
+        return await original(request)
+
+    mesh.handle = delayed  # type: ignore[method-assign]
+
+
 def test_a_cluster_that_goes_dark_after_naming_itself_is_cut_off_by_the_breaker() -> None:
     clusters = three_clusters(tuple(f"app{i}" for i in range(60)))
     mesh = FakeMesh(clusters)
-    original = mesh.handle
-
-    async def dark_after_auth(request: Any) -> Any:
-        if request.url.host == "127.0.0.4" and "/deployment/" in request.url.path:
-            await asyncio.sleep(3600)
-        return await original(request)
-
-    mesh.handle = dark_after_auth  # type: ignore[method-assign]
+    _delay_deployment_reads(mesh, "127.0.0.4", 3600)  # dark after naming itself
     started = time.monotonic()
     _, obs, _ = probe(mesh, tuple(f"app{i}" for i in range(60)), probe_timeout=0.3,
                       concurrency=4)
@@ -302,14 +308,7 @@ def test_the_pass_deadline_makes_unfinished_clusters_silent() -> None:
     clusters = three_clusters()
     clusters["127.0.0.3"].delay = 0.0
     mesh = FakeMesh(clusters)
-    original = mesh.handle
-
-    async def slow_status(request: Any) -> Any:
-        if request.url.host == "127.0.0.3" and "/deployment/" in request.url.path:
-            await asyncio.sleep(0.8)
-        return await original(request)
-
-    mesh.handle = slow_status  # type: ignore[method-assign]
+    _delay_deployment_reads(mesh, "127.0.0.3", 0.8)
     started = time.monotonic()
     _, obs, _ = probe(mesh, probe_timeout=5.0, prober_kwargs={"deadline": 0.4})
     assert time.monotonic() - started < 1.5

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import time
 from collections.abc import Iterator
@@ -18,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from reconciler.core.desired import DesiredState, Service, Settings
 from reconciler.core.live import LiveService, LiveSnapshot, ObservationKind
 from reconciler.sandbox import launcher
 from reconciler.shell.controlplane import (
@@ -31,20 +29,17 @@ from reconciler.shell.controlplane import (
 from reconciler.shell.endpoints import Connection, Overrides
 from reconciler.shell.observing import observe, observe_async
 from reconciler.shell.probing import Prober
+from tests import sandboxes
+from tests.sandboxes import APPS, desired
 
 pytestmark = pytest.mark.integration
 
-APPS = ("checkout", "catalog", "search", "notifications")
 CANARY = "canary-0d6f2b9e8a7c4135"
 
 
 @pytest.fixture(scope="module")
 def sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[launcher.Sandbox]:
-    sandbox = launcher.start(tmp_path_factory.mktemp("live") / "sandbox")
-    try:
-        yield sandbox
-    finally:
-        sandbox.stop()
+    yield from sandboxes.for_module(tmp_path_factory, "live")
 
 
 @pytest.fixture(autouse=True)
@@ -52,16 +47,6 @@ def _clean_faults(sb: launcher.Sandbox) -> Iterator[None]:
     sb.clear_faults()
     yield
     sb.clear_faults()
-
-
-def desired(sb: launcher.Sandbox) -> DesiredState:
-    settings = Settings.model_validate(json.loads(sb.settings_yaml()))
-    services = tuple(Service.model_validate({
-        "apiVersion": "reconcile/v1", "kind": "Service", "name": name,
-        "serviceId": f"svc-{name}", "appId": name,
-        "release": {"registryHost": "registry.sandbox.test", "repository": f"shop/{name}",
-                    "digest": "sha256:" + "a" * 64}}) for name in APPS)
-    return DesiredState(settings=settings, services=services, grants=())
 
 
 def conn_for(sb: launcher.Sandbox, tmp: Path, **changes: Any) -> Connection:

@@ -34,7 +34,8 @@ from tests.notify.test_notify_e2e import (
     watching_env,
     with_notifications,
 )
-from tests.revert.test_revert_e2e import NEW, OLD, revert_commits, rollbacks
+from tests.revert.commits import revert_commits
+from tests.revert.test_revert_e2e import NEW, OLD, rollbacks
 from tests.watch.test_watch_proof import free_port
 
 pytestmark = pytest.mark.integration

@@ -197,3 +197,26 @@ def sn2_down_live() -> LiveSnapshot:
                          settings_clusters=CLUSTERS, expected_clusters=CLUSTERS,
                          unnamed_addresses=(down,)),
         "observations": silent})
+
+
+def many_services(services: int) -> tuple[DesiredState, LiveSnapshot]:
+    """The reference state plus ``services`` copies of checkout (svc0000, svc0001, ...),
+    each with a pending promotion and the same evidence: a plan far over any size budget."""
+    desired, live = reference_desired(), reference_live()
+    template = desired.service_by_name("checkout")
+    assert template is not None
+    svc_live = live.services["svc-checkout"]
+    extra: list[Service] = []
+    extra_live: dict[str, LiveService] = {}
+    extra_obs: dict[str, Observation] = {}
+    for i in range(services):
+        name = f"svc{i:04d}"
+        extra.append(template.model_copy(update={
+            "name": name, "service_id": f"svc-{name}", "app_id": name, "egress": None}))
+        extra_live[f"svc-{name}"] = svc_live.model_copy(update={"service_id": f"svc-{name}",
+                                                               "name": name})
+        extra_obs[name] = live.observations["checkout"]
+    desired = desired.model_copy(update={"services": (*desired.services, *extra)})
+    live = live.model_copy(update={"services": {**live.services, **extra_live},
+                                   "observations": {**live.observations, **extra_obs}})
+    return desired, live

@@ -21,22 +21,7 @@ from tests.plan import builders as b
 
 def _big_plan(services: int) -> tuple[object, int]:
     """Many services, each with a promotion and evidence: a comment far over budget."""
-    desired = b.reference_desired()
-    live = b.reference_live()
-    template = desired.service_by_name("checkout")
-    assert template is not None
-    svc_live = live.services["svc-checkout"]
-    extra_services, extra_live, extra_obs = [], {}, {}
-    for i in range(services):
-        name = f"svc{i:04d}"
-        extra_services.append(template.model_copy(update={
-            "name": name, "service_id": f"svc-{name}", "app_id": name, "egress": None}))
-        extra_live[f"svc-{name}"] = svc_live.model_copy(update={"service_id": f"svc-{name}",
-                                                               "name": name})
-        extra_obs[name] = live.observations["checkout"]
-    desired = desired.model_copy(update={"services": (*desired.services, *extra_services)})
-    live = live.model_copy(update={"services": {**live.services, **extra_live},
-                                   "observations": {**live.observations, **extra_obs}})
+    desired, live = b.many_services(services)
     return plan(desired, live), services + 4
 
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.e2e_repo import EXAMPLES, PROJECT, git
+from tests.e2e_repo import EXAMPLES, PROJECT
+from tests.repo_copy import committed_copy
 
 PIPELINE_EXAMPLE = EXAMPLES.parent / "environments"
 
@@ -30,11 +30,7 @@ def config(repo: Path, env_name: str, **extra: str) -> dict[str, dict[str, objec
 
 @pytest.mark.integration  # starts a process of its own
 def test_config_names_each_environments_own_journal(tmp_path: Path) -> None:
-    repo = tmp_path / "config"
-    shutil.copytree(PIPELINE_EXAMPLE, repo)
-    git(repo, "init", "-q")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "two environments")
+    repo = committed_copy(PIPELINE_EXAMPLE, tmp_path / "config", "two environments")
     state = tmp_path / "state"
     for name in ("staging", "prod"):
         values = config(repo, name, RECONCILE_STATE_DIR=str(state))

@@ -8,27 +8,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
 from reconciler.exitcodes import Exit
-from reconciler.sandbox.launcher import Sandbox
-from tests.promotion.pipeline_repo import NEW, OLD, PipelineRepo, make_pipeline_repo
+from tests.promotion.pipeline_repo import NEW, OLD, PipelineRepo
 from tests.promotion.test_rule_check import nested
-from tests.promotion.test_soak_e2e import apply, blockers, plan_json
+from tests.promotion.test_soak_e2e import blockers, plan_json
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def soaked(tmp_path: Path, sandbox_factory: Callable[..., Sandbox]) -> PipelineRepo:
-    repo = make_pipeline_repo(tmp_path, sandbox_factory(name="staging"),
-                              sandbox_factory(name="prod"), soak="1s")
-    apply(repo, "staging")
-    time.sleep(1.1)
-    return repo
 
 
 def _no_traceback(*outputs: str) -> None:
@@ -47,6 +35,19 @@ def _status_says_frozen(repo: PipelineRepo, until: str) -> None:
     repo.pin("prod", NEW, "v2.4.0")
 
 
+def _holds_then_unfreeze(repo: PipelineRepo, status_says: str, blocker_says: str) -> None:
+    """The freeze on prod is valid, ``status`` names it, the prod plan is NO-GO with one
+    ``frozen`` blocker saying how long, and ``unfreeze`` removes it."""
+    valid = repo.run("validate", str(repo.path))
+    assert valid.code == Exit.OK, valid.out + valid.err
+    _status_says_frozen(repo, status_says)
+    code, plan = plan_json(repo, "prod")
+    assert code == Exit.CHANGES_NO_GO
+    [frozen] = blockers(plan, "frozen")
+    assert blocker_says in str(frozen["message"])
+    assert repo.run("unfreeze", str(repo.path), "--env", "prod").code == Exit.OK
+
+
 def test_far_future_and_open_ended_freezes_hold_without_a_crash(
         soaked: PipelineRepo) -> None:
     # an allow window that is always open makes every reader look a year past the end
@@ -56,28 +57,14 @@ def test_far_future_and_open_ended_freezes_hold_without_a_crash(
     far = soaked.run("freeze", str(soaked.path), "--env", "prod", "--reason", "year end",
                      "--until", "9999-12-31T23:59:59Z", "--name", "far")
     assert far.code == Exit.OK, far.err
-    valid = soaked.run("validate", str(soaked.path))
-    assert valid.code == Exit.OK, valid.out + valid.err
-    _status_says_frozen(soaked, "9999-12-31")
-    code, plan = plan_json(soaked, "prod")
-    assert code == Exit.CHANGES_NO_GO
-    [frozen] = blockers(plan, "frozen")
-    assert "until 9999-12-31 23:59:59Z" in str(frozen["message"])
-    assert soaked.run("unfreeze", str(soaked.path), "--env", "prod").code == Exit.OK
+    _holds_then_unfreeze(soaked, "9999-12-31", "until 9999-12-31 23:59:59Z")
 
     lifted = soaked.run("freeze", str(soaked.path), "--env", "prod", "--reason",
                         "incident 4713")
     assert lifted.code == Exit.OK, lifted.err
     assert "until `reconcile unfreeze`" in lifted.out
     assert "until" not in (soaked.path / "freezes" / "prod.yaml").read_text()
-    valid = soaked.run("validate", str(soaked.path))
-    assert valid.code == Exit.OK, valid.out + valid.err
-    _status_says_frozen(soaked, "lifted")
-    code, plan = plan_json(soaked, "prod")
-    assert code == Exit.CHANGES_NO_GO
-    [frozen] = blockers(plan, "frozen")
-    assert "until it is lifted" in str(frozen["message"])
-    assert soaked.run("unfreeze", str(soaked.path), "--env", "prod").code == Exit.OK
+    _holds_then_unfreeze(soaked, "lifted", "until it is lifted")
     code, _ = plan_json(soaked, "prod")
     assert code == Exit.CHANGES
 

@@ -21,16 +21,6 @@ from tests.watch.events import watch_process
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def soaked(tmp_path: Path, sandbox_factory: Callable[..., Sandbox]) -> PipelineRepo:
-    """Staging proves the example's checkout digest; prod's soak (1s) is over."""
-    repo = make_pipeline_repo(tmp_path, sandbox_factory(name="staging"),
-                              sandbox_factory(name="prod"), soak="1s")
-    apply(repo, "staging")
-    time.sleep(1.1)
-    return repo
-
-
 def test_a_committed_freeze_holds_every_prod_promotion_until_unfreeze(
         soaked: PipelineRepo) -> None:
     done = soaked.run("freeze", str(soaked.path), "--env", "prod", "--reason",

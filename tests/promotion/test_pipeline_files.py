@@ -18,18 +18,13 @@ from reconciler.core import policy
 from reconciler.exitcodes import Exit
 from reconciler.shell import environments
 from tests.e2e_repo import EXAMPLES, PROJECT, git
+from tests.promotion import pipeline_repo
 
-PIPELINE = """apiVersion: reconcile/v1
-kind: Pipeline
-environments:
-  - name: staging
-    path: environments/staging
-  - name: prod
-    path: environments/prod
-    soak: 30m
-    windows:
-      - {kind: deny, name: weekend, schedule: "0 18 * * 5", duration: 61h, timezone: Europe/Berlin}
-"""
+# the scenario repos' pipeline, with a 30m soak and a weekend deny window on prod
+PIPELINE = pipeline_repo.PIPELINE.format(soak="30m", windows=(
+    "    windows:\n"
+    '      - {kind: deny, name: weekend, schedule: "0 18 * * 5", duration: 61h, '
+    "timezone: Europe/Berlin}\n"))
 
 POLICY = """apiVersion: reconcile/v1
 kind: Policy
@@ -89,34 +84,34 @@ def test_a_rule_that_does_not_compile_is_a_problem_at_its_line(repo: Path) -> No
     assert code == Exit.ERROR and "policies/prod.yaml:11:17" in out + err
 
 
+def _invalid_with_qa_freeze(repo: Path, *, until: str, message: str) -> set[tuple[str, int, str]]:
+    """Commit freezes/x.yaml (of an environment ``qa`` the pipeline lacks, until ``until``)
+    with what the test wrote before; ``validate`` refuses: the (path, line, field) named."""
+    (repo / "freezes" / "x.yaml").write_text(
+        f'apiVersion: reconcile/v1\nkind: Freeze\nreason: "x"\nuntil: "{until}"\n'
+        "environments: [qa]\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)
+    code, out, _ = run("validate", str(repo), "--format", "json")
+    assert code == Exit.ERROR
+    return {(d["path"], d["line"], d["field"]) for d in json.loads(out)["diagnostics"]}
+
+
 @pytest.mark.integration  # starts a process of its own
 def test_pipeline_mistakes_name_file_and_line(repo: Path) -> None:
     (repo / "pipeline.yaml").write_text(PIPELINE.replace(
         "    path: environments/staging\n", "    path: environments/staging\n    soak: 1h\n")
         .replace("duration: 61h", "duration: forever"))
     (repo / "freezes").mkdir()
-    (repo / "freezes" / "x.yaml").write_text(
-        'apiVersion: reconcile/v1\nkind: Freeze\nreason: "x"\nuntil: "tomorrow"\n'
-        "environments: [qa]\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "mistakes")
-    code, out, _ = run("validate", str(repo), "--format", "json")
-    assert code == Exit.ERROR
-    found = {(d["path"], d["line"], d["field"]) for d in json.loads(out)["diagnostics"]}
+    found = _invalid_with_qa_freeze(repo, until="tomorrow", message="mistakes")
     assert ("pipeline.yaml", 11, "environments[1].windows[0].duration") in found
     assert ("freezes/x.yaml", 4, "until") in found
     # Once each field is well formed, the rules between them: no soak on the first one,
     # a freeze of an environment the pipeline does not have.
     (repo / "pipeline.yaml").write_text(PIPELINE.replace(
         "    path: environments/staging\n", "    path: environments/staging\n    soak: 1h\n"))
-    (repo / "freezes" / "x.yaml").write_text(
-        'apiVersion: reconcile/v1\nkind: Freeze\nreason: "x"\nuntil: "2030-01-01T00:00:00Z"\n'
-        "environments: [qa]\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "mistakes between fields")
-    code, out, _ = run("validate", str(repo), "--format", "json")
-    assert code == Exit.ERROR
-    found = {(d["path"], d["line"], d["field"]) for d in json.loads(out)["diagnostics"]}
+    found = _invalid_with_qa_freeze(repo, until="2030-01-01T00:00:00Z",
+                                    message="mistakes between fields")
     assert ("pipeline.yaml", 6, "environments[0].soak") in found, found
 
 

@@ -24,7 +24,8 @@ from reconciler.sandbox.launcher import Sandbox
 from tests.comment.conftest import TOKEN
 from tests.comment.github_standin import StandIn
 from tests.e2e_repo import Repo, git
-from tests.revert.test_revert_e2e import NEW, OLD, apply_reverting, out, revert_commits
+from tests.revert.commits import out, revert_commits
+from tests.revert.test_revert_e2e import NEW, OLD, apply_reverting
 
 pytestmark = pytest.mark.integration
 

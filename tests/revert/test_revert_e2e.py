@@ -15,22 +15,12 @@ from reconciler.exitcodes import Exit
 from reconciler.sandbox.launcher import Sandbox
 from tests.e2e_repo import Repo, git
 from tests.plan.builders import digest
+from tests.revert.commits import out, revert_commits
 
 pytestmark = pytest.mark.integration
 
 OLD = digest("checkout", "v2.3.0")  # what runs, proven, before the apply
 NEW = digest("checkout", "v2.4.0")  # what the repo pins: the release sn3 refuses
-TRAILER = "Reconcile-Revert:"
-
-
-def out(root: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
-                          text=True).stdout
-
-
-def revert_commits(root: Path) -> list[str]:
-    return [line for line in out(root, "log", "--format=%H %s", "-F",
-                                 f"--grep={TRAILER}").splitlines() if line]
 
 
 def rollbacks(sandbox: Sandbox) -> list[dict[str, object]]:

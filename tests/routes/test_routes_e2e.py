@@ -14,41 +14,15 @@ import pytest
 from reconciler.exitcodes import Exit
 from reconciler.sandbox.launcher import Sandbox
 from tests.e2e_repo import Repo, repo
+from tests.routes import documents
 
 __all__ = ["repo"]
 
 pytestmark = pytest.mark.integration
 
 HOST = "shop.sandbox.test"
-NORMAL = f"""\
-apiVersion: reconcile/v1
-kind: Route
-name: shop-web
-owner:
-  service: checkout
-  hostname: {HOST}
-match:
-  ports: [80, 443]
-action:
-  port: 8080
-priority: 100
-"""
-ACME = f"""\
-apiVersion: reconcile/v1
-kind: Route
-name: shop-acme
-owner:
-  service: checkout
-  hostname: {HOST}
-  routeRef: acme
-match:
-  ports: [80]
-  path: /.well-known/acme-challenge/
-action:
-  port: 8089
-priority: 200
-managedRouteKind: letsencrypt-http01-forward
-"""
+NORMAL = documents.web_route(HOST)
+ACME = documents.acme_route(HOST)
 
 
 def api(priority: int) -> str:

@@ -22,3 +22,12 @@ def mesh(sandbox: Sandbox) -> Iterator[MeshClient]:
     client = MeshClient(sandbox)
     yield client
     client.close()
+
+
+@pytest.fixture
+def bot(sandbox: Sandbox) -> Iterator[ControlPlaneClient]:
+    """A client holding the deploy bot's token (not the admin's): what it may not do."""
+    assert sandbox.deploy_bot_token_file is not None
+    client = ControlPlaneClient(sandbox, token=sandbox.deploy_bot_token_file.read_text().strip())
+    yield client
+    client.close()

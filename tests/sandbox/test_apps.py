@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from reconciler.sandbox import apps, launcher
 from reconciler.sandbox.cluster import read_runtime
 from reconciler.sandbox.launcher import Sandbox
+from tests import sandboxes
 from tests.conftest import TEST_CONVERGE_DELAY_MS
 from tests.sandbox.wire import ControlPlaneClient
 
@@ -25,12 +26,8 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 @pytest.fixture(scope="module")
 def sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    started = launcher.start(tmp_path_factory.mktemp("apps") / "sandbox",
-                             converge_delay_ms=TEST_CONVERGE_DELAY_MS)
-    try:
-        yield started
-    finally:
-        started.stop()
+    yield from sandboxes.for_module(tmp_path_factory, "apps",
+                                    converge_delay_ms=TEST_CONVERGE_DELAY_MS)
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +14,7 @@ import pytest
 
 from reconciler.sandbox import launcher, store
 from reconciler.sandbox.launcher import Sandbox
-from tests.sandbox.wire import ControlPlaneClient, MeshClient, wait_for
+from tests.sandbox.wire import ControlPlaneClient, MeshClient, sandbox_cli, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -341,12 +339,7 @@ def test_switched_off_nothing_is_advertised_or_served(
 
 def test_cli_up_no_batch_reads(tmp_path: Path) -> None:
     state = tmp_path / "cli"
-
-    def run(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "reconciler", "sandbox", "--state", str(state), *argv],
-            capture_output=True, text=True, timeout=60,
-            cwd=Path(__file__).resolve().parents[2])
+    run = sandbox_cli(state, timeout=60)
 
     up = run("up", "--detach", "--port", "0", "--mesh-port", "0", "--clusters", "1",
              "--no-batch-reads")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -16,14 +16,6 @@ pytestmark = pytest.mark.integration
 
 UNKNOWN = "There is no available method for this call on the server side"
 
-
-
-@pytest.fixture
-def bot(sandbox: Sandbox) -> Iterator[ControlPlaneClient]:
-    assert sandbox.deploy_bot_token_file is not None
-    client = ControlPlaneClient(sandbox, token=sandbox.deploy_bot_token_file.read_text().strip())
-    yield client
-    client.close()
 
 
 # -- envelope -------------------------------------------------------------------------

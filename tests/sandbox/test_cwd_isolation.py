@@ -34,6 +34,15 @@ def _lay_traps(directory: Path) -> Path:
     return markers
 
 
+def _serves_checkout(sb: launcher.Sandbox) -> None:
+    """The sandbox's control plane answers: the seeded checkout service is there."""
+    cp = ControlPlaneClient(sb)
+    try:
+        assert cp.service("svc-checkout")["id"] == "svc-checkout"
+    finally:
+        cp.close()
+
+
 @pytest.mark.parametrize("pythonpath", [None, "", os.pathsep, "relative-dir"])
 def test_a_sandbox_started_next_to_a_secrets_py_never_imports_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pythonpath: str | None,
@@ -52,11 +61,7 @@ def test_a_sandbox_started_next_to_a_secrets_py_never_imports_it(
 
     sb = launcher.start(tmp_path / "sandbox", clusters=1, converge_delay_ms=100)
     try:
-        cp = ControlPlaneClient(sb)
-        try:
-            assert cp.service("svc-checkout")["id"] == "svc-checkout"
-        finally:
-            cp.close()
+        _serves_checkout(sb)
         mesh = MeshClient(sb)
         try:
             assert mesh.health("sn1").status_code == 200
@@ -64,11 +69,7 @@ def test_a_sandbox_started_next_to_a_secrets_py_never_imports_it(
             mesh.close()
         # A restarted process is launched the same way.
         sb.restart("control-plane")
-        cp = ControlPlaneClient(sb)
-        try:
-            assert cp.service("svc-checkout")["id"] == "svc-checkout"
-        finally:
-            cp.close()
+        _serves_checkout(sb)
     finally:
         sb.stop()
     assert sorted(p.name for p in markers.iterdir()) == []
@@ -93,11 +94,7 @@ def test_the_cli_started_from_a_trap_directory_stays_clean(tmp_path: Path) -> No
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         sb = launcher.attach(state)
-        cp = ControlPlaneClient(sb)
-        try:
-            assert cp.service("svc-checkout")["id"] == "svc-checkout"
-        finally:
-            cp.close()
+        _serves_checkout(sb)
     finally:
         subprocess.run([str(script), "sandbox", "down", "--state", str(state)],
                        cwd=trap_dir, env=env, capture_output=True, timeout=60,

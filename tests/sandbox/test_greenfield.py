@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,14 +119,6 @@ def test_cli_push_prints_the_release_block_to_paste(sandbox: Sandbox) -> None:
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 INTENT = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "0" * 64
-
-
-@pytest.fixture
-def bot(sandbox: Sandbox) -> Iterator[ControlPlaneClient]:
-    assert sandbox.deploy_bot_token_file is not None
-    client = ControlPlaneClient(sandbox, token=sandbox.deploy_bot_token_file.read_text().strip())
-    yield client
-    client.close()
 
 
 def references(sandbox: Sandbox, digest: str) -> list[JsonDict]:

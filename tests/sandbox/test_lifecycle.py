@@ -14,7 +14,7 @@ import pytest
 
 from reconciler.sandbox import launcher
 from reconciler.sandbox.launcher import Sandbox
-from tests.sandbox.wire import ControlPlaneClient, MeshClient, wait_for
+from tests.sandbox.wire import ControlPlaneClient, MeshClient, sandbox_cli, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -93,12 +93,7 @@ def test_start_finishes(sandbox_factory: Callable[..., Sandbox]) -> None:
 
 def test_cli_up_status_fault_push_down(tmp_path: Path) -> None:
     state = tmp_path / "cli"
-
-    def run(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "reconciler", "sandbox", "--state", str(state), *argv],
-            capture_output=True, text=True, timeout=30,
-            cwd=Path(__file__).resolve().parents[2])
+    run = sandbox_cli(state, timeout=30)
 
     up = run("up", "--detach", "--port", "0", "--mesh-port", "0", "--clusters", "2")
     assert up.returncode == 0, up.stderr

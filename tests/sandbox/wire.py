@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import secrets
 import ssl
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,6 +22,17 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from reconciler.sandbox.launcher import Sandbox
 
 JsonDict = dict[str, Any]
+
+
+def sandbox_cli(state: Path, *, timeout: float) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``reconcile sandbox --state STATE ARGV...`` as a subprocess from the project root
+    (the CLI is the point of these tests, so it runs as a user runs it), its output as text."""
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "reconciler", "sandbox", "--state", str(state), *argv],
+            capture_output=True, text=True, timeout=timeout,
+            cwd=Path(__file__).resolve().parents[2])
+    return run
 
 
 def correlation() -> JsonDict:

@@ -25,6 +25,7 @@ from reconciler.sandbox.etcd import Etcd
 from reconciler.shell.coordination import Etcd as Client
 from reconciler.shell.coordination import parse_target
 from tests.e2e_repo import PROJECT, Repo
+from tests.watch.events import read_events
 
 WRITES = {"promoteServiceImageRelease", "rollbackServiceImageRelease", "setServiceEgress",
           "syncGatewayClientRoute",
@@ -45,14 +46,7 @@ class Member:
     seen: list[dict[str, Any]] = field(default_factory=list)
 
     def start_reading(self) -> None:
-        def read() -> None:
-            assert self.proc.stdout is not None
-            for line in self.proc.stdout:
-                try:
-                    self.events.put(json.loads(line))
-                except json.JSONDecodeError:
-                    self.events.put({"event": "raw", "message": line})
-        threading.Thread(target=read, daemon=True).start()
+        threading.Thread(target=read_events, args=(self.proc, self.events), daemon=True).start()
 
     def drain(self) -> list[dict[str, Any]]:
         while True:

@@ -20,7 +20,8 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -98,15 +99,30 @@ def start_group(repo: Repo, etcd: Etcd, shards: int) -> Group:
     return Group(repo, etcd, shards=shards, apply=True, resync=2.0)
 
 
+@contextmanager
+def notifying_group(repo: Repo, etcd: Etcd, github: StandIn,
+                    shards: int) -> Iterator[tuple[receivers.Receiver, str, Group]]:
+    """A webhook receiver, the commit that tells it and GitHub (``notifying``) and a group
+    of ``shards`` shards applying it (no member started yet); the members and the receiver
+    are stopped however the test ends."""
+    hook = receivers.start()
+    try:
+        commit = notifying(repo, hook, github)
+        group = start_group(repo, etcd, shards)
+        try:
+            yield hook, commit, group
+        finally:
+            group.stop_all()
+    finally:
+        hook.stop()
+
+
 def test_three_members_one_refused_digest_say_one_failure_naming_shard_and_cluster(
         repo_factory: Callable[..., Repo], sandbox: Sandbox, etcd: Etcd,
         github: StandIn) -> None:
-    hook = receivers.start()
     repo = repo_factory(sandbox, attempts=15, interval_seconds=0.2)
-    commit = notifying(repo, hook, github)
     sandbox.fault("sn3", "refuse-digest", digest=NEW)
-    group = start_group(repo, etcd, 4)
-    try:
+    with notifying_group(repo, etcd, github, 4) as (hook, commit, group):
         members = [group.start(n, TEST_GH_TOKEN=TOKEN) for n in "abc"]
         ids = {group.member_id(m) for m in members}
         group.wait_owners(fully_owned(4, ids), timeout=180)
@@ -131,19 +147,13 @@ def test_three_members_one_refused_digest_say_one_failure_naming_shard_and_clust
         assert line["service"] == "checkout" and "sn3" in line["clusters"], line
         assert line["reasons"][0].startswith("shard "), line
         assert "applied and proven" not in json.dumps(told(hook))
-    finally:
-        group.stop_all()
-        hook.stop()
 
 
 def test_a_fresh_group_says_success_once_and_only_after_its_changes_are_applied(
         repo_factory: Callable[..., Repo], sandbox: Sandbox, etcd: Etcd,
         github: StandIn) -> None:
-    hook = receivers.start()
     repo = repo_factory(sandbox)
-    commit = notifying(repo, hook, github)
-    group = start_group(repo, etcd, 4)
-    try:
+    with notifying_group(repo, etcd, github, 4) as (hook, commit, group):
         for n in "abc":
             group.start(n, TEST_GH_TOKEN=TOKEN)
         seen: list[tuple[str, bool]] = []  # (state, converged when it was seen)
@@ -169,19 +179,13 @@ def test_a_fresh_group_says_success_once_and_only_after_its_changes_are_applied(
                  if e["customData"]["commit"] == commit]
         assert kinds in (["applied"], ["applied"] * len(kinds)) and len(kinds) >= 1, kinds
         assert len({e["context"]["id"] for e in told(hook)}) == len(told(hook))
-    finally:
-        group.stop_all()
-        hook.stop()
 
 
 def test_a_member_paused_past_its_lease_posts_nothing_false(
         repo_factory: Callable[..., Repo], sandbox: Sandbox, etcd: Etcd,
         github: StandIn) -> None:
-    hook = receivers.start()
     repo = repo_factory(sandbox)
-    commit = notifying(repo, hook, github)
-    group = start_group(repo, etcd, 2)
-    try:
+    with notifying_group(repo, etcd, github, 2) as (hook, commit, group):
         a = group.start("a", TEST_GH_TOKEN=TOKEN, RECONCILE_PAUSE_AT="before-fence")
         group.member_id(a)
         wait_until(a.stopped, 120, "A never reached its first write")
@@ -202,19 +206,13 @@ def test_a_member_paused_past_its_lease_posts_nothing_false(
         assert said[-1] == "success", described(github, commit)
         kinds = [e["customData"]["kind"] for e in told(hook)]
         assert "apply_failed" not in kinds and "gate_failed" not in kinds, kinds
-    finally:
-        group.stop_all()
-        hook.stop()
 
 
 def test_a_member_killed_between_its_apply_and_its_report_is_reported_by_the_next_owner(
         repo_factory: Callable[..., Repo], sandbox: Sandbox, etcd: Etcd,
         github: StandIn) -> None:
-    hook = receivers.start()
     repo = repo_factory(sandbox)
-    commit = notifying(repo, hook, github)
-    group = start_group(repo, etcd, 2)
-    try:
+    with notifying_group(repo, etcd, github, 2) as (_, commit, group):
         a = group.start("a", TEST_GH_TOKEN=TOKEN, RECONCILE_CRASH_AT="before-group-report")
         group.member_id(a)
         a.proc.wait(timeout=180)  # killed itself (-9) after its apply, before its report
@@ -230,19 +228,13 @@ def test_a_member_killed_between_its_apply_and_its_report_is_reported_by_the_nex
         said = states(github, commit)
         assert said.count("success") == 1 and "failure" not in said, \
             described(github, commit)
-    finally:
-        group.stop_all()
-        hook.stop()
 
 
 def test_without_etcd_a_group_says_nothing_about_a_commit_and_tells_it_once_etcd_is_back(
         repo_factory: Callable[..., Repo], sandbox: Sandbox, etcd: Etcd,
         github: StandIn) -> None:
-    hook = receivers.start()
     repo = repo_factory(sandbox)
-    first = notifying(repo, hook, github)
-    group = start_group(repo, etcd, 2)
-    try:
+    with notifying_group(repo, etcd, github, 2) as (_, first, group):
         for n in "ab":
             group.start(n, TEST_GH_TOKEN=TOKEN)
         wait_until(lambda: "success" in states(github, first), 240,
@@ -262,6 +254,3 @@ def test_without_etcd_a_group_says_nothing_about_a_commit_and_tells_it_once_etcd
         said = states(github, second)
         assert said.count("success") == 1 and said[-1] == "success", \
             described(github, second)
-    finally:
-        group.stop_all()
-        hook.stop()

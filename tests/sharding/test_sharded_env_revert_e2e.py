@@ -6,7 +6,6 @@ sandboxes."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,13 +20,13 @@ from reconciler.sandbox.etcd import Etcd
 from reconciler.sandbox.launcher import Sandbox
 from tests.e2e_repo import Repo, git
 from tests.promotion.pipeline_repo import make_pipeline_repo
+from tests.revert.commits import out, revert_commits
 from tests.sharding.group import WRITES, Group, Member, fairly_owned, wait_converged
 
 pytestmark = pytest.mark.integration
 
 OLD = rollouts.seeded_digest("checkout", "v2.3.0")  # what runs, proven, at first
 NEW = rollouts.seeded_digest("checkout", "v2.4.0")  # the release sn3 is made to refuse
-TRAILER = "Reconcile-Revert:"
 CHECKOUT = "svc-checkout"
 
 
@@ -92,16 +91,6 @@ def test_a_group_on_prod_plans_the_environment_rules_and_applies_nothing_not_soa
     # The same judge without the group says the same: NO-GO not_soaked.
     plan = two.run("plan", str(two.path), "--env", "prod", "--detailed-exitcode")
     assert plan.code == Exit.CHANGES_NO_GO and "not_soaked" in plan.out, plan.out + plan.err
-
-
-def out(root: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
-                          text=True).stdout
-
-
-def revert_commits(root: Path) -> list[str]:
-    return [line for line in out(root, "log", "--format=%H %s", "-F",
-                                 f"--grep={TRAILER}").splitlines() if line]
 
 
 def pin(repo: Repo, digest: str, tag: str, message: str) -> None:

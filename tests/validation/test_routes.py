@@ -9,40 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.routes import documents
 from tests.validation.conftest import Run
 
 ROUTES = "routes/shop.yaml"
 
-NORMAL = """\
-apiVersion: reconcile/v1
-kind: Route
-name: shop-web
-owner:
-  service: checkout
-  hostname: shop.example.net
-match:
-  ports: [80, 443]
-action:
-  port: 8080
-priority: 100
-"""
-
-HTTP01 = """\
-apiVersion: reconcile/v1
-kind: Route
-name: shop-acme
-owner:
-  service: checkout
-  hostname: shop.example.net
-  routeRef: acme
-match:
-  ports: [80]
-  path: /.well-known/acme-challenge/
-action:
-  port: 8089
-priority: 200
-managedRouteKind: letsencrypt-http01-forward
-"""
+NORMAL = documents.web_route("shop.example.net")
+HTTP01 = documents.acme_route("shop.example.net")
 
 
 def write_routes(repo: Path, *documents: str) -> None:

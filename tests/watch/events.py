@@ -18,20 +18,23 @@ from typing import Any
 from tests.e2e_repo import PROJECT
 
 
+def read_events(proc: subprocess.Popen[str], events: queue.Queue[dict[str, Any]]) -> None:
+    """Put each line ``proc`` prints on ``events`` as the JSON object it is, or as a ``raw``
+    event when it is not JSON (a traceback must reach the test, not vanish), until EOF."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        try:
+            events.put(json.loads(line))
+        except json.JSONDecodeError:
+            events.put({"event": "raw", "message": line})
+
+
 class Watch:
     def __init__(self, proc: subprocess.Popen[str]) -> None:
         self.proc = proc
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.seen: list[dict[str, Any]] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                self.events.put(json.loads(line))
-            except json.JSONDecodeError:
-                self.events.put({"event": "raw", "message": line})
+        threading.Thread(target=read_events, args=(proc, self.events), daemon=True).start()
 
     def wait_for(self, predicate: Callable[[dict[str, Any]], bool],
                  timeout: float = 60.0) -> dict[str, Any]:

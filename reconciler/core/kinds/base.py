@@ -20,20 +20,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar, Final, Generic, TypeVar
 
-from pydantic import ConfigDict
-
 from reconciler.core.codes import ReasonCode
 from reconciler.core.desired import DesiredState, Service
 from reconciler.core.findings import Blocker, Drift
-from reconciler.core.lean import LeanModel
+from reconciler.core.lean import CoreModel
 from reconciler.core.live import LiveService, LiveSnapshot, Observation, ReadFailure
 from reconciler.core.preflight import ServicePreflight
 from reconciler.core.targets import Target
 from reconciler.core.whys import Assessment, Why
-
-
-class _Model(LeanModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Action(StrEnum):
@@ -48,7 +42,7 @@ class Action(StrEnum):
     DELETE_ROUTE = "delete_route"
 
 
-class Preconditions(_Model):
+class Preconditions(CoreModel):
     """The live values a change was planned against (compare-and-swap inputs)."""
 
     rollout_generation: int | None = None
@@ -57,7 +51,7 @@ class Preconditions(_Model):
     capabilities: tuple[str, ...] | None = None  # the live grant, for set_grant
 
 
-class ReleaseRef(_Model):
+class ReleaseRef(CoreModel):
     """A release as a change shows it: enough to name it to a human and to the API."""
 
     release_id: str | None = None
@@ -66,7 +60,7 @@ class ReleaseRef(_Model):
     reference: str | None = None
 
 
-class ChangeBase(_Model):
+class ChangeBase(CoreModel):
     """One intended change to one service (or one user's grant on one service): the
     fields every kind carries. A kind's own model narrows ``action`` and adds the rest."""
 

@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, Final
-
-import httpx
+from typing import Any, Final, Unpack
 
 from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import safe
 from reconciler.shell.controlplane import envelope
 from reconciler.shell.controlplane.errors import ProtocolError, UnknownMethod
-from reconciler.shell.controlplane.session import Session
+from reconciler.shell.controlplane.session import Session, SessionOptions
 from reconciler.shell.controlplane.wire import (
     AllServicesReply,
     CapabilitiesReply,
@@ -59,22 +57,11 @@ envelope.fast_answer(ServicesReply, services_answer)
 
 
 class ControlPlaneClient(Session):
-    """Async TypedRequest client; one per run, used as an async context manager.
+    """Async TypedRequest client; one per run, used as an async context manager: a
+    ``Session`` (its options, its counters) that also knows the control plane's methods."""
 
-    ``transport`` replaces the network (tests pass ``httpx.MockTransport``).
-    ``requests_sent`` and ``connections_opened`` count what went over the wire.
-    """
-
-    def __init__(
-        self,
-        conn: Connection,
-        *,
-        token: str,
-        transport: httpx.AsyncBaseTransport | None = None,
-        max_connections: int | None = None,
-    ) -> None:
-        super().__init__(conn, token=token, transport=transport,
-                         max_connections=max_connections)
+    def __init__(self, conn: Connection, **options: Unpack[SessionOptions]) -> None:
+        super().__init__(conn, **options)
         self._capabilities: frozenset[str] | None = None
         self._capabilities_lock = asyncio.Lock()
 

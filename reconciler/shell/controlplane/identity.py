@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 from reconciler.core.sanitize import register_secret
-from reconciler.shell.endpoints import ConfigError, Connection
+from reconciler.shell.endpoints import Connection, required_variable
 
 #: Re-exchange the identity this long before its ``expiresAt``.
 IDENTITY_SKEW_MS: Final = 30_000
@@ -27,12 +27,8 @@ IDENTITY_SKEW_MS: Final = 30_000
 
 def token_from_env(conn: Connection, env: Mapping[str, str]) -> str:
     """The machine token from the variable the settings name; the error names the variable."""
-    value = env.get(conn.token_env, "").strip()
-    if not value:
-        raise ConfigError(
-            f"the control-plane token is missing: environment variable {conn.token_env} "
-            "is unset or empty (controlPlane.tokenEnv names it); set it to a machine user's "
-            'token (for the sandbox: eval "$(reconcile sandbox env)")')
+    value = required_variable(env, conn.token_env, what="the control-plane token",
+                              setting="controlPlane.tokenEnv", set_to="a machine user's token")
     register_secret(value)  # known to the run from now on: redacted from every output
     return value
 

@@ -26,7 +26,7 @@ import contextvars
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
-from typing import Any, Final, Self, TypeVar
+from typing import Any, Final, NotRequired, Self, TypedDict, TypeVar
 
 import httpx
 from pydantic import BaseModel
@@ -83,6 +83,14 @@ SEND_EVENTS: Final = frozenset({"http11.send_request_headers.started",
                                 "http2.send_request_headers.started"})
 #: The identity exchange: its requests never make the caller's write in doubt.
 IDENTITY_METHOD: Final = "getIdentityByToken"
+
+
+class SessionOptions(TypedDict):
+    """What a session takes beside its connection; subclasses pass it on unchanged."""
+
+    token: str
+    transport: NotRequired[httpx.AsyncBaseTransport | None]
+    max_connections: NotRequired[int | None]
 
 
 class Session:
