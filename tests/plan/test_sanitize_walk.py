@@ -190,3 +190,60 @@ def test_the_walk_is_the_plain_rule(value: Any, share: bool) -> None:
     assert not any(_UNSAFE.search(s) for s in strings_of(made))  # no raw control left
     if reference(value) == value:
         assert made is value
+
+
+# -- the fast looks at a plan's observations and cluster proofs (``render.common._FAST``) ---
+
+from reconciler.core.evidence import ClusterProof, Proof, Why  # noqa: E402
+from reconciler.core.live import ClusterRuntime, Observation, ObservationKind  # noqa: E402
+from reconciler.core.sanitize import forget_secrets, register_secret, unchanged  # noqa: E402
+from reconciler.render.common import _FAST  # noqa: E402
+
+
+def test_the_fast_looks_know_their_classes_fields() -> None:
+    """A field added to either class must be taught to its look; until then the class
+    falls back to the full walk, and this test says so."""
+    assert set(_FAST) == {Observation, ClusterProof}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(texts, st.sampled_from([
+    "https://h/x?token=abc", "a?b", "://x", "ok sekret-value-1 here", "\u00a0", "\t"])),
+    st.sampled_from([5, 300, VALUE_LIMIT]))
+def test_unchanged_never_says_so_of_a_string_safe_would_change(text: str, limit: int) -> None:
+    register_secret("sekret-value-1")
+    try:
+        if unchanged(text, limit):
+            assert safe(text, limit) == text
+    finally:
+        forget_secrets()
+
+
+def _observation(cluster: str, address: str | None, reason: str | None,
+                 runtime: ClusterRuntime | None) -> Observation:
+    kind = ObservationKind.ANSWERED if runtime is not None else ObservationKind.SILENT
+    return Observation(cluster_id=cluster, address=address, kind=kind, runtime=runtime,
+                       reason=reason, observed_at=1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(texts, st.none() | texts, st.none() | texts, st.booleans(),
+                          texts, st.none() | texts), min_size=1, max_size=6),
+       st.sampled_from(["sha256:a", HOSTILE]))
+def test_observations_and_proofs_met_after_clean_ones_are_still_made_safe(
+        rows: list[tuple[str, str | None, str | None, bool, str, str | None]],
+        state: str) -> None:
+    """The fast looks skip a value only when every string in it was already seen safe
+    and its runtime already walked unchanged: a hostile string or runtime in the tenth
+    observation of a service is made safe as in the first."""
+    runtime = ClusterRuntime(state=state, resolved_digest="sha256:a")
+    observations = tuple(_observation(c, a, r, runtime if shared else None)
+                         for c, a, r, shared, _, _ in rows)
+    proofs = tuple(ClusterProof(cluster=c, proof=Proof.NOT_CONVERGED, why=Why.NO_RECORD,
+                                detail=d, running=e) for c, _, _, _, d, e in rows)
+    value = (observations, proofs, observations[::-1], proofs[::-1])
+    made = _sanitize(value)
+    assert made == reference(value)
+    assert not any(_UNSAFE.search(s) for s in strings_of(made))
+    if reference(value) == value:
+        assert made is value
