@@ -1,6 +1,9 @@
 """A config repo (git, committed) pointing at a live sandbox, and a CLI runner for it.
 
 Shared by the plan and apply end-to-end tests; their conftest files re-export the fixtures.
+The runner runs the CLI in this process (``tests.inprocess``) unless the test is about the
+process: ``watch`` and ``sandbox`` (long-lived, signalled) always run as one, and a test
+asks for one with ``process=True``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.sandbox.launcher import Sandbox
+from tests import inprocess
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "desired-state"
 PROJECT = Path(__file__).resolve().parents[1]
@@ -39,9 +43,13 @@ class Cli:
         raise NotImplementedError
 
     def run(self, *args: str, timeout: float = 120, cwd: Path | None = None,
-            **extra: str) -> Result:
+            process: bool = False, **extra: str) -> Result:
         """``cwd``: where it runs (default: this project, outside the config repo; a saved
-        plan is applied to the checkout it runs in, so its tests run it in one)."""
+        plan is applied to the checkout it runs in, so its tests run it in one).
+        ``timeout`` bounds a process; in this process pytest's own timeout does."""
+        if not process and not inprocess.needs_process(args, extra):
+            code, out, err = inprocess.run_cli(args, cwd=cwd or PROJECT, env=self.env(**extra))
+            return Result(code, out, err)
         proc = subprocess.run([sys.executable, "-m", "reconciler", *args], cwd=cwd or PROJECT,
                               env=self.env(**extra), capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
