@@ -14,6 +14,7 @@ anything a test asks to run as one (kill -9, signals, start time, the entry poin
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import os
@@ -31,7 +32,18 @@ PROCESS_SEAMS = ("RECONCILE_CRASH_AT", "RECONCILE_PAUSE_AT")
 
 def needs_process(args: Sequence[str], extra: Mapping[str, str] = {}) -> bool:
     command = next((arg for arg in args if not arg.startswith("-")), None)
-    return command in PROCESS_COMMANDS or any(seam in extra for seam in PROCESS_SEAMS)
+    return (command in PROCESS_COMMANDS or any(seam in extra for seam in PROCESS_SEAMS)
+            or _loop_running())
+
+
+def _loop_running() -> bool:
+    """A test driving an event loop in this thread (Playwright's sync API does): the
+    commands' own ``asyncio.run`` cannot nest in it, a process's can."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 class _Text(io.TextIOWrapper):

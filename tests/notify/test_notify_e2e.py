@@ -135,7 +135,10 @@ def test_a_one_shot_apply_with_a_receiver_down_exits_as_it_would_and_stays_bound
                                                 {"url": hook.url}],
                                   "delivery": {**FAST, "drainSeconds": 3.0}})
         started = time.monotonic()
-        result = repo.run("apply", str(repo.path), "--auto-approve", timeout=180)
+        # A process: the warning is asserted on stderr, where Python's logging puts it in
+        # a process (in the test process pytest's log capture takes it).
+        result = repo.run("apply", str(repo.path), "--auto-approve", timeout=180,
+                          process=True)
         assert result.code == 0, result.err
         assert "Apply complete." in result.out
         assert "webhooks[0]: applied of commit" in result.err  # said, not fatal

@@ -42,8 +42,9 @@ def blockers(plan: dict[str, object], code: str) -> list[dict[str, object]]:
     return [b for b in found if b["code"] == code]
 
 
-def apply(repo: PipelineRepo, env: str) -> None:
-    result = repo.run("apply", str(repo.path), "--env", env, "--auto-approve")
+def apply(repo: PipelineRepo, env: str, *, process: bool = False) -> None:
+    result = repo.run("apply", str(repo.path), "--env", env, "--auto-approve",
+                      process=process)
     assert result.code == Exit.OK, result.out + result.err
 
 

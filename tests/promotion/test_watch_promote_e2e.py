@@ -89,7 +89,8 @@ def soak_outlasting(took: float) -> int:
 def test_the_watcher_proposes_once_after_the_soak_and_never_again(
         repo: PipelineRepo, standin: StandIn) -> None:
     started = time.monotonic()
-    apply(repo, "staging")
+    # A process, as the watcher is: its time is the measure of a watcher's start and plan.
+    apply(repo, "staging", process=True)
     # Read at plan time: a soak committed after the apply counts from the same success.
     soak = soak_outlasting(time.monotonic() - started)
     repo.write_pipeline(soak=f"{soak}s")
