@@ -149,8 +149,11 @@ SCRIPT = """
       if (r.hidden !== !ok) r.hidden = !ok;
       if (ok) shown++;
     }
-    var c = document.getElementById("shown");
-    if (c && rows.length) c.textContent = shown + " of " + rows.length + " services shown";
+    // out of the fleet's services, not the rows here: the watcher's answer to a filter
+    // holds only the matching rows
+    var c = document.getElementById("shown"), g = document.getElementById("grid");
+    var all = Math.max(rows.length, +(g && g.getAttribute("data-total")) || 0);
+    if (c && rows.length) c.textContent = shown + " of " + all + " services shown";
   }
   function unknownAll(since) {
     var cs = document.querySelectorAll("main [data-state]");
@@ -181,11 +184,15 @@ SCRIPT = """
     return location.pathname + (s ? "?" + s : "");
   }
   function fetchMain(force) {
-    return fetch(query(true), {cache: "no-store", credentials: "same-origin"})
+    var asked = query(true);
+    return fetch(asked, {cache: "no-store", credentials: "same-origin"})
       .then(function (r) {
         if (!r.ok) throw new Error(String(r.status));
         var g = r.headers.get("X-Reconcile-Generation");
         return r.text().then(function (t) {
+          // an answer for filters changed since it was asked is dropped: it would replace
+          // the rows with another filter's (the newer filter's own request is on its way)
+          if (asked !== query(true)) return;
           down = null;
           var b = document.getElementById("conn");
           if (b) b.hidden = true;
@@ -491,7 +498,7 @@ def fleet(view: View, links: _Links, window: Window | None = None) -> str:
             + "</tr>")
     return (f'<h2 id="fleet">Fleet</h2><p>{_counts(view)}</p>{pager}'
             f'<div class="tablewrap" tabindex="0" role="region" aria-label="fleet grid">'
-            f'<table id="grid"><caption class="small">services × '
+            f'<table id="grid" data-total="{total}"><caption class="small">services × '
             f'environments: the pinned release and what the clusters prove of it</caption>'
             f'<thead><tr><th scope="col">service</th>{head}</tr></thead><tbody>'
             + "".join(rows) + "</tbody></table></div>" + pager.replace(' id="pager"', ""))

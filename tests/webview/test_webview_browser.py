@@ -37,6 +37,20 @@ def visible_rows(page: Any) -> int:
         "() => [...document.querySelectorAll('#grid tbody tr')].filter(r => !r.hidden).length"))
 
 
+def rows_settle(page: Any, condition: str) -> None:
+    """Wait until ``condition`` (over ``rows``, the grid's rows, and ``n``, how many are
+    shown) holds and has held for a second: the watcher's answer to a filter arrives after
+    the filter is applied to the rows already shown, and must not undo it."""
+    page.wait_for_function(
+        "() => { const rows = [...document.querySelectorAll('#grid tbody tr')];"
+        " const n = rows.filter(r => !r.hidden).length;"
+        f" const ok = {condition};"
+        " if (!ok) { window.__settled = 0; return false; }"
+        " window.__settled = window.__settled || Date.now();"
+        " return Date.now() - window.__settled > 1000; }", timeout=20_000, polling=100)
+    page.evaluate("() => { window.__settled = 0; }")
+
+
 def request(method: str, url: str) -> int:
     try:
         with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=5) as r:
@@ -76,15 +90,19 @@ def test_the_watchers_view_follows_the_fleet_in_a_real_browser(
             page.screenshot(path=str(shots / "fleet-pending-1280.png"), full_page=True)
             page.evaluate("() => { window.__same_page = true; }")
 
-            # A filter: by name, then by state.
+            # A filter: by name, then by state. The rows shown are filtered at once, then
+            # replaced by the watcher's answer for the filter (a quarter second later), so
+            # each step waits for the rows to settle rather than reading them once.
             page.fill("#f-name", "checkout")
-            assert visible_rows(page) == 1
+            rows_settle(page, "n === 1")
             assert "1 of 5 services shown" in page.inner_text("#shown")
             page.fill("#f-name", "")
+            rows_settle(page, f"n === {SERVICES}")
             page.select_option("#f-state", "proven")
-            assert visible_rows(page) == states(page).count("proven")
+            rows_settle(page, "n === rows.filter(r => r.querySelector("
+                          "'td[data-state=\"proven\"]')).length")
             page.select_option("#f-state", "")
-            assert visible_rows(page) == SERVICES
+            rows_settle(page, f"n === {SERVICES}")
 
             # An apply (the CLI's): the cells go to proven without a reload.
             done = repo.run("apply", str(repo.path), "--auto-approve")
