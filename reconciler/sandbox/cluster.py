@@ -98,6 +98,16 @@ def read_runtime(state_dir: Path, cluster_id: str) -> dict[str, JsonDict]:
     return dict(data.get("apps", {}))
 
 
+def read_settled(state_dir: Path, cluster_id: str) -> JsonDict | None:
+    """What the cluster's last converge saw (``ClusterServer.note_settled``), or None."""
+    try:
+        data = json.loads((cluster_dir(state_dir, cluster_id) / "settled.json").read_text(
+            encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def read_routes(state_dir: Path, cluster_id: str) -> list[JsonDict]:
     """The gateway routes a cluster had in effect when it stopped ([] for a new one)."""
     try:
@@ -188,6 +198,7 @@ class Cluster:
         #: [ext] the end of the last stretch nobody saw healthy (``GAP_FAULTS``, or this
         #: process's start): no app's ``healthySince`` is earlier.
         self.recovered_at = store.now_ms()
+        self._settled_mark = ""  # note_settled's last write
         self._in_gap = False
         #: Issue 34: the apps' own traffic on this ingress and its /metrics (sandbox.apps).
         self.traffic = apps.Traffic(self.id, self.faults)
@@ -333,6 +344,7 @@ class Cluster:
         self.converge_routes()
         adopting = self.adopt and bool(self.desired)
         self.converge()
+        self.note_settled()
         if adopting:
             self._adopted_reports()
         with self.lock:
@@ -456,6 +468,23 @@ class Cluster:
                 self.revision += 1
         if touched:
             self._persist(snapshot)
+
+    def note_settled(self) -> None:
+        """Write what the last converge acted on -- the control plane's revision, the
+        faults file's stamp as read, and whether an app or a route swap is still due --
+        when it changed: a fault such as an egress allow-list is applied by the loop a
+        delay later, and a test that set one waits (``Sandbox.wait_settled``) until every
+        cluster has acted on it."""
+        with self.lock:
+            mark = json.dumps({"version": self.version, "faults": self.faults.seen(),
+                               "pending": bool(self.pending) or self.routes_due is not None})
+        if mark == self._settled_mark:
+            return
+        path = self.dir / "settled.json"
+        tmp = path.with_suffix(".settled.tmp")
+        tmp.write_text(mark, encoding="utf-8")
+        tmp.replace(path)
+        self._settled_mark = mark
 
     def converge_routes(self) -> None:
         """Swap in the control plane's routes after this cluster's delay, all at once, as

@@ -111,6 +111,15 @@ def set_fault(state_dir: Path, target: str, kind: str, *, on: bool, params: dict
         tmp.replace(path)
 
 
+def stamp(state_dir: Path) -> list[int] | None:
+    """The faults file's stamp as ``FaultView.seen`` says it (None: no file)."""
+    try:
+        st = os.stat(state_dir / FAULTS_FILE)
+    except FileNotFoundError:
+        return None
+    return [st.st_mtime_ns, st.st_size]
+
+
 def clear(state_dir: Path) -> None:
     with _locked(state_dir):
         (state_dir / FAULTS_FILE).unlink(missing_ok=True)
@@ -157,6 +166,12 @@ class FaultView:
 
     def get(self, kind: str) -> dict[str, Any] | None:
         return self.current().get(kind)
+
+    def seen(self) -> list[int] | None:
+        """The stamp of the faults file as last read (None: there was none): what
+        ``Sandbox.wait_settled`` compares with ``stamp`` to know a fault is acted on."""
+        with self._lock:
+            return None if self._stamp is None else list(self._stamp)
 
     def fires(self, kind: str) -> dict[str, Any] | None:
         """For counted faults (``times``/``every``): whether this request is affected."""

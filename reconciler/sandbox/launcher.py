@@ -328,16 +328,49 @@ class Sandbox:
             conn.close()
 
     def wait_settled(self, timeout: float = 15.0) -> dict[str, dict[str, Any]]:
-        """Wait until no rollout is pending/deploying; returns the statuses."""
+        """Wait until no rollout is pending/deploying and every running cluster has acted
+        on the faults set so far (an egress allow-list, a stuck or refused digest are
+        applied by its loop a convergence delay later); returns the statuses."""
         deadline = time.monotonic() + timeout
         while True:
             statuses = self.rollout_statuses()
-            if all(s["status"] not in ("pending", "deploying", "verifying", "rolling-back")
-                   for s in statuses.values()):
+            moving = [sid for sid, s in statuses.items() if s["status"] in
+                      ("pending", "deploying", "verifying", "rolling-back")]
+            unsettled = self._unsettled_clusters()
+            if not moving and not unsettled:
                 return statuses
             if time.monotonic() > deadline:
-                raise SandboxError(f"rollouts still in flight: {statuses}")
+                if moving:
+                    raise SandboxError(f"rollouts still in flight: {statuses}")
+                raise SandboxError(f"clusters have not acted on their faults: {unsettled}")
             time.sleep(0.05)
+
+    def _unsettled_clusters(self) -> list[str]:
+        """Running clusters whose last converge saw an older control-plane revision or
+        faults file, or left an app or a route swap due. A cluster that is down, stopped
+        or not this process's to watch is skipped, and all of them while the control
+        plane is not running (a cluster's loop acts after its sync with the control
+        plane)."""
+        plane = self._procs.get(CONTROL_PLANE)
+        if plane is None or plane.poll() is not None:
+            return []
+        current = faults.stamp(self.state_dir)
+        conn = store.connect(self.state_dir)
+        try:
+            version = int(store.get_meta(conn, "version", "0") or 0)
+        finally:
+            conn.close()
+        down = self._down_clusters()
+        out = []
+        for cid in self.addresses:
+            proc = self._procs.get(cid)
+            if cid in down or proc is None or proc.poll() is not None:
+                continue
+            mark = cluster_mod.read_settled(self.state_dir, cid)
+            if mark is None or mark.get("version") != version \
+                    or mark.get("faults") != current or mark.get("pending"):
+                out.append(cid)
+        return out
 
     # -- processes ---------------------------------------------------------------------
 

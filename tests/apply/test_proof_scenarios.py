@@ -166,6 +166,9 @@ def test_a_saved_plan_reviewed_for_three_clusters_is_refused_when_a_fourth_answe
     retarget(sandbox, ["sn1", "sn2", "sn3", "sn4"])
     wait_for("sn4 to run checkout's old digest", lambda: sandbox.cluster_status()["sn4"]
              .get("checkout", {}).get("resolvedDigest") == OLD_CHECKOUT)
+    # and every rollout reported done by all four (catalog's too: a rollout still
+    # deploying would make the plan NO-GO before the cluster list is compared)
+    sandbox.wait_settled()
     sandbox.fault("sn4", "dns-missing", on=False)
     result = repo.run("apply", str(plan_file), cwd=repo.path)
     assert result.code == Exit.REFUSED_MISMATCH, result.out + result.err

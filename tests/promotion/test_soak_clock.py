@@ -150,3 +150,13 @@ def test_without_a_soak_nothing_waits_but_no_time_is_claimed() -> None:
     found = gate("checkout", DIGEST, Environment(name="prod", path="prod"),
                  upstream(live(-1), observations()), (), NOW)
     assert found.ready and found.since is None
+
+
+def test_the_eligible_time_shown_is_rounded_up_to_the_second() -> None:
+    # healthy again at .400 of a second: eligible at .400 five minutes on; said as the next
+    # whole second, so a plan run at the time shown finds it eligible
+    back = NOW - 100_000 + 400
+    found = gate("checkout", DIGEST, PROD, upstream(live(), observations(sn2=back)), (), NOW)
+    [blocker] = found.blockers
+    assert found.eligible_at == back + 300_000
+    assert "eligible 2023-11-14 22:26:41Z" in blocker.message, blocker.message

@@ -243,3 +243,19 @@ def test_healthy_since_restarts_after_an_outage_and_while_unhealthy_is_not_said(
     sandbox.fault("sn2", "failed", on=False)
     assert fresh.status("sn2", "checkout").json()["runtime"]["healthySince"] >= healed
     fresh.close()
+
+
+def test_wait_settled_returns_once_every_cluster_has_acted_on_its_faults(
+        sandbox_factory: Callable[..., Sandbox]) -> None:
+    # A cluster applies an allow-list (or lifts a stuck route table) a convergence delay
+    # after the fault is set: waiting for the rollouts alone returns before it has.
+    sandbox = sandbox_factory(converge_delay_ms=1500)
+    sandbox.wait_settled()
+    sandbox.fault("sn2", "egress-allow", hosts="api.stripe.com")
+    sandbox.wait_settled()
+    status = sandbox.cluster_status()
+    assert any(rec.get("egressDropped") for rec in status["sn2"].values()), status["sn2"]
+    assert not any(rec.get("egressDropped") for rec in status["sn1"].values())
+    sandbox.fault("sn2", "egress-allow", on=False)
+    sandbox.wait_settled()
+    assert not any(rec.get("egressDropped") for rec in sandbox.cluster_status()["sn2"].values())
