@@ -211,6 +211,13 @@ LAST_INSTANT_MS = int(LAST_INSTANT.timestamp() * 1000)
 assert datetime.max.replace(tzinfo=UTC) - LAST_INSTANT > timedelta(days=2 * 366)
 
 
+def eligible_shown(ms: int) -> int:
+    """An eligible instant as every view says it: rounded up to the whole second (a reader
+    who acts at the time shown finds the change eligible; rounded down, it could still be
+    waiting for most of a second) and clamped to ``LAST_INSTANT_MS``."""
+    return min(max(-(-ms // 1000) * 1000, 0), LAST_INSTANT_MS)
+
+
 def clamp_instant(at: datetime) -> datetime:
     """``at``, or ``LAST_INSTANT`` when it is later (one rule for every reader)."""
     return min(at, LAST_INSTANT)

@@ -57,6 +57,7 @@ from reconciler.core.pipeline import (
     LAST_INSTANT_MS,
     Environment,
     Freeze,
+    eligible_shown,
     show_duration,
 )
 from reconciler.core.plans import Action, Blocker, Plan
@@ -126,10 +127,8 @@ class SoakClock:
 
 
 def _at(ms: int) -> str:
-    """An eligible time to the second, rounded up: a plan run at the time shown finds the
-    change eligible (rounded down, it could still be soaking for most of a second)."""
     # clamped: a control plane's time far in the future is said, never an OverflowError
-    at = min(max(-(-ms // 1000) * 1000, 0), LAST_INSTANT_MS)
+    at = eligible_shown(ms)
     return f"{datetime.fromtimestamp(at / 1000, UTC):%Y-%m-%d %H:%M:%S}Z"
 
 

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from reconciler.core.evidence import Proof
-from reconciler.core.pipeline import LAST_INSTANT_MS
+from reconciler.core.pipeline import LAST_INSTANT_MS, eligible_shown
 from reconciler.core.sanitize import safe
 from reconciler.core.status import ServiceRow, Status
 
@@ -55,7 +55,8 @@ def _next(row: ServiceRow) -> str:
     if nxt.ready:
         return f"{what}: eligible now"
     codes = ", ".join(sorted({b.split(":", 1)[0] for b in nxt.blockers}))
-    when = f"eligible {_at(nxt.eligible_at)}" if nxt.eligible_at else "not eligible"
+    when = (f"eligible {_at(eligible_shown(nxt.eligible_at))}" if nxt.eligible_at
+            else "not eligible")
     return f"{what}: {codes}; {when}"
 
 

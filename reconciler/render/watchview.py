@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from reconciler.core.events import Event, GatePolled, GateStarted, PostApply
 from reconciler.core.outcomes import ApplyReport, Outcome
+from reconciler.core.pipeline import eligible_shown
 from reconciler.core.plandiff import PlanDiff
 from reconciler.core.plans import Plan
 from reconciler.core.proposals import Decision, Step
@@ -106,11 +107,12 @@ def proposal(environment: str, decision: Decision, *, number: int | None = None,
                             "pull": number, "url": url, "created": created,
                             "supersedes": older.digest if older else None})
     if decision.step is Step.WAITING:
-        when = (f"eligible at {_at(decision.eligible_at)}" if decision.eligible_at is not None
+        when = (f"eligible at {_at(eligible_shown(decision.eligible_at))}"
+                if decision.eligible_at is not None
                 else "no eligible time yet")
         return Line("promotion-waiting", f"{decision.service} {short or '(none)'} → "
                     f"{environment}: {when}: {decision.reason}",
                     fields={**base, "eligible_at": None if decision.eligible_at is None
-                            else _at(decision.eligible_at), "codes": list(decision.codes),
-                            "reason": decision.reason})
+                            else _at(eligible_shown(decision.eligible_at)),
+                            "codes": list(decision.codes), "reason": decision.reason})
     return None

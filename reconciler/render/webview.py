@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from reconciler.core.pipeline import LAST_INSTANT_MS
+from reconciler.core.pipeline import LAST_INSTANT_MS, eligible_shown
 from reconciler.core.sanitize import safe
 from reconciler.core.status import ServiceRow, Status
 from reconciler.core.webview import (
@@ -433,7 +433,8 @@ def _next_short(row: ServiceRow, view: View) -> str:
         return f"unknown ({_e(nxt.unknown or 'no digest', 200)})"
     if nxt.ready:
         return f"{_release(nxt.digest, nxt.tag)} eligible now"
-    when = f"eligible {_time(nxt.eligible_at)}" if nxt.eligible_at else "not eligible"
+    when = (f"eligible {_time(eligible_shown(nxt.eligible_at))}" if nxt.eligible_at
+            else "not eligible")
     codes = ", ".join(sorted({b.split(":", 1)[0] for b in nxt.blockers}))
     return f"{_release(nxt.digest, nxt.tag)} {_e(codes, 200)}; {when}"
 
@@ -615,8 +616,9 @@ def _blockers(row: ServiceRow, view: View) -> str:
         return "<p>Next promotion: nothing to promote.</p>"
     if nxt.unknown is not None or nxt.digest is None:
         return f"<p>Next promotion: {_word(CellState.UNKNOWN)} {_e(nxt.unknown, 300)}</p>"
-    when = "eligible now" if nxt.ready else \
-        f"eligible {_time(nxt.eligible_at)}" if nxt.eligible_at else "not eligible yet"
+    when = ("eligible now" if nxt.ready else
+            f"eligible {_time(eligible_shown(nxt.eligible_at))}" if nxt.eligible_at
+            else "not eligible yet")
     items = "".join(f"<li><code>{_e(b.split(':', 1)[0], 60)}</code>"
                     f"{_e(':' + b.split(':', 1)[1], 600) if ':' in b else ''}</li>"
                     for b in nxt.blockers)

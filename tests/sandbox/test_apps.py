@@ -75,6 +75,11 @@ def requests(samples: Samples, name: str, digest: str, code: str) -> float:
     return samples.get(key, 0.0)
 
 
+def at(samples: Samples, key: tuple[str, tuple[tuple[str, str], ...]]) -> float:
+    """A counter's sample; 0 before its series exists (as a counter starts)."""
+    return samples.get(key, 0.0)
+
+
 def codes(samples: Samples, name: str | None = None) -> set[str]:
     return {dict(labels)["code"] for (metric, labels) in samples
             if metric == apps.REQUESTS and (name is None or dict(labels)["app"] == name)}
@@ -184,6 +189,9 @@ def test_metrics_count_real_and_synthetic_requests_per_app_and_digest(
 def test_app_errors_fails_one_digest_on_one_cluster_until_cleared(
         sb: Sandbox, http: httpx.Client) -> None:
     digest = digest_of(sb, "sn2", "checkout")
+    # what ran before the fault: the synthetic load's successes, counted
+    wait_for(lambda: requests(scrape(http, sb, "sn2"), "checkout", digest, "200") > 0,
+             "sn2 counts synthetic 200s for checkout")
     sb.fault("sn2", "app-errors", digest=digest[:20])
     failed = app(http, sb, "sn2", "checkout")
     assert failed.status_code == 500
@@ -227,25 +235,28 @@ def test_app_slow_delays_one_digest_and_its_latency_shows(sb: Sandbox,
     fast_bucket = (apps.DURATION + "_bucket", (*labels, ("le", "0.1")))
     total, count = (apps.DURATION + "_sum", labels), (apps.DURATION + "_count", labels)
     sb.fault("sn1", "app-slow", digest=digest, seconds=0.6)
-    # These scrapes count what ran before the fault as it ran; all later is slowed.
+    # These scrapes count what ran before the fault as it ran; all later is slowed. A
+    # series not scraped yet (the synthetic load had not reached it) is a counter at 0.
     before = {c: scrape(http, sb, c) for c in ("sn1", "sn2")}
     began = time.monotonic()
     assert app(http, sb, "sn1", "catalog").status_code == 200
     assert time.monotonic() - began >= 0.6
-    wait_for(lambda: all(scrape(http, sb, c)[count] > before[c][count] + 2
+    wait_for(lambda: all(at(scrape(http, sb, c), count) > at(before[c], count) + 2
                          for c in ("sn1", "sn2")), "requests counted")
     slowed = {c: scrape(http, sb, c) for c in ("sn1", "sn2")}
-    assert slowed["sn1"][fast_bucket] == before["sn1"][fast_bucket]
-    assert slowed["sn1"][total] - before["sn1"][total] \
-        >= 0.6 * (slowed["sn1"][count] - before["sn1"][count])
+    assert at(slowed["sn1"], fast_bucket) == at(before["sn1"], fast_bucket)
+    assert at(slowed["sn1"], total) - at(before["sn1"], total) \
+        >= 0.6 * (at(slowed["sn1"], count) - at(before["sn1"], count))
     # Another cluster's catalog (only its synthetic load here) is not slowed.
-    assert slowed["sn2"][fast_bucket] - before["sn2"][fast_bucket] \
-        == slowed["sn2"][count] - before["sn2"][count]
+    assert at(slowed["sn2"], fast_bucket) - at(before["sn2"], fast_bucket) \
+        == at(slowed["sn2"], count) - at(before["sn2"], count)
     sb.fault("sn1", "app-slow", on=False)
     cleared = scrape(http, sb, "sn1")
-    wait_for(lambda: scrape(http, sb, "sn1")[count] > cleared[count] + 2, "counted again")
+    wait_for(lambda: at(scrape(http, sb, "sn1"), count) > at(cleared, count) + 2,
+             "counted again")
     after = scrape(http, sb, "sn1")
-    assert after[fast_bucket] - cleared[fast_bucket] == after[count] - cleared[count]
+    assert at(after, fast_bucket) - at(cleared, fast_bucket) \
+        == at(after, count) - at(cleared, count)
 
 
 def test_the_scrape_token_is_kept_across_restarts(sb: Sandbox, tmp_path: Path) -> None:

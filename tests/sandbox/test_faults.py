@@ -230,7 +230,7 @@ def test_healthy_since_restarts_after_an_outage_and_while_unhealthy_is_not_said(
     assert isinstance(before, int) and 0 < before <= time.time() * 1000
     sandbox.fault("sn2", "down")
     time.sleep(0.3)
-    lifted = time.time() * 1000
+    lifted = int(time.time() * 1000)  # whole milliseconds, as the cluster says them
     sandbox.fault("sn2", "down", on=False)
     fresh = MeshClient(sandbox)
     wait_for(lambda: _answers(fresh, "sn2"))
