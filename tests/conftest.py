@@ -33,10 +33,33 @@ PROCESS_FIXTURES = frozenset({"sandbox", "sandbox_factory", "etcd", "node_server
                               "node_tls_server", "run_node_client", "prometheus"})
 
 
+#: Modules holding the suite's longest tests (soaks, windows and demos that wait on the
+#: clock, kill -9 rounds, the 10,000-service split: 20-75 s each, measured 2026-12-05),
+#: longest first. They are collected first, so that the workers start them at once
+#: instead of one of them running alone at the end: collected in path order they came
+#: last (``tests/verification``, ``tests/sharding``) and the run waited for them.
+LONG_FIRST = (
+    "tests/verification/test_demo_verification_e2e.py",
+    "tests/promotion/test_demo_environments_e2e.py",
+    "tests/sharding/test_sharded_watch_e2e.py",
+    "tests/promotion/test_holds_e2e.py",
+    "tests/apply/test_apply_timeout.py",
+    "tests/promotion/test_soak_e2e.py",
+    "tests/verification/test_verification_e2e.py",
+    "tests/plan/test_markdown_comment.py",
+    "tests/promotion/test_watch_promote_e2e.py",
+    "tests/sharding/test_group_outcome_e2e.py",
+    "tests/watch/test_deploy.py",
+    "tests/revert/test_protected_branch_e2e.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+    rank = {module: at for at, module in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
 @pytest.fixture
