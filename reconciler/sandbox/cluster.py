@@ -89,33 +89,36 @@ def read_audit(state_dir: Path, cluster_id: str) -> list[JsonDict]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
-def read_runtime(state_dir: Path, cluster_id: str) -> dict[str, JsonDict]:
+def _read_state(state_dir: Path, cluster_id: str, name: str) -> JsonDict:
+    """One of a cluster's state files; {} when it is missing or not a JSON object."""
     try:
-        data = json.loads((cluster_dir(state_dir, cluster_id) / "runtime.json").read_text(
+        data = json.loads((cluster_dir(state_dir, cluster_id) / name).read_text(
             encoding="utf-8"))
     except (FileNotFoundError, ValueError):
         return {}
-    return dict(data.get("apps", {}))
+    return data if isinstance(data, dict) else {}
 
 
-def read_settled(state_dir: Path, cluster_id: str) -> JsonDict | None:
-    """What the cluster's last converge saw (``ClusterServer.note_settled``), or None."""
-    try:
-        data = json.loads((cluster_dir(state_dir, cluster_id) / "settled.json").read_text(
-            encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+def _write_state(path: Path, text: str) -> None:
+    """Replace a state file whole: a reader sees the old text or the new, never half."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_runtime(state_dir: Path, cluster_id: str) -> dict[str, JsonDict]:
+    return dict(_read_state(state_dir, cluster_id, "runtime.json").get("apps", {}))
+
+
+def read_settled(state_dir: Path, cluster_id: str) -> JsonDict:
+    """What the cluster's last converge acted on (``Cluster.note_settled``); {} before
+    its first."""
+    return _read_state(state_dir, cluster_id, "settled.json")
 
 
 def read_routes(state_dir: Path, cluster_id: str) -> list[JsonDict]:
     """The gateway routes a cluster had in effect when it stopped ([] for a new one)."""
-    try:
-        data = json.loads((cluster_dir(state_dir, cluster_id) / "routes.json").read_text(
-            encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        return []
-    return list(data.get("routes", []))
+    return list(_read_state(state_dir, cluster_id, "routes.json").get("routes", []))
 
 
 def _encode(value: object) -> bytes:
@@ -480,10 +483,7 @@ class Cluster:
                                "pending": bool(self.pending) or self.routes_due is not None})
         if mark == self._settled_mark:
             return
-        path = self.dir / "settled.json"
-        tmp = path.with_suffix(".settled.tmp")
-        tmp.write_text(mark, encoding="utf-8")
-        tmp.replace(path)
+        _write_state(self.dir / "settled.json", mark)
         self._settled_mark = mark
 
     def converge_routes(self) -> None:
@@ -511,10 +511,7 @@ class Cluster:
             self.revision += 1
             self._encoded.clear()
             snapshot = json.dumps({"routes": self.route_table}, sort_keys=True)
-        path = self.dir / "routes.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(snapshot, encoding="utf-8")
-        tmp.replace(path)
+        _write_state(self.dir / "routes.json", snapshot)
 
     def routes_of(self, app_id: str) -> list[JsonDict]:
         """[ext] The routes in effect on this ingress that ``app_id`` owns (caller holds
@@ -564,10 +561,7 @@ class Cluster:
         return new
 
     def _persist(self, text: str) -> None:
-        path = self.dir / "runtime.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        _write_state(self.dir / "runtime.json", text)
 
     def effective(self, app_id: str) -> JsonDict | None:
         """The runtime record as the status route shows it, faults applied."""

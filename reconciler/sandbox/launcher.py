@@ -342,7 +342,8 @@ class Sandbox:
             if time.monotonic() > deadline:
                 if moving:
                     raise SandboxError(f"rollouts still in flight: {statuses}")
-                raise SandboxError(f"clusters have not acted on their faults: {unsettled}")
+                raise SandboxError("clusters have not caught up with the control plane's "
+                                   f"revision and the faults set: {unsettled}")
             time.sleep(0.05)
 
     def _unsettled_clusters(self) -> list[str]:
@@ -367,8 +368,8 @@ class Sandbox:
             if cid in down or proc is None or proc.poll() is not None:
                 continue
             mark = cluster_mod.read_settled(self.state_dir, cid)
-            if mark is None or mark.get("version") != version \
-                    or mark.get("faults") != current or mark.get("pending"):
+            if mark.get("version") != version or mark.get("faults") != current \
+                    or mark.get("pending"):
                 out.append(cid)
         return out
 
