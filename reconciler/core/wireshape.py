@@ -37,6 +37,9 @@ from reconciler.core.sanitize import safe
 
 M = TypeVar("M", bound=BaseModel)
 
+#: A reply's bytes as read: ``bytearray`` where they were gathered as they arrived.
+Body = bytes | bytearray
+
 
 class WireModel(LeanModel):
     """A reply's shape: the fields read, strict, frozen; every other field ignored."""
@@ -135,7 +138,7 @@ def problem(exc: ValidationError, prefix: str = "", limit: int = 200,
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def decode(model: type[M], content: bytes | str) -> M:
+def decode(model: type[M], content: Body | str) -> M:
     """``content`` decoded straight into ``model``; ``ValidationError`` when it does not
     fit. JSON text that only the standard library's parser reads (a lone surrogate
     escape, which pydantic-core refuses) is read as that parser reads it, each lone

@@ -1,6 +1,7 @@
 """``getServices`` has two readers (``shell.controlplane.wire.services_answer``): the
-chunked one (``msgspec`` reads the frame, the services are decoded by ``ServicesReply``
-500 at a time from their own bytes) and the envelope's own, which decodes the reply whole.
+chunked one (``msgspec`` reads the frame, the services are decoded later by
+``ServicesReply`` 500 at a time from their own bytes, ``ServiceList.chunks``) and the
+envelope's own, which decodes the reply whole.
 They must give the same answer for every reply -- the same services, raw where one does
 not fit, the same ``etag`` and ``notModified``, the same refusal -- so the chunked one is
 checked against the whole one on a well-formed reply, on the odd replies it must hand
@@ -18,7 +19,12 @@ from pydantic import ValidationError
 from reconciler.core.wireshape import decode
 from reconciler.shell.controlplane import client, envelope, wire
 from reconciler.shell.controlplane.envelope import _envelope_of
-from reconciler.shell.controlplane.wire import ServicesReply, ServiceWire, services_answer
+from reconciler.shell.controlplane.wire import (
+    ServiceList,
+    ServicesReply,
+    ServiceWire,
+    services_answer,
+)
 
 
 def _service(number: int) -> dict[str, Any]:
@@ -60,19 +66,27 @@ def _whole(content: bytes) -> object:
 
 
 def _outcome(reply: object) -> object:
+    """A reply as its reader hands it on: the services as ``ServiceList`` builds them."""
     if isinstance(reply, ServicesReply):
-        return (reply.model_dump(), sorted(reply.model_fields_set),
-                [type(s).__name__ for s in reply.services or ()])
+        services = list(ServiceList(reply))
+        dumped = {**reply.model_dump(exclude={"services"}),
+                  "services": [s if isinstance(s, dict) else s.model_dump() for s in services]}
+        return (dumped, sorted(reply.model_fields_set), [type(s).__name__ for s in services])
     return reply
 
 
 def test_a_plain_reply_is_read_in_chunks_as_the_whole_reader_reads_it() -> None:
     content = _reply()
     fast = services_answer(content)
-    assert fast is not None  # read in chunks, not handed over
-    assert len(fast.services or ()) == 1_200 > wire.SERVICES_CHUNK * 2
-    assert isinstance(fast.services[0], ServiceWire) and isinstance(fast.services[3], dict)
-    assert isinstance(fast.services[7], dict)
+    assert fast is not None  # framed, not handed over
+    assert fast.services == []  # nothing built yet
+    listed = ServiceList(fast)
+    chunks = list(listed.chunks())
+    assert [len(c) for c in chunks] == [500, 500, 200] \
+        and wire.SERVICES_CHUNK == 500  # built a chunk at a time
+    assert list(listed.chunks()) == []  # read once: the reply's bytes are let go
+    assert isinstance(chunks[0][0], ServiceWire) and isinstance(chunks[0][3], dict)
+    assert isinstance(chunks[0][7], dict)
     assert _outcome(fast) == _outcome(_whole(content))
     assert fast.model_fields_set == {"services", "etag"}
     # the client registers it, and the envelope asks it first

@@ -13,7 +13,12 @@ import pytest
 from reconciler.core.wireshape import decode
 from reconciler.shell import heap
 from reconciler.shell.controlplane import ProtocolError, envelope
-from reconciler.shell.controlplane.wire import ServicesReply, ServiceWire, parse_service
+from reconciler.shell.controlplane.wire import (
+    ServiceList,
+    ServicesReply,
+    ServiceWire,
+    parse_service,
+)
 from reconciler.shell.probing.parsing import (
     Malformed,
     StatusWire,
@@ -98,10 +103,12 @@ def test_a_control_plane_answer_that_does_not_fit_names_the_method_and_field() -
     # One service that does not fit its model stays raw, and fails alone.
     odd = b'{"response": {"services": [{"id": "s", "data": {"name": 3}}]}}'
     reply = envelope.answer_as("getServices", odd, ServicesReply)
-    assert reply is not None and reply.services == [{"id": "s", "data": {"name": 3}}]
+    assert reply is not None
+    services = list(ServiceList(reply))
+    assert services == [{"id": "s", "data": {"name": 3}}]
     with pytest.raises(ProtocolError, match=r"service s: malformed reply: data\.name is not a "
                                             r"string"):
-        parse_service(reply.services[0], [])
+        parse_service(services[0], [])
 
 
 def test_bulk_pauses_the_collector_and_restores_it() -> None:

@@ -34,6 +34,7 @@ from reconciler.shell.controlplane.wire import (
     ReleasesPageReply,
     ReleasesReply,
     ReleaseWire,
+    ServiceList,
     ServiceReply,
     Services,
     ServicesReply,
@@ -51,8 +52,9 @@ from reconciler.shell.endpoints import Connection
 #: [ext] the batch release read (listed by ``getCapabilities`` where it is offered).
 SERVICES_RELEASES: Final = "getServicesReleases"
 
-# ``getServices``'s plain answers are read in chunks first (``wire.services_answer``: the
-# same values, a fraction of the peak memory of the reply decoded whole).
+# ``getServices``'s plain answers are framed first and their services built in chunks later
+# (``wire.services_answer``, ``ServiceList``: the same values, a fraction of the peak
+# memory of the reply decoded whole).
 envelope.fast_answer(ServicesReply, services_answer)
 
 
@@ -106,7 +108,7 @@ class ControlPlaneClient(Session):
             return Services(services=None, etag=if_none_match)
         if reply.services is None:
             raise ProtocolError(f"{method}: response.services is not a list of objects")
-        return Services(services=reply.services, etag=etag_of(reply.etag, method))
+        return Services(services=ServiceList(reply), etag=etag_of(reply.etag, method))
 
     async def get_service(self, service_id: str) -> RawObject:
         reply = await self.read_as("getServiceById", {"serviceId": service_id}, ServiceReply)

@@ -20,7 +20,7 @@ from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, JsonValue, ValidationError, create_model
 
-from reconciler.core.wireshape import WireModel, problem
+from reconciler.core.wireshape import Body, WireModel, problem
 from reconciler.core.wireshape import decode as decode_into
 from reconciler.shell.controlplane.errors import ProtocolError, Redact, domain_error
 
@@ -46,7 +46,7 @@ def encode(method: str, payload: dict[str, Any]) -> bytes:
     return json.dumps(envelope, separators=(",", ":")).encode()
 
 
-def decode(method: str, content: bytes, *, status: int) -> Any:
+def decode(method: str, content: Body, *, status: int) -> Any:
     """The reply body as JSON (``ProtocolError`` when it is not JSON)."""
     try:
         return json.loads(content)
@@ -93,7 +93,7 @@ def _envelope_of(shape: type[BaseModel]) -> type[WireModel]:
                         retry=(JsonValue, None))
 
 
-def answer_as(method: str, content: bytes, shape: type[M]) -> M | None:
+def answer_as(method: str, content: Body, shape: type[M]) -> M | None:
     """The ``response`` of a plain answer decoded into ``shape``; None for anything else
     (an error, a retry, a null response, a reply that does not fit): ``decode`` then
     reads it whole and says what it is. A shape with a reader of its own for plain
@@ -116,16 +116,16 @@ def answer_as(method: str, content: bytes, shape: type[M]) -> M | None:
 
 #: A shape's own reader of plain answers (``answer_as``); registered by the module that
 #: owns the shape, so this one knows no shape.
-_FAST_ANSWERS: dict[type[BaseModel], Callable[[bytes], BaseModel | None]] = {}
+_FAST_ANSWERS: dict[type[BaseModel], Callable[[Body], BaseModel | None]] = {}
 
 
-def fast_answer(shape: type[M], reader: Callable[[bytes], M | None]) -> None:
+def fast_answer(shape: type[M], reader: Callable[[Body], M | None]) -> None:
     """Register ``reader`` as the first reader of ``shape``'s plain answers: it returns
     exactly what ``answer_as`` would have, or None to leave the reply to it."""
     _FAST_ANSWERS[shape] = reader
 
 
-def misfit(method: str, content: bytes, shape: type[BaseModel]) -> None:
+def misfit(method: str, content: Body, shape: type[BaseModel]) -> None:
     """Raise the ``ProtocolError`` of an answer whose response does not fit ``shape``,
     naming the first field at fault (``getServices: response.services is not a list``)."""
     try:

@@ -25,23 +25,30 @@ it would read as "nothing exists". Must not print; progress goes through ``Progr
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 from reconciler.core.cpcodes import ControlPlaneCode
 from reconciler.core.live import LiveGrant, LiveService, ReadFailure
 from reconciler.core.routing import GatewayRoute
 from reconciler.core.sanitize import safe
 from reconciler.shell.controlplane.client import SERVICES_RELEASES, ControlPlaneClient
-from reconciler.shell.controlplane.errors import ControlPlaneError, DomainError, UnknownMethod
+from reconciler.shell.controlplane.errors import (
+    ControlPlaneError,
+    DomainError,
+    ProtocolError,
+    UnknownMethod,
+)
 from reconciler.shell.controlplane.wire import (
     RawObject,
     ReleaseWire,
+    ServiceFields,
+    ServiceList,
     Services,
     ServiceWire,
     parse_grants,
-    parse_service,
+    service_fields,
     service_id_of,
 )
 from reconciler.shell.progress import Progress
@@ -82,13 +89,6 @@ def failure(service_id: str, exc: ControlPlaneError | None, reason: str | None =
 
 #: A service as ``getServices`` listed it: its wire model, or raw when it does not fit.
 Listed = ServiceWire | RawObject
-
-
-def _parsed(raw: Listed, releases: list[ReleaseWire | RawObject]) -> LiveService | ReadFailure:
-    try:
-        return parse_service(raw, releases)
-    except ControlPlaneError as exc:
-        return failure(str(service_id_of(raw)), exc)
 
 
 @dataclass
@@ -176,29 +176,30 @@ async def read(client: ControlPlaneClient, managed: Sequence[str], progress: Pro
             first = await client.read_services()
             progress.advance()
         revisions.add(first.etag)
-        by_id = {service_id_of(s): s for s in first.services or ()}
-        services: dict[str, LiveService | ReadFailure] = {}
-        for service_id in ids:
-            if service_id not in by_id:
-                services[service_id] = ReadFailure(
-                    service_id=service_id, code=ControlPlaneCode.SERVICE_NOT_FOUND.value,
-                    reason="the control plane has no service with this id")
-                progress.advance()
-        present = [s for s in ids if s in by_id]
+        # Read while the listing may still be arriving, and let go of: one chunk's wire
+        # models are alive at a time, and the reply's bytes only until the last chunk.
+        listed, app_ids = _listed(first.services, ids)
         parts = await listing_task if listing_task is not None else None
     except BaseException:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
+    services: dict[str, LiveService | ReadFailure] = {
+        service_id: ReadFailure(
+            service_id=service_id, code=ControlPlaneCode.SERVICE_NOT_FOUND.value,
+            reason="the control plane has no service with this id")
+        for service_id in ids if service_id not in listed}
+    progress.advance(len(services))
+    present = [s for s in ids if s in listed]
     if parts is not None and present:
-        services.update(await _fold(client, parts, present, by_id, progress))
+        services.update(await _fold(client, parts, present, listed, progress))
     else:
-        services.update(await _one_by_one(client, present, by_id, progress))
+        services.update(await _one_by_one(client, present, listed, progress))
     grants, grants_error, grants_etag = await grants_task
     revisions.add(grants_etag)
     fleet = Fleet(services={s: services[s] for s in ids}, grants=grants,
-                  grants_error=grants_error, app_ids=app_ids_of(first.services or ()))
+                  grants_error=grants_error, app_ids=app_ids)
     if memory is not None:
         # One revision for every read, or they may straddle a change: then nothing is
         # remembered and the next snapshot reads everything again.
@@ -206,10 +207,45 @@ async def read(client: ControlPlaneClient, managed: Sequence[str], progress: Pro
     return fleet
 
 
-def app_ids_of(listed: Sequence[Listed]) -> dict[str, str]:
-    """appId -> service id of every listed ``IService`` (the first listed wins a tie);
-    an entry without a usable id or name is skipped (its own read reports it)."""
-    out: dict[str, str] = {}
+#: A listed service read into its fields (``wire.service_fields``), or why it could not be.
+Read = ServiceFields | ProtocolError
+
+
+def _listed(listed: ServiceList | None, ids: Sequence[str]
+            ) -> tuple[dict[str, Read], dict[str, str]]:
+    """Each managed service of ``ids`` that ``getServices`` listed, read into its fields
+    (a service listed twice is its last listing's, as one read of the whole reply has
+    it), and the appIds of every listed service (``add_app_ids``). Built a chunk at a
+    time (``ServiceList.chunks``), each chunk read before the next is built."""
+    managed = set(ids)
+    app_ids: dict[str, str] = {}
+    out: dict[str, Read] = {}
+    for chunk in listed.chunks() if listed is not None else ():
+        add_app_ids(app_ids, chunk)
+        for raw in chunk:
+            service_id = service_id_of(raw)
+            if isinstance(service_id, str) and service_id in managed:
+                try:
+                    out[service_id] = service_fields(raw)
+                except ProtocolError as exc:
+                    out[service_id] = exc
+    return out, app_ids
+
+
+def _with_releases(service_id: str, read: Read,
+                   releases: Sequence[ReleaseWire | RawObject]) -> LiveService | ReadFailure:
+    try:
+        if isinstance(read, ProtocolError):
+            raise read
+        return read.with_releases(releases)
+    except ControlPlaneError as exc:
+        return failure(service_id, exc)
+
+
+def add_app_ids(out: dict[str, str], listed: Iterable[Listed]) -> None:
+    """appId -> service id of every listed ``IService``, into ``out`` (the first listed
+    wins a tie); an entry without a usable id or name is skipped (its own read reports
+    it)."""
     for raw in listed:
         if isinstance(raw, ServiceWire):
             service_id: object = raw.id
@@ -222,7 +258,6 @@ def app_ids_of(listed: Sequence[Listed]) -> dict[str, str]:
             app_id = data.get("appId") or data.get("name")
         if isinstance(service_id, str) and isinstance(app_id, str) and app_id:
             out.setdefault(safe(app_id, 200), safe(service_id, 200))
-    return out
 
 
 async def _offered(client: ControlPlaneClient) -> frozenset[str]:
@@ -235,7 +270,7 @@ async def _offered(client: ControlPlaneClient) -> frozenset[str]:
 
 
 async def _one_by_one(client: ControlPlaneClient, ids: Sequence[str],
-                      by_id: dict[Any, Listed],
+                      listed: dict[str, Read],
                       progress: Progress) -> dict[str, LiveService | ReadFailure]:
     """One ``getServiceImageReleases`` per service, at most ``client.concurrency`` in
     flight: a call's deadline must start when it is sent, not while it queues behind
@@ -245,9 +280,11 @@ async def _one_by_one(client: ControlPlaneClient, ids: Sequence[str],
     async def one(service_id: str) -> LiveService | ReadFailure:
         async with slots:
             try:
-                return parse_service(by_id[service_id], await client.get_releases(service_id))
+                releases = await client.get_releases(service_id)
             except ControlPlaneError as exc:
                 return failure(service_id, exc)
+            else:
+                return _with_releases(service_id, listed[service_id], releases)
             finally:
                 progress.advance()
 
@@ -319,7 +356,7 @@ async def _listing(client: ControlPlaneClient, ids: Sequence[str],
 
 
 async def _fold(client: ControlPlaneClient, parts: Sequence[_Listing], ids: Sequence[str],
-                by_id: dict[Any, Listed],
+                listed: dict[str, Read],
                 progress: Progress) -> dict[str, LiveService | ReadFailure]:
     """The listing's releases of ``ids`` (each exists per ``getServices``) as
     ``core.live`` values; a service its part did not carry is asked for on its own (it
@@ -333,7 +370,7 @@ async def _fold(client: ControlPlaneClient, parts: Sequence[_Listing], ids: Sequ
             releases = part.releases[service_id]
             out[service_id] = failure(service_id, None, reason=(
                 f"{SERVICES_RELEASES}: listed on two pages")) if releases is None \
-                else _parsed(by_id[service_id], releases)
+                else _with_releases(service_id, listed[service_id], releases)
         elif part.error is not None:
             exc = part.error
             message = exc.message if isinstance(exc, ControlPlaneError) else str(exc)
@@ -346,7 +383,7 @@ async def _fold(client: ControlPlaneClient, parts: Sequence[_Listing], ids: Sequ
             continue
         progress.advance()
     if missing:
-        out.update(await _one_by_one(client, missing, by_id, progress))
+        out.update(await _one_by_one(client, missing, listed, progress))
     return out
 
 

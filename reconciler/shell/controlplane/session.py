@@ -31,6 +31,7 @@ from typing import Any, Final, NotRequired, Self, TypedDict, TypeVar
 import httpx
 from pydantic import BaseModel
 
+from reconciler.core.wireshape import Body
 from reconciler.shell import heap
 from reconciler.shell.controlplane import envelope
 from reconciler.shell.controlplane.errors import (
@@ -262,7 +263,7 @@ class Session:
             f"{method}: the server asked to retry more than {MAX_RETRY_REPLIES} times",
             transient=True)
 
-    async def _post(self, method: str, body: bytes) -> bytes:
+    async def _post(self, method: str, body: bytes) -> Body:
         """One envelope sent; the reply's bytes (a status other than 200 raises)."""
         self.requests_sent += 1
         # This attempt may use what is left of the call's deadline, never more.
@@ -272,11 +273,7 @@ class Session:
             unanswered.started = False
         try:
             with mapped_transport_errors(method, self._redact):
-                response = await self._http.post(
-                    self._url, content=body,
-                    headers={"Content-Type": "application/json"},
-                    timeout=httpx.Timeout(left, connect=min(left, 5.0)),
-                    extensions={"trace": self._trace})
+                response, content = await self._send(body, left)
         except BaseException as exc:  # a timeout, a dropped connection, the deadline
             if unanswered is not None and unanswered.started and method != IDENTITY_METHOD:
                 unanswered.in_doubt = True
@@ -290,8 +287,28 @@ class Session:
             raise
         if response.status_code != 200:
             raise http_status_error(method, response, self._redact)
-        # Read whole (not streamed): no cycle left to keep its body alive (shell.heap).
-        return heap.release(response).content
+        return content
+
+    async def _send(self, body: bytes, left: float) -> tuple[httpx.Response, Body]:
+        """One POST and its reply's body, read whole. A 200's body is gathered into one
+        buffer as it arrives: httpx's own read keeps every piece received until it joins
+        them, so a 47 MB ``getServices`` reply was held twice over at that moment -- the
+        snapshot's peak (``docs/scaling.md``, round 8)."""
+        request = self._http.build_request(
+            "POST", self._url, content=body, headers={"Content-Type": "application/json"},
+            timeout=httpx.Timeout(left, connect=min(left, 5.0)),
+            extensions={"trace": self._trace})
+        response = await self._http.send(request, stream=True)
+        try:
+            if response.status_code != 200:
+                return response, await response.aread()
+            content = bytearray()
+            async for piece in response.aiter_bytes():
+                content += piece
+            return response, content
+        finally:
+            await response.aclose()
+            heap.release(response)  # no cycle left to keep its body alive (shell.heap)
 
     def _url_host_port(self) -> str:
         url = httpx.URL(self._url)

@@ -21,12 +21,12 @@ Pure: parses values handed to it; no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 import msgspec
-from pydantic import Field, JsonValue, ValidationError
+from pydantic import Field, JsonValue, PrivateAttr, ValidationError
 
 from reconciler.core.desired import DEFAULT_ROUTE_PATH, DEFAULT_ROUTE_PORTS, DEFAULT_ROUTE_TRANSPORT
 from reconciler.core.live import (
@@ -40,7 +40,7 @@ from reconciler.core.live import (
 from reconciler.core.names import Capability
 from reconciler.core.routing import GatewayRoute, RouteOwnership
 from reconciler.core.sanitize import safe
-from reconciler.core.wireshape import WireModel, decode, decode_value, problem
+from reconciler.core.wireshape import Body, WireModel, decode, decode_value, problem
 from reconciler.shell.controlplane.errors import ProtocolError
 
 W = TypeVar("W", bound=WireModel)
@@ -95,7 +95,7 @@ class RolloutStatusWire(WireModel):
 
 class ServiceDataWire(WireModel):
     name: str
-    app_id: JsonValue = None  # read only by ``app_ids_of``, which checks it
+    app_id: JsonValue = None  # read only by ``fleet.add_app_ids``, which checks it
     immutable_image_required: JsonValue = False  # truthy: required (as always read)
     image_deployment: PlanWire | None = None
     image_rollout_status: RolloutStatusWire | None = None
@@ -147,9 +147,12 @@ class ServicesReply(WireModel):
     services: list[LenientService] | None = None
     etag: JsonValue = None
     not_modified: JsonValue = None
+    #: Set by ``services_answer``: each service's JSON text, framed but not built (then
+    #: ``services`` is empty); read through ``listed``.
+    _framed: list[msgspec.Raw] | None = PrivateAttr(default=None)
 
 
-#: How many services one decoding reads at most (``services_answer``).
+#: How many services one decoding reads at most (``ServiceList.chunks``).
 SERVICES_CHUNK = 500
 
 
@@ -179,20 +182,23 @@ class _FastServicesEnvelope(msgspec.Struct, gc=False):
 _FAST_SERVICES = msgspec.json.Decoder(_FastServicesEnvelope)
 
 
-def services_answer(content: bytes) -> ServicesReply | None:
-    """A plain ``getServices`` answer decoded in chunks of ``SERVICES_CHUNK`` services;
-    None when the reply is anything else, for the envelope's reader to decide.
+def services_answer(content: Body) -> ServicesReply | None:
+    """A plain ``getServices`` answer with its services framed, not built: they are
+    decoded later, ``SERVICES_CHUNK`` at a time, by ``ServicesReply`` itself
+    (``ServiceList.chunks``); None when the reply is anything else, for the envelope's
+    reader to decide.
 
     Decoded whole by the models, the 47 MB reply of 10,000 services made pydantic-core
     build its whole parse tree first: peak RSS rose by about 175 MB, and the allocator
     kept it. Here ``msgspec`` reads the frame only -- the envelope, the list, each
-    service's extent -- and the services are decoded by ``ServicesReply`` itself, 500 at
-    a time, from their own bytes: the same model, the same JSON text, so the same values
-    (a service that does not fit stays raw, as before), with a parse tree of a chunk at
-    a time. Only plain answers go this way: ASCII bytes (no invalid UTF-8 can hide in a
-    service it skips), no ``error`` or ``retry``, a ``services`` list, no snake-case key;
-    a chunk the models refuse sends the whole reply back to them, which decide and word
-    the outcome exactly as before."""
+    service's extent -- and the services are decoded from their own bytes by the same
+    model, so to the same values (a service that does not fit stays raw, as before).
+    Decoded while they are folded (``shell.controlplane.fleet``), one chunk's wire models
+    are alive at a time, not 10,000 services' (``docs/scaling.md``, round 8). Only plain
+    answers go this way: ASCII bytes (no invalid UTF-8 can hide in a service it skips),
+    no ``error`` or ``retry``, a ``services`` list of objects, no snake-case key;
+    anything else goes to the models whole, which decide and word the outcome exactly
+    as before."""
     if not content.isascii():
         return None
     try:
@@ -204,23 +210,56 @@ def services_answer(content: bytes) -> ServicesReply | None:
             or response is None or response.services is None \
             or len(response.snake_not_modified):
         return None
+    raws = response.services
+    # A JSON text that starts with a brace is an object, which a service always fits
+    # (raw where it does not fit ``ServiceWire``): no chunk decoded later can be refused.
+    if not all(bytes(memoryview(raw)[:1]) == b"{" for raw in raws):
+        return None
     head = [b'"services":[]']
     if len(response.etag):
         head.append(b'"etag":' + bytes(response.etag))
     if len(response.not_modified):
         head.append(b'"notModified":' + bytes(response.not_modified))
-    services: list[ServiceWire | dict[str, JsonValue]] = []
-    raws = response.services
     try:
         reply = decode(ServicesReply, b"{" + b",".join(head) + b"}")
-        for start in range(0, len(raws), SERVICES_CHUNK):
-            chunk = b",".join(bytes(raw) for raw in raws[start:start + SERVICES_CHUNK])
-            part = decode(ServicesReply, b'{"services":[' + chunk + b"]}").services
-            assert part is not None  # a list was sent
-            services.extend(part)
     except ValidationError:
         return None
-    return reply.model_copy(update={"services": services})
+    reply._framed = raws
+    return reply
+
+
+class ServiceList:
+    """``getServices``'s services in the order listed, built a chunk at a time while
+    they are read (``chunks``) -- or already built, when the reply was decoded whole.
+    Read once: the reply's bytes are let go as the chunks are built."""
+
+    __slots__ = ("_built", "_framed")
+
+    def __init__(self, reply: ServicesReply) -> None:
+        self._framed = reply._framed
+        self._built = reply.services or []
+
+    def chunks(self) -> Iterator[list[ServiceWire | RawObject]]:
+        """Every service, ``SERVICES_CHUNK`` at a time (all at once when built); a
+        second reading finds none."""
+        raws, built = self._framed, self._built
+        self._framed, self._built = None, []
+        if raws is None:
+            if built:
+                yield built
+            return
+        for start in range(0, len(raws), SERVICES_CHUNK):
+            chunk = b",".join(bytes(raw) for raw in raws[start:start + SERVICES_CHUNK])
+            try:
+                part = decode(ServicesReply, b'{"services":[' + chunk + b"]}").services
+            except ValidationError as exc:  # framed as objects: not expected, still said
+                raise ProtocolError(f"getServices: {problem(exc)}") from exc
+            assert part is not None  # a list was sent
+            yield part
+
+    def __iter__(self) -> Iterator[ServiceWire | RawObject]:
+        for chunk in self.chunks():
+            yield from chunk
 
 
 class ServiceReply(WireModel):
@@ -312,7 +351,7 @@ def not_modified(reply: ServicesReply, method: str, sent: str | None) -> bool:
 class Services:
     """``getServices``: every ``IService`` (None: not modified since the etag sent)."""
 
-    services: list[ServiceWire | RawObject] | None
+    services: ServiceList | None
     etag: str | None
 
 
@@ -353,24 +392,47 @@ def parse_service(raw: ServiceWire | Mapping[str, Any],
 
     Raises ``ProtocolError`` naming the service and the field when the reply is malformed.
     """
+    return service_fields(raw).with_releases(releases)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceFields:
+    """An ``IService`` read into ``LiveService``'s fields, all but its releases: what the
+    fleet read keeps of a listed service until its releases are in (``with_releases``)."""
+
+    label: str  # how a message names the service
+    fields: dict[str, Any]
+
+    def with_releases(self, releases: Sequence[ReleaseWire | Mapping[str, Any]]
+                      ) -> LiveService:
+        """The ``LiveService``, with ``releases``; ``ProtocolError`` naming the service
+        and the field when one is malformed."""
+        try:
+            read = tuple(_release(r if isinstance(r, ReleaseWire)
+                                  else _decode(ReleaseWire, r, "release")) for r in releases)
+        except _Malformed as exc:
+            raise ProtocolError(f"service {self.label}: malformed reply: {exc}") from exc
+        return LiveService(**self.fields, releases=read)
+
+
+def service_fields(raw: ServiceWire | Mapping[str, Any]) -> ServiceFields:
+    """``parse_service`` but for the releases: raises ``ProtocolError`` naming the
+    service and the field when the service itself is malformed."""
     service_id = service_id_of(raw)
     label = safe(service_id, 80) if isinstance(service_id, str) else "<no id>"
     try:
         wire = raw if isinstance(raw, ServiceWire) else _decode(ServiceWire, raw, "")
         data = wire.data
         plan, status = data.image_deployment, data.image_rollout_status
-        return LiveService(
-            service_id=_text(wire.id),
-            name=_text(data.name),
-            immutable_required=bool(data.immutable_image_required),
-            deployment=None if plan is None else _plan(plan),
-            rollout_status=None if status is None else _status(status),
-            egress=None if data.egress is None else egress_rules(data.egress),
-            egress_revision=data.egress_revision,
-            releases=tuple(_release(r if isinstance(r, ReleaseWire)
-                                    else _decode(ReleaseWire, r, "release"))
-                           for r in releases),
-        )
+        return ServiceFields(label, {
+            "service_id": _text(wire.id),
+            "name": _text(data.name),
+            "immutable_required": bool(data.immutable_image_required),
+            "deployment": None if plan is None else _plan(plan),
+            "rollout_status": None if status is None else _status(status),
+            "egress": None if data.egress is None else egress_rules(data.egress),
+            "egress_revision": data.egress_revision,
+        })
     except _Malformed as exc:
         raise ProtocolError(f"service {label}: malformed reply: {exc}") from exc
 
