@@ -455,6 +455,9 @@ class WayBack:
     rollback: tuple[Plan, ApplyReport] | None = None
     error: str | None = None
     failed: tuple[tuple[str, str], ...] = ()
+    #: asked for by hand (``reconcile revert``): no gate failed, the judge did not prove
+    #: the release at the commit reverted
+    by_hand: bool = False
 
 
 def _revert_lines(way: WayBack, gate: GateReport | None) -> tuple[ServiceLine, ...]:
@@ -506,9 +509,11 @@ def way_back_candidates(failed: Plan, gate: GateReport | None, way: WayBack, *,
                "until it is merged")
     else:
         how = f"reverted to {back}"
+    what = f"release of commit {at} not proven, reverted by hand" if way.by_hand \
+        else f"release of commit {at} failed"
     out.append(Notification(
         kind=Kind.REVERTED, environment=environment, commit=commit,
-        summary=f"{environment}: release of commit {at} failed; {how}",
+        summary=f"{environment}: {what}; {how}",
         key=key_of(Kind.REVERTED, environment, commit, way.key),
         services=_revert_lines(way, gate), control_plane_url=failed.control_plane_url,
         created_at=failed.created_at, revert=line))

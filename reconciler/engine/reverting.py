@@ -17,8 +17,14 @@ from reconciler.core.desired import DesiredState
 from reconciler.core.plans import Plan
 from reconciler.core.sanitize import safe
 from reconciler.engine.reconciling import Reconciler
-from reconciler.engine.wayback import revert_with
-from reconciler.engine.wiring import PullTarget, RevertRun, load_consistent, refuse_write
+from reconciler.engine.wayback import revert_way, revert_with
+from reconciler.engine.wiring import (
+    PullTarget,
+    RevertRun,
+    load_consistent,
+    notifier,
+    refuse_write,
+)
 from reconciler.exitcodes import Exit
 from reconciler.failures import EngineError
 from reconciler.shell import (
@@ -37,14 +43,28 @@ def revert(root: Path, services: Sequence[str], *, overrides: Overrides,
     """``reconcile revert``: the pinned release of each service, which the judge does not
     prove, back to its last proven release, with a hold on the failed one; committed, or
     proposed as a pull request. Does not apply (``reconcile apply`` rolls back).
-    ``stage``: the environment of a pipeline ``root`` is (its journal, its rules)."""
+    ``stage``: the environment of a pipeline ``root`` is (its journal, its rules).
+
+    The repo's notifications are told of the revert (``reverted``, on the commit whose
+    release it reverts), once per revert however often it is asked for; the rollback's
+    outcome is the next apply's to tell."""
     desired, _ = load_consistent(root)
 
     async def run() -> RevertRun:
         async with Reconciler(root, desired, overrides=overrides, env=env,
                               stage=stage) as reconciler:
-            return await revert_with(reconciler, root, services, failures=None, pull=pull,
-                                     hook=None, rollback=False, progress=progress)
+            notify = notifier(desired, root, env, reconciler.connection.gateway,
+                              environment=stage.name if stage else None)
+            try:
+                done = await revert_with(reconciler, root, services, failures=None,
+                                         pull=pull, hook=None, rollback=False,
+                                         progress=progress)
+                if notify is not None and done.items and done.plan is not None:
+                    notify.way_back(done.plan, None, revert_way(done, by_hand=True))
+                return done
+            finally:
+                if notify is not None:  # bounded: a receiver that is down costs drainSeconds
+                    await notify.drain()
 
     return asyncio.run(run())
 

@@ -90,13 +90,20 @@ def way_back(run: ApplyRun) -> WayBack:
     failed = tuple(sorted((p.service, p.digest) for p in reverts.failed(run.report.gate).values()))
     if done is None:
         return WayBack(error=run.revert_error, failed=failed)
+    return revert_way(done, error=run.revert_error, failed=failed)
+
+
+def revert_way(done: RevertRun, *, error: str | None = None,
+               failed: tuple[tuple[str, str], ...] = (), by_hand: bool = False) -> WayBack:
+    """A revert made (or found made) as ``core.notifying`` reads it; ``by_hand``: asked
+    for by ``reconcile revert``, not after a gate."""
     rolled = done.rollback
     return WayBack(key=done.key, items=done.items, commit=done.commit,
                    landed=done.pull is None and done.commit is not None,
                    pull_url=done.pull.url if done.pull else None,
                    pull_number=done.pull.number if done.pull else None, why_pr=done.why_pr,
                    rollback=(rolled.plan, rolled.report) if rolled is not None else None,
-                   error=run.revert_error, failed=failed)
+                   error=error, failed=failed, by_hand=by_hand)
 
 
 async def _revert_after(reconciler: Reconciler, root: Path, run: ApplyRun,
@@ -255,9 +262,9 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
     message = reverts.message(items, key, newer=newer, through=gate.notes())
     done = revert_git.find_keyed(root, key)
     if done is not None:
-        return await _rolled_back(reconciler, root, RevertRun(key, tuple(items), done,
-                                                              already=True), rollback, hook,
-                                  progress, fence)
+        made_before = await _rolled_back(reconciler, root, RevertRun(
+            key, tuple(items), done, already=True), rollback, hook, progress, fence)
+        return dataclasses.replace(made_before, plan=made)
     try:
         commit = revert_git.make_commit(root, head, files, message,
                                         date=f"@{(since_ms or snapshot.taken_at) // 1000} +0000")
@@ -265,9 +272,10 @@ async def revert_with(reconciler: Reconciler, root: Path, services: Sequence[str
         raise EngineError(f"{exc}; nothing written") from exc
     applying.crash_point("revert-before-commit")
     run = RevertRun(key, tuple(items), commit)
-    return await _land(reconciler, root, run, head=head, message=message, newer=newer,
-                       journal=path, pull=pull, rollback=rollback, hook=hook,
-                       progress=progress, fence=fence)
+    landed = await _land(reconciler, root, run, head=head, message=message, newer=newer,
+                         journal=path, pull=pull, rollback=rollback, hook=hook,
+                         progress=progress, fence=fence)
+    return dataclasses.replace(landed, plan=made)
 
 
 def _pin_of(svc: Service, found: lastproven.LastProven) -> pin_rules.Pin:

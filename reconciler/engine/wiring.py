@@ -275,6 +275,9 @@ class RevertRun:
     #: how a committed revert landed (the branch, whether GitHub was asked about its
     #: protection and what it said, the upstream it was pushed to)
     how: str | None = None
+    #: the plan of the branch head the revert was judged from: the commit whose release
+    #: it reverts, as a notification names it (``engine.wayback.revert_way``)
+    plan: Plan | None = None
 
 
 # -- promote (issue 19) -------------------------------------------------------------------

@@ -106,6 +106,18 @@ def test_a_rollback_not_proven_is_its_own_kind_naming_what_the_judge_misses() ->
     assert kinds(healed) == ["converged"]
 
 
+def test_a_revert_by_hand_is_worded_as_one_and_told_once() -> None:
+    failed, _gate = failed_run()
+    by_hand = WayBack(key="rvt-1", items=(item(),), commit=REVERT, landed=True, by_hand=True)
+    decided = decide_way_back(Memory(), failed, None, by_hand, environment=ENV)
+    [reverted] = decided.new  # no rollback of its own: the next apply tells it
+    assert reverted.kind is Kind.REVERTED and reverted.commit == A
+    assert f"release of commit {A[:12]} not proven, reverted by hand; reverted to " \
+        in reverted.summary
+    assert "failed" not in reverted.summary
+    assert decide_way_back(decided.memory, failed, None, by_hand, environment=ENV).new == ()
+
+
 def test_a_revert_proposed_as_a_pull_request_names_it_and_claims_no_rollback() -> None:
     failed, failed_gate = failed_run()
     proposed = WayBack(key="rvt-1", items=(item(),), commit=REVERT, landed=False,

@@ -189,3 +189,51 @@ def test_apply_revert_tells_the_way_back_and_a_rerun_tells_nothing_new(
             (revert_commit, "success")])
     finally:
         hook.stop()
+
+
+def test_a_revert_by_hand_is_told_once_and_the_next_apply_tells_the_rollback(
+        repo_factory: Callable[..., Repo], sandbox: Sandbox, github: StandIn) -> None:
+    """Issue 32: ``reconcile revert`` (no gate, no rollback of its own) tells the sinks
+    ``reverted`` on the commit whose release it reverts, once however often it is
+    asked; the apply that rolls back tells ``applied`` on the revert commit."""
+    hook = receivers.start()
+    try:
+        repo = repo_factory(sandbox, attempts=60, interval_seconds=0.3)
+        config = settings(hook, github)
+        del config["slack"]
+        failed_commit = with_notifications(repo, config)
+        sandbox.fault("sn3", "refuse-digest", digest=NEW)
+        failed = repo.run("apply", str(repo.path), "--auto-approve", timeout=240,
+                          TEST_GH_TOKEN=TOKEN)
+        assert failed.code == Exit.NOT_CONVERGED, failed.out + failed.err
+        assert not revert_commits(repo.path)  # --on-gate-failure stop: nothing reverted
+        assert kinds_of(told(hook)) == ["gate_failed"]
+
+        done = repo.run("revert", "checkout", "-C", str(repo.path), TEST_GH_TOKEN=TOKEN)
+        assert done.code == Exit.OK, done.out + done.err
+        revert_commit = head(repo)
+        assert revert_commit != failed_commit
+        again = repo.run("revert", "checkout", "-C", str(repo.path), TEST_GH_TOKEN=TOKEN)
+        assert again.code == Exit.OK and "already reverted" in again.out, again.out + again.err
+        events = told(hook)
+        assert kinds_of(events) == ["gate_failed", "reverted"], kinds_of(events)
+        custom = by_kind(events)["reverted"]["customData"]
+        assert custom["commit"] == failed_commit
+        assert "not proven, reverted by hand" in custom["summary"], custom["summary"]
+        assert custom["revert"]["commit"] == revert_commit and custom["revert"]["landed"]
+        [line] = custom["services"]
+        assert (line["service"], line["digest"], line["previousDigest"]) == \
+            ("checkout", OLD, NEW)
+        assert any("sn3" in r for r in line["reasons"]), line  # the judge's evidence
+
+        rolled = repo.run("apply", str(repo.path), "--auto-approve", timeout=240,
+                          TEST_GH_TOKEN=TOKEN)
+        assert rolled.code == Exit.OK, rolled.out + rolled.err
+        assert kinds_of(told(hook)) == ["applied", "gate_failed", "reverted"]
+        applied = by_kind(told(hook))["applied"]["customData"]
+        assert applied["commit"] == revert_commit
+        statuses = sorted((s["sha"], s["state"]) for s in github.state.statuses)
+        assert statuses == sorted([(failed_commit, "failure"), (failed_commit, "failure"),
+                                   (revert_commit, "success")]), statuses
+    finally:
+        hook.stop()
