@@ -57,9 +57,12 @@ def repo_summary(result: Loaded) -> str:
     files = plural(len(result.files), "file")
     if result.valid and result.state is not None:
         state = result.state
-        routes = f"{plural(len(state.routes), 'route')}, " if state.routes else ""
+        # Kinds most repos do not use are named only where they are used.
+        more = "".join(f"{plural(len(found), noun)}, " for found, noun in (
+            (state.routes, "route"), (state.verifications, "verification"),
+            (state.holds, "hold")) if found)
         return (f"valid: {plural(len(state.services), 'service')}, "
-                f"{plural(len(state.grants), 'grant')}, {routes}1 settings in {files}")
+                f"{plural(len(state.grants), 'grant')}, {more}1 settings in {files}")
     return f"invalid: {plural(len(result.diagnostics), 'problem')} in {files}"
 
 
@@ -74,6 +77,8 @@ def repo_json(result: Loaded) -> dict[str, object]:
             "services": len(state.services) if state else 0,
             "grants": len(state.grants) if state else 0,
             "routes": len(state.routes) if state else 0,
+            "verifications": len(state.verifications) if state else 0,
+            "holds": len(state.holds) if state else 0,
             "settings": 1 if state else 0,
         },
         "diagnostics": [d.to_json() for d in result.diagnostics],

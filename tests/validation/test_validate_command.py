@@ -120,3 +120,24 @@ def test_an_unreadable_file_is_a_diagnostic_not_a_traceback(
 def test_usage_errors_exit_64(validate: Callable[..., Run]) -> None:
     run = validate(".", "--format", "xml")
     assert run.code == 64
+
+
+def test_the_summary_names_verifications_and_holds_where_the_repo_has_them(
+        validate: Callable[..., Run], tmp_path: Path) -> None:
+    import shutil
+
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLES, repo)
+    (repo / "verify.yaml").write_text(
+        "apiVersion: reconcile/v1\nkind: Verification\nname: checkout-works\n"
+        "scope:\n  services: [checkout]\nchecks:\n  - name: answers\n    http:\n"
+        "      path: /healthz\n      status: 200\n")
+    (repo / "holds.yaml").write_text(
+        "apiVersion: reconcile/v1\nkind: Hold\nservice: checkout\n"
+        f"digest: sha256:{'a' * 64}\nreason: failed\nsince: \"2026-01-01T00:00:00Z\"\n")
+    run = validate(str(repo))
+    assert run.code == 0, run.out + run.err
+    assert run.out.strip() == ("valid: 5 services, 2 grants, 2 routes, 1 verification, "
+                               "1 hold, 1 settings in 10 files")
+    counted = json.loads(validate(str(repo), "--format", "json").out)["counts"]
+    assert (counted["verifications"], counted["holds"]) == (1, 1)
