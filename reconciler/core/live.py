@@ -35,7 +35,14 @@ class EgressRule(_Model):
     port: int
 
 
-class ImageRelease(_Model):
+# The control plane's side of a snapshot -- ``LiveService`` and the rollout plan, status
+# and releases it holds -- are lean values (``core.values``): a 10,000-service snapshot
+# holds 60,000 of them, each built by the shell from its strict wire model and never
+# validated again (``docs/scaling.md``, round 8).
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImageRelease(LeanValue):
     """A registry manifest the control plane observed (seed 003 ``IImageRelease``)."""
 
     id: str
@@ -50,7 +57,8 @@ class ImageRelease(_Model):
     promotion_count: int = 0
 
 
-class RolloutPlan(_Model):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RolloutPlan(LeanValue):
     """The service's current immutable deployment plan (seed 003)."""
 
     rollout_id: str
@@ -64,7 +72,8 @@ class RolloutPlan(_Model):
     created_at: int = 0
 
 
-class RolloutStatus(_Model):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RolloutStatus(LeanValue):
     """The control plane's aggregate of the clusters' reports (seed 003)."""
 
     rollout_id: str
@@ -86,7 +95,8 @@ IN_PROGRESS_STATUSES = frozenset({"pending", "deploying", "verifying", "rolling-
 FAILED_STATUSES = frozenset({"failed", "mismatched"})
 
 
-class LiveService(_Model):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveService(LeanValue):
     """One service as the control plane holds it, with its observed releases."""
 
     service_id: str

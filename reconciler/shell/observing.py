@@ -144,8 +144,10 @@ async def observe_async(
                                       prober=prober, client=client, memory=memory)
     finally:
         # What the pass left in cycles (a request cancelled at its deadline: its
-        # connection) is collected now, while the event loop still runs, not at exit.
+        # connection) is collected now, while the event loop still runs, not at exit;
+        # then what the pass freed goes back to the system (``heap.trim``).
         heap.sweep()
+        heap.trim()
     if not verifying.held(desired):
         return snapshot  # no service is held to checks: nothing more is asked
     # Issue 34: the checks, on the clusters this snapshot shows running each pinned
@@ -211,6 +213,7 @@ async def _observe(
                     routes, routes_error = await read_routes(client)
                 memory.routes = routes if memory.fleet is read else None
             observations = await probe_task
+            heap.trim()  # the clusters' pages and texts, freed between what is kept
             mesh = await prober.resolve()
         finally:
             if own_prober:

@@ -111,6 +111,24 @@ def test_a_control_plane_answer_that_does_not_fit_names_the_method_and_field() -
         parse_service(services[0], [])
 
 
+def _resident_mb() -> float:
+    with open("/proc/self/status", encoding="ascii") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:")) / 1024
+
+
+def test_trim_gives_back_what_was_freed_between_what_is_kept() -> None:
+    """A snapshot's pattern: texts of a kilobyte made and freed between texts kept
+    (one in sixteen); glibc holds the freed pages until ``heap.trim``."""
+    assert heap._MALLOC_TRIM is not None  # glibc, as every machine this runs on
+    texts = [b"%d" % number + b"x" * 1_000 for number in range(60_000)]
+    kept = texts[::16]
+    texts.clear()
+    before = _resident_mb()
+    heap.trim()
+    assert _resident_mb() < before - 10, (before, _resident_mb())  # about 20-40 MB
+    assert len(kept) == 3_750
+
+
 def test_bulk_pauses_the_collector_and_restores_it() -> None:
     assert gc.isenabled()
     with heap.bulk():
