@@ -462,13 +462,16 @@ class WayBack:
 
 def _revert_lines(way: WayBack, gate: GateReport | None) -> tuple[ServiceLine, ...]:
     """One line per reverted service: the digest now pinned (rolled back to), the failed
-    one (as ``previous``: a rollback's "before"), the clusters that refused it, and the
-    evidence (cluster and reason)."""
+    one (as ``previous``: a rollback's "before"), the clusters that refused it -- those
+    that stated their failure (a cluster still rolling out when the gate ended refused
+    nothing), or where none did, those not proven -- and the evidence (cluster and
+    reason)."""
     proofs = {p.service: p for p in gate.proofs} if gate is not None else {}
     out = []
     for item in way.items:
         proof = proofs.get(item.service)
-        clusters = tuple(c.cluster for c in proof.pending()) if proof is not None else ()
+        refused = (proof.stated() or proof.pending()) if proof is not None else ()
+        clusters = tuple(c.cluster for c in refused)
         out.append(ServiceLine(service=item.service, service_id=proof.app_id if proof
                                else "", action=Action.ROLLBACK.value, digest=item.to,
                                previous=item.failed, clusters=clusters,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from reconciler.core.codes import BlockerCode
+from reconciler.core.evidence import ClusterProof, Proof, ServiceProof, Why
 from reconciler.core.notifying import (
     CDEVENT_INCIDENT_DETECTED,
     CDEVENT_INCIDENT_RESOLVED,
@@ -89,6 +90,19 @@ def test_a_landed_revert_is_told_once_with_its_proven_rollback_however_often_dec
     # The revert commit converged at the next resync: covered by rollback_proven.
     converged = plan(REVERT, proofs=(proof("checkout"),))
     assert decide(memory, converged, environment=ENV, applying=True).new == ()
+
+
+def test_the_clusters_named_are_those_that_refused_not_those_still_rolling_out() -> None:
+    failed, _gate = failed_run()
+    refusing = ClusterProof(cluster="c2", proof=Proof.NOT_CONVERGED, why=Why.OTHER_DIGEST,
+                            detail="runs another digest", last_error="pulled-digest-mismatch")
+    rolling = ClusterProof(cluster="c1", proof=Proof.NOT_CONVERGED, why=Why.OTHER_DIGEST,
+                           detail="runs another digest")
+    stopped = gate(ServiceProof(service="checkout", app_id="app-checkout", digest=NEW,
+                                proof=Proof.NOT_CONVERGED, clusters=(rolling, refusing)))
+    [reverted, _proven] = decide_way_back(Memory(), failed, stopped, landed(),
+                                          environment=ENV).new
+    assert reverted.services[0].clusters == ("c2",)
 
 
 def test_a_rollback_not_proven_is_its_own_kind_naming_what_the_judge_misses() -> None:

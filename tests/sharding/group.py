@@ -67,7 +67,16 @@ class Member:
             checked = len(self.seen)
             time.sleep(0.1)
         last = [(e["event"], e.get("message", "")[:90]) for e in self.seen[-12:]]
-        raise AssertionError(f"{self.name}: no matching event in {timeout}s; last: {last}")
+        raise AssertionError(f"{self.name}: no matching event in {timeout}s; last: {last}"
+                             f"{self.said()}")
+
+    def said(self) -> str:
+        """The end of what the member wrote on stderr (a traceback, a warning), if any."""
+        try:
+            text = (self.state.parent / f"{self.state.name}.stderr").read_text(errors="replace")
+        except OSError:
+            return ""
+        return f"\nexit {self.proc.poll()}; stderr:\n{text[-3000:]}" if text.strip() else ""
 
     def intents(self) -> list[dict[str, Any]]:
         path = self.state / "journal.jsonl"
@@ -116,8 +125,10 @@ class Group:
         if self.apply:
             args.append("--apply")
         env = self.repo.env(RECONCILE_STATE_DIR=str(state), **env_extra)
-        proc = subprocess.Popen(args, cwd=PROJECT, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True)
+        # What it says on stderr is kept beside its state, for a failure to show.
+        with open(state.parent / f"{state.name}.stderr", "w") as said:
+            proc = subprocess.Popen(args, cwd=PROJECT, env=env, stdout=subprocess.PIPE,
+                                    stderr=said, text=True)
         member = Member(name, proc, state)
         member.start_reading()
         self.members.append(member)
