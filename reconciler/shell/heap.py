@@ -31,6 +31,14 @@ Two contexts, and one rule for HTTP responses:
   in a cycle; left to the collection at interpreter exit, after the loop closed, it cost
   a failing ``plan`` two more seconds (``tests/live/test_call_deadline.py``).
 
+- Large buffers mapped: glibc serves an allocation above its mmap threshold (128 KiB)
+  by a mapping of its own, given back to the system when freed -- but freeing one raises
+  the threshold to its size, so after the first few 1 MB batch pages every page, and the
+  pieces of a 47 MB ``getServices`` reply, came from the heap between objects that stay,
+  and the heap could not shrink. The threshold is fixed at 128 KiB when this module is
+  loaded (``mallopt(M_MMAP_THRESHOLD)``, which also stops the dynamic raise): a 10,000 ×
+  10 snapshot's peak resident set 250 -> 231 MB (``docs/scaling.md``, round 8). A few
+  hundred such buffers a pass cost a mapping each, microseconds.
 - ``trim()``: the C allocator's free pages given back to the system. A snapshot's
   transient allocations (each status text cut and compared, pages, the wire models of a
   chunk) are freed, but between the ones it keeps, so glibc holds the freed pages: at
@@ -128,6 +136,23 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 _MALLOC_TRIM = _malloc_trim()
+
+#: glibc's ``mallopt`` parameter for the mmap threshold (``malloc.h``)
+_M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD = 128 * 1024
+
+
+def _map_large() -> bool:
+    """Fix glibc's mmap threshold (see the module docstring); False where there is no
+    ``mallopt`` (not glibc) or it refused."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD))
+
+
+LARGE_MAPPED = _map_large()
 
 
 def sweep() -> None:

@@ -129,6 +129,20 @@ def test_trim_gives_back_what_was_freed_between_what_is_kept() -> None:
     assert len(kept) == 3_750
 
 
+def test_large_buffers_are_mapped_and_given_back_when_freed() -> None:
+    """glibc's mmap threshold is fixed (``heap``): a megabyte buffer freed after another
+    was freed is still a mapping of its own, not heap memory that stays resident."""
+    assert heap.LARGE_MAPPED
+    first = bytearray(4 << 20)
+    del first  # freed: with the dynamic threshold this would raise it to 4 MB
+    held = [bytearray(1 << 20) for _ in range(40)]
+    keep = [b"k%d" % n for n in range(1000)]  # small objects after them, kept
+    before = _resident_mb()
+    held.clear()
+    assert _resident_mb() < before - 30, (before, _resident_mb())
+    assert len(keep) == 1000
+
+
 def test_bulk_pauses_the_collector_and_restores_it() -> None:
     assert gc.isenabled()
     with heap.bulk():

@@ -186,7 +186,10 @@ class BatchReader:
                        keep: Record, known: Remembered | None,
                        shared: Shared | None) -> str | None:
         """Every page, in order; the first page's ETag (None: it sent none)."""
-        wanted = set(query.apps)
+        # Each app asked for, as the caller's own string: a page's keys are strings of
+        # its own, and what is kept (the listing, the snapshot's rows) names the app by
+        # the one string every cluster's answer shares, not by ten copies of it.
+        wanted = {app: app for app in query.apps}
         listed: set[str] = set()
         cursor: str | None = None
         cursors: set[str] = set()
@@ -213,8 +216,9 @@ class BatchReader:
                 sent = response.headers.get("ETag")
                 etag = sent if sent and len(sent) <= MAX_ETAG and ENTITY_TAG.fullmatch(
                     sent) else None
-            for app, status in page.statuses.items():
-                if app not in wanted:
+            for listed_as, status in page.statuses.items():
+                app = wanted.get(listed_as)
+                if app is None:
                     continue  # another app of this cluster (every app was asked for)
                 if app in listed:
                     # Two pages, two answers: neither can be taken as the cluster's word.
