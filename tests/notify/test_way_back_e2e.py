@@ -81,6 +81,18 @@ def settings(hook: receivers.Receiver, github: StandIn) -> dict[str, Any]:
             "delivery": FAST}
 
 
+def refusing_repo(repo_factory: Callable[..., Repo], sandbox: Sandbox,
+                  hook: receivers.Receiver, github: StandIn) -> tuple[Repo, str]:
+    """A repo telling ``hook`` and GitHub (no Slack), sn3 refusing its new checkout
+    release; the commit that pins it."""
+    repo = repo_factory(sandbox, attempts=60, interval_seconds=0.3)
+    config = settings(hook, github)
+    del config["slack"]
+    failed_commit = with_notifications(repo, config)
+    sandbox.fault("sn3", "refuse-digest", digest=NEW)
+    return repo, failed_commit
+
+
 def test_watch_apply_revert_tells_reverted_and_the_proven_rollback_once_then_held_once(
         repo_factory: Callable[..., Repo], sandbox: Sandbox, github: StandIn) -> None:
     hook, slack = receivers.start(), receivers.start()
@@ -167,11 +179,7 @@ def test_apply_revert_tells_the_way_back_and_a_rerun_tells_nothing_new(
         repo_factory: Callable[..., Repo], sandbox: Sandbox, github: StandIn) -> None:
     hook = receivers.start()
     try:
-        repo = repo_factory(sandbox, attempts=60, interval_seconds=0.3)
-        config = settings(hook, github)
-        del config["slack"]
-        failed_commit = with_notifications(repo, config)
-        sandbox.fault("sn3", "refuse-digest", digest=NEW)
+        repo, failed_commit = refusing_repo(repo_factory, sandbox, hook, github)
         done = repo.run("apply", str(repo.path), "--auto-approve", "--on-gate-failure",
                         "revert", timeout=240, TEST_GH_TOKEN=TOKEN)
         assert done.code == Exit.NOT_CONVERGED, done.out + done.err
@@ -198,11 +206,7 @@ def test_a_revert_by_hand_is_told_once_and_the_next_apply_tells_the_rollback(
     asked; the apply that rolls back tells ``applied`` on the revert commit."""
     hook = receivers.start()
     try:
-        repo = repo_factory(sandbox, attempts=60, interval_seconds=0.3)
-        config = settings(hook, github)
-        del config["slack"]
-        failed_commit = with_notifications(repo, config)
-        sandbox.fault("sn3", "refuse-digest", digest=NEW)
+        repo, failed_commit = refusing_repo(repo_factory, sandbox, hook, github)
         failed = repo.run("apply", str(repo.path), "--auto-approve", timeout=240,
                           TEST_GH_TOKEN=TOKEN)
         assert failed.code == Exit.NOT_CONVERGED, failed.out + failed.err
