@@ -126,16 +126,17 @@ def trim() -> None:
         _MALLOC_TRIM(0)
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where the C library has none."""
+def _libc_function(name: str) -> Callable[..., int] | None:
+    """A function of the C library this process runs on, or None where it has none
+    (``malloc_trim`` and ``mallopt`` are glibc's)."""
     try:
-        found: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+        found: Callable[..., int] = getattr(ctypes.CDLL(None), name)
     except (AttributeError, OSError):
         return None
     return found
 
 
-_MALLOC_TRIM = _malloc_trim()
+_MALLOC_TRIM = _libc_function("malloc_trim")
 
 #: glibc's ``mallopt`` parameter for the mmap threshold (``malloc.h``)
 _M_MMAP_THRESHOLD = -3
@@ -145,11 +146,8 @@ _MMAP_THRESHOLD = 128 * 1024
 def _map_large() -> bool:
     """Fix glibc's mmap threshold (see the module docstring); False where there is no
     ``mallopt`` (not glibc) or it refused."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (AttributeError, OSError):
-        return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD))
+    mallopt = _libc_function("mallopt")
+    return mallopt is not None and bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD))
 
 
 LARGE_MAPPED = _map_large()

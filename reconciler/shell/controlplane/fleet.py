@@ -234,9 +234,9 @@ def _listed(listed: ServiceList | None, ids: Sequence[str]
 
 def _with_releases(service_id: str, read: Read,
                    releases: Sequence[ReleaseWire | RawObject]) -> LiveService | ReadFailure:
+    if isinstance(read, ProtocolError):  # the service itself is malformed
+        return failure(service_id, read)
     try:
-        if isinstance(read, ProtocolError):
-            raise read
         return read.with_releases(releases)
     except ControlPlaneError as exc:
         return failure(service_id, exc)

@@ -148,7 +148,7 @@ class ServicesReply(WireModel):
     etag: JsonValue = None
     not_modified: JsonValue = None
     #: Set by ``services_answer``: each service's JSON text, framed but not built (then
-    #: ``services`` is empty); read through ``listed``.
+    #: ``services`` is empty); read through ``ServiceList``.
     _framed: list[msgspec.Raw] | None = PrivateAttr(default=None)
 
 
